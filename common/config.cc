@@ -1,0 +1,226 @@
+#include "ciuic/config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+extern char** environ;
+
+namespace ciuic {
+namespace {
+
+// One row of the knob table. `parse` stores the text into the Config or
+// returns why it cannot; `print` renders the current value.
+struct Knob {
+  const char* name;
+  const char* default_value;
+  const char* doc;
+  Status (*parse)(const std::string& text, Config* config);
+  std::string (*print)(const Config& config);
+};
+
+std::string Upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+Status ParseLogLevel(const std::string& text, Config* c) {
+  const std::string v = Upper(text);
+  if (v == "WARN") c->debug = LogLevel::kWarn;
+  else if (v == "INFO") c->debug = LogLevel::kInfo;
+  else if (v == "TRACE") c->debug = LogLevel::kTrace;
+  else return InvalidArgumentError("expected WARN, INFO or TRACE");
+  return Status::Ok();
+}
+
+Status ParseSimdTarget(const std::string& text, Config* c) {
+  const std::string v = Lower(text);
+  static const char* const kNames[] = {"auto", "avx3_dl", "avx3", "avx2", "sse4", "ssse3",
+                                       "neon", "sve", "sve2", "emu128", "scalar"};
+  for (const char* n : kNames) {
+    if (v == n) {
+      c->simd_target = v;
+      return Status::Ok();
+    }
+  }
+  return InvalidArgumentError("expected auto, avx3, avx2, sse4, ssse3, neon, sve, sve2, emu128 or scalar");
+}
+
+Status ParseTile(const std::string& text, Config* c) {
+  if (text == "auto") {
+    c->kernel_tile_bytes = 0;
+    return Status::Ok();
+  }
+  CIUIC_ASSIGN_OR_RETURN(uint64_t v, ParseByteSize(text));
+  if (v != 0 && (v < 1024 || v > 64 * 1024)) {
+    return InvalidArgumentError("tile must be 0 (auto) or between 1K and 64K bytes");
+  }
+  c->kernel_tile_bytes = v;
+  return Status::Ok();
+}
+
+Status ParseNt(const std::string& text, Config* c) {
+  const std::string v = Lower(text);
+  if (v == "auto" || v == "-1") {
+    c->kernel_nt_threshold = -1;
+    return Status::Ok();
+  }
+  if (v == "never" || v == "0") {
+    c->kernel_nt_threshold = 0;
+    return Status::Ok();
+  }
+  CIUIC_ASSIGN_OR_RETURN(uint64_t b, ParseByteSize(text));
+  c->kernel_nt_threshold = static_cast<int64_t>(b);
+  return Status::Ok();
+}
+
+Status ParsePrefetch(const std::string& text, Config* c) {
+  CIUIC_ASSIGN_OR_RETURN(uint64_t b, ParseByteSize(text));
+  if (b > 64 * 1024) return InvalidArgumentError("prefetch distance must be at most 64K bytes");
+  c->kernel_prefetch_bytes = b;
+  return Status::Ok();
+}
+
+const Knob kKnobs[] = {
+    {"CIUIC_DEBUG", "WARN", "log level: WARN, INFO or TRACE", ParseLogLevel,
+     [](const Config& c) { return std::string(LogLevelName(c.debug)); }},
+    {"CIUIC_DEBUG_FILE", "", "log to this file instead of stderr (%h host, %p pid, %r rank)",
+     [](const std::string& t, Config* c) {
+       c->debug_file = t;
+       return Status::Ok();
+     },
+     [](const Config& c) { return c.debug_file; }},
+    {"CIUIC_SIMD_TARGET", "auto",
+     "highest SIMD target for the kernels: auto, avx3, avx2, sse4, ssse3, scalar, ...",
+     ParseSimdTarget, [](const Config& c) { return c.simd_target; }},
+    {"CIUIC_KERNEL_TILE", "0", "L1 tile in bytes for reductions of more than 4 inputs (0 = auto)",
+     ParseTile, [](const Config& c) { return std::to_string(c.kernel_tile_bytes); }},
+    {"CIUIC_KERNEL_NT_THRESHOLD", "auto",
+     "output bytes from which kernels use non-temporal stores (auto, never, or a size)", ParseNt,
+     [](const Config& c) {
+       if (c.kernel_nt_threshold < 0) return std::string("auto");
+       if (c.kernel_nt_threshold == 0) return std::string("never");
+       return std::to_string(c.kernel_nt_threshold);
+     }},
+    {"CIUIC_KERNEL_PREFETCH", "1024",
+     "software prefetch distance in bytes for streams larger than L2 (0 = off)", ParsePrefetch,
+     [](const Config& c) { return std::to_string(c.kernel_prefetch_bytes); }},
+};
+
+const Knob* FindKnob(const std::string& name) {
+  for (const Knob& k : kKnobs) {
+    if (name == k.name) return &k;
+  }
+  return nullptr;
+}
+
+Status ApplyKnob(const Knob& k, const std::string& value, Config* c) {
+  Status s = k.parse(value, c);
+  if (!s.ok()) {
+    return InvalidArgumentError(std::string(k.name) + "='" + value + "': " + s.message());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+const char* LogLevelName(LogLevel level) {
+  switch (level) {
+    case LogLevel::kWarn: return "WARN";
+    case LogLevel::kInfo: return "INFO";
+    case LogLevel::kTrace: return "TRACE";
+  }
+  return "WARN";
+}
+
+StatusOr<uint64_t> ParseByteSize(const std::string& text) {
+  if (text.empty()) return InvalidArgumentError("empty size");
+  const char* p = text.c_str();
+  if (!std::isdigit(static_cast<unsigned char>(*p))) {
+    return InvalidArgumentError("'" + text + "' is not a size (e.g. 4096, 64K, 1M)");
+  }
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long base = std::strtoull(p, &end, 10);
+  if (errno != 0) return InvalidArgumentError("'" + text + "' is out of range");
+  std::string suffix = Upper(end);
+  uint64_t mult = 1;
+  if (!suffix.empty()) {
+    switch (suffix[0]) {
+      case 'K': mult = 1ull << 10; break;
+      case 'M': mult = 1ull << 20; break;
+      case 'G': mult = 1ull << 30; break;
+      case 'B': mult = 1; break;
+      default: return InvalidArgumentError("'" + text + "': unknown unit '" + suffix + "'");
+    }
+    std::string rest = suffix[0] == 'B' ? suffix.substr(1) : suffix.substr(1);
+    if (!(rest.empty() || rest == "B" || rest == "IB")) {
+      return InvalidArgumentError("'" + text + "': unknown unit '" + suffix + "'");
+    }
+  }
+  if (base > UINT64_MAX / mult) return InvalidArgumentError("'" + text + "' is out of range");
+  return static_cast<uint64_t>(base * mult);
+}
+
+StatusOr<Config> Config::FromLookup(const std::function<const char*(const char*)>& lookup) {
+  Config c;
+  for (const Knob& k : kKnobs) {
+    const char* v = lookup(k.name);
+    if (v == nullptr) continue;
+    CIUIC_RETURN_IF_ERROR(ApplyKnob(k, v, &c));
+    c.from_env.emplace_back(k.name);
+  }
+  return c;
+}
+
+StatusOr<Config> Config::FromEnv() {
+  return FromLookup([](const char* name) { return std::getenv(name); });
+}
+
+Status Config::Set(const std::string& name, const std::string& value) {
+  const Knob* k = FindKnob(name);
+  if (k == nullptr) return NotFoundError("no knob named " + name);
+  CIUIC_RETURN_IF_ERROR(ApplyKnob(*k, value, this));
+  from_env.erase(std::remove(from_env.begin(), from_env.end(), name), from_env.end());
+  from_env.push_back("=" + name);  // "=" marks a programmatic set
+  return Status::Ok();
+}
+
+std::vector<KnobDescription> DescribeKnobs(const Config& config) {
+  std::vector<KnobDescription> out;
+  for (const Knob& k : kKnobs) {
+    KnobDescription d;
+    d.name = k.name;
+    d.value = k.print(config);
+    d.default_value = k.default_value;
+    d.doc = k.doc;
+    d.source = "default";
+    for (const std::string& n : config.from_env) {
+      if (n == k.name) d.source = "env";
+      if (n == std::string("=") + k.name) d.source = "set";
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+std::vector<std::string> UnknownEnvKnobs() {
+  std::vector<std::string> out;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    if (std::strncmp(*e, "CIUIC_", 6) != 0) continue;
+    const char* eq = std::strchr(*e, '=');
+    std::string name = eq ? std::string(*e, static_cast<size_t>(eq - *e)) : std::string(*e);
+    if (name.rfind("CIUIC_TEST_", 0) == 0) continue;
+    if (FindKnob(name) == nullptr) out.push_back(name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace ciuic

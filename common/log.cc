@@ -1,0 +1,124 @@
+#include "common/log.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+namespace ciuic {
+namespace {
+
+struct Sink {
+  std::mutex mu;
+  std::atomic<int> level{-1};  // -1: not configured yet
+  FILE* file = nullptr;        // nullptr: stderr
+  int rank = -1;
+  char host[64] = "?";
+};
+
+Sink& GetSink() {
+  static Sink* sink = new Sink();  // never destroyed: usable during exit
+  return *sink;
+}
+
+std::string ExpandPath(const std::string& pattern, const char* host, int rank) {
+  std::string out;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '%' && i + 1 < pattern.size()) {
+      const char c = pattern[++i];
+      if (c == 'h') out += host;
+      else if (c == 'p') out += std::to_string(getpid());
+      else if (c == 'r') out += rank < 0 ? std::string("-") : std::to_string(rank);
+      else out += c;
+    } else {
+      out += pattern[i];
+    }
+  }
+  return out;
+}
+
+Status ApplyLocked(Sink& s, const Config& config, int rank) {
+  gethostname(s.host, sizeof(s.host) - 1);
+  s.rank = rank;
+  FILE* f = nullptr;
+  if (!config.debug_file.empty()) {
+    const std::string path = ExpandPath(config.debug_file, s.host, rank);
+    f = std::fopen(path.c_str(), "a");
+    if (f == nullptr) {
+      return InvalidArgumentError("CIUIC_DEBUG_FILE='" + config.debug_file + "': cannot open " +
+                                  path + ": " + std::strerror(errno));
+    }
+  }
+  if (s.file != nullptr) std::fclose(s.file);
+  s.file = f;
+  s.level.store(static_cast<int>(config.debug), std::memory_order_release);
+  return Status::Ok();
+}
+
+void EnsureConfigured() {
+  Sink& s = GetSink();
+  if (s.level.load(std::memory_order_acquire) >= 0) return;
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.level.load(std::memory_order_relaxed) >= 0) return;
+  StatusOr<Config> config = Config::FromEnv();
+  if (!config.ok()) {
+    // A bad CIUIC_* value: log at WARN to stderr so the reason is visible;
+    // the call that reads the config reports the error itself.
+    s.level.store(static_cast<int>(LogLevel::kWarn), std::memory_order_release);
+    return;
+  }
+  if (!ApplyLocked(s, *config, -1).ok()) {
+    s.level.store(static_cast<int>(config->debug), std::memory_order_release);
+  }
+}
+
+}  // namespace
+
+Status ConfigureLogging(const Config& config, int rank) {
+  Sink& s = GetSink();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return ApplyLocked(s, config, rank);
+}
+
+bool LogEnabled(LogLevel level) {
+  EnsureConfigured();
+  return static_cast<int>(level) <= GetSink().level.load(std::memory_order_acquire);
+}
+
+std::string LogPrefix() {
+  EnsureConfigured();
+  Sink& s = GetSink();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return std::string(s.host) + ":" + std::to_string(getpid()) + ":" +
+         (s.rank < 0 ? std::string("-") : std::to_string(s.rank));
+}
+
+void LogLine(LogLevel level, const char* file, int line, const char* fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  const char* base = std::strrchr(file, '/');
+  base = base ? base + 1 : file;
+  const std::string prefix = LogPrefix();
+  Sink& s = GetSink();
+  std::lock_guard<std::mutex> lock(s.mu);
+  FILE* out = s.file ? s.file : stderr;
+  std::fprintf(out, "%s %s %s:%d %s\n", prefix.c_str(), LogLevelName(level), base, line, msg);
+  std::fflush(out);
+}
+
+namespace internal {
+void CheckFailed(const char* cond, const char* file, int line) {
+  std::fprintf(stderr, "ciuic: internal check failed at %s:%d: %s (a bug; please report)\n", file,
+               line, cond);
+  std::abort();
+}
+}  // namespace internal
+
+}  // namespace ciuic

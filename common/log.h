@@ -1,0 +1,48 @@
+// Internal logging: CIUIC_LOG(kInfo, "fmt", ...). Lines are prefixed
+// "host:pid:rank LEVEL " and go to stderr or CIUIC_DEBUG_FILE.
+// The process-wide sink is configured from the environment on first use and
+// again by ConfigureLogging() (a communicator calls it with its Config and
+// rank). Thread contract: all functions are thread-safe; lines from different
+// threads are never interleaved.
+#ifndef CIUIC_COMMON_LOG_H_
+#define CIUIC_COMMON_LOG_H_
+
+#include <string>
+
+#include "ciuic/config.h"
+
+namespace ciuic {
+
+// Applies config.debug / config.debug_file; `rank` < 0 prints "-".
+// Errors: kInvalidArgument when the log file cannot be opened (named).
+Status ConfigureLogging(const Config& config, int rank);
+
+// True when a message at `level` would be written.
+bool LogEnabled(LogLevel level);
+
+// Writes one line (printf format) when `level` is enabled.
+void LogLine(LogLevel level, const char* file, int line, const char* fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+// The "host:pid:rank" prefix for the current configuration.
+std::string LogPrefix();
+
+}  // namespace ciuic
+
+#define CIUIC_LOG(level, ...)                                              \
+  do {                                                                     \
+    if (::ciuic::LogEnabled(::ciuic::LogLevel::level))                     \
+      ::ciuic::LogLine(::ciuic::LogLevel::level, __FILE__, __LINE__, __VA_ARGS__); \
+  } while (0)
+
+// For bugs only (never for bad input): prints and aborts.
+#define CIUIC_CHECK(cond)                                                        \
+  do {                                                                           \
+    if (!(cond)) ::ciuic::internal::CheckFailed(#cond, __FILE__, __LINE__);      \
+  } while (0)
+
+namespace ciuic::internal {
+[[noreturn]] void CheckFailed(const char* cond, const char* file, int line);
+}  // namespace ciuic::internal
+
+#endif  // CIUIC_COMMON_LOG_H_

@@ -1,0 +1,78 @@
+// ciuic::Config: every tunable knob of the library in one struct, read from
+// CIUIC_* environment variables through a single table (name, default, doc,
+// parser). A bad value is an error naming the variable, never a silent
+// default. Nothing is cached globally: build a Config where you need one
+// (tests vary any knob by building their own).
+// Thread contract: a Config is a value; FromEnv() reads the environment and
+// may run concurrently with other readers (not with setenv).
+#ifndef CIUIC_CONFIG_H_
+#define CIUIC_CONFIG_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ciuic/status.h"
+
+namespace ciuic {
+
+enum class LogLevel : int { kWarn = 0, kInfo = 1, kTrace = 2 };
+
+struct Config {
+  // CIUIC_DEBUG: WARN|INFO|TRACE.
+  LogLevel debug = LogLevel::kWarn;
+  // CIUIC_DEBUG_FILE: log file instead of stderr; %h host, %p pid, %r rank.
+  std::string debug_file;
+  // CIUIC_SIMD_TARGET: highest SIMD target the kernels may use
+  // (auto = the best this CPU supports; e.g. avx3, avx2, sse4, scalar).
+  std::string simd_target = "auto";
+  // CIUIC_KERNEL_TILE: bytes of the L1-resident tile used for n-ary
+  // reductions with more than 4 inputs (0 = auto: a quarter of L1d).
+  size_t kernel_tile_bytes = 0;
+  // CIUIC_KERNEL_NT_THRESHOLD: output size in bytes from which kernels use
+  // non-temporal stores (-1 = auto: half the last-level cache, capped at
+  // 32 MiB; 0 = never).
+  int64_t kernel_nt_threshold = -1;
+  // CIUIC_KERNEL_PREFETCH: software prefetch distance in bytes for streams
+  // larger than L2 (0 = off).
+  size_t kernel_prefetch_bytes = 1024;
+
+  // Names of the knobs whose value came from the environment.
+  std::vector<std::string> from_env;
+
+  // Defaults overridden by every CIUIC_* variable in the environment.
+  // Errors: kInvalidArgument naming the variable and the bad value.
+  static StatusOr<Config> FromEnv();
+  // The same with `lookup(name)` (nullptr = unset) instead of getenv.
+  static StatusOr<Config> FromLookup(const std::function<const char*(const char*)>& lookup);
+  // Sets one knob by its variable name from text, exactly as the
+  // environment would. Errors: kNotFound (unknown name), kInvalidArgument.
+  Status Set(const std::string& name, const std::string& value);
+};
+
+struct KnobDescription {
+  std::string name;           // e.g. "CIUIC_DEBUG"
+  std::string value;          // current value as text
+  std::string default_value;  // the table's default
+  std::string source;         // "default", "env" or "set"
+  std::string doc;
+};
+
+// Every knob of the table with its value in `config` and where it came from.
+std::vector<KnobDescription> DescribeKnobs(const Config& config);
+
+// CIUIC_* variables set in the environment that name no knob (typos);
+// CIUIC_TEST_* (test-harness switches) are not reported.
+std::vector<std::string> UnknownEnvKnobs();
+
+// Parses "4096", "64K", "1M", "2G" (binary multiples; an optional trailing
+// "B" or "iB" is accepted). Errors: kInvalidArgument.
+StatusOr<uint64_t> ParseByteSize(const std::string& text);
+
+const char* LogLevelName(LogLevel level);
+
+}  // namespace ciuic
+
+#endif  // CIUIC_CONFIG_H_

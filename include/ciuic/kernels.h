@@ -1,0 +1,97 @@
+// ciuic::kernels: local reductions and conversions on host memory, SIMD with
+// run-time dispatch (Google Highway), cache-aware (single pass over n inputs,
+// L1 tiles, software prefetch, non-temporal stores for large outputs).
+// No Highway types appear here.
+// Thread contract: a Reducer is immutable after Create(); one Reducer may be
+// used from any number of threads at once.
+#ifndef CIUIC_KERNELS_H_
+#define CIUIC_KERNELS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ciuic/config.h"
+#include "ciuic/status.h"
+
+namespace ciuic {
+
+// Values match ciuic_datatype_t / ciuic_redop_t.
+enum class DataType : int {
+  kInt8 = 0, kUint8 = 1, kInt32 = 2, kUint32 = 3, kInt64 = 4, kUint64 = 5,
+  kFloat16 = 6, kBFloat16 = 7, kFloat32 = 8, kFloat64 = 9,
+};
+constexpr int kNumDataTypes = 10;
+enum class ReduceOp : int { kSum = 0, kProd = 1, kMin = 2, kMax = 3, kAvg = 4 };
+constexpr int kNumReduceOps = 5;
+
+size_t DataTypeSize(DataType dtype);     // 0 for an invalid value
+const char* DataTypeName(DataType dtype);  // "f32", "bf16", "i8", ...
+const char* ReduceOpName(ReduceOp op);     // "sum", "prod", ...
+bool IsValid(DataType dtype);
+bool IsValid(ReduceOp op);
+
+namespace kernels {
+
+constexpr int kMaxSources = 16;
+
+// Cache sizes the kernels size their tiles and thresholds from. topology/
+// measures them with hwloc; FromSystem() is the fallback (sysconf, then
+// defaults of 32 KiB / 1 MiB / 32 MiB).
+struct CacheSizes {
+  size_t l1d = 32 * 1024;
+  size_t l2 = 1024 * 1024;
+  size_t llc = 32 * 1024 * 1024;
+  static CacheSizes FromSystem();
+};
+
+struct TargetInfo {
+  std::string name;   // "avx3", "avx2", "sse4", "ssse3", "scalar", ...
+  bool supported;     // this CPU can run it
+};
+
+// Every SIMD target compiled into this binary, best first.
+std::vector<TargetInfo> CompiledTargets();
+
+class Reducer {
+ public:
+  // Chooses the SIMD target (best supported, capped by config.simd_target)
+  // and the tile / non-temporal / prefetch parameters from `config` and
+  // `caches`. Errors: kInvalidArgument when CIUIC_SIMD_TARGET names a target
+  // that is not compiled in or that this CPU cannot run.
+  static StatusOr<Reducer> Create(const Config& config, const CacheSizes& caches);
+  // Create(Config::FromEnv(), CacheSizes::FromSystem()).
+  static StatusOr<Reducer> FromEnv();
+
+  // dst = op over srcs[0..nsrcs) elementwise (see ciuic_reduce_local).
+  // Errors: kInvalidArgument naming the bad argument.
+  Status Reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType dtype,
+                ReduceOp op) const;
+
+  // Round-to-nearest-even conversions. Errors: kInvalidArgument.
+  Status ConvertF32ToBF16(const float* src, uint16_t* dst, size_t count) const;
+  Status ConvertBF16ToF32(const uint16_t* src, float* dst, size_t count) const;
+  Status ConvertF32ToF16(const float* src, uint16_t* dst, size_t count) const;
+  Status ConvertF16ToF32(const uint16_t* src, float* dst, size_t count) const;
+
+  const char* target_name() const;
+  size_t tile_bytes() const { return tile_bytes_; }
+  // Output bytes from which stores are non-temporal (SIZE_MAX = never).
+  size_t nt_threshold_bytes() const { return nt_threshold_; }
+  size_t prefetch_bytes() const { return prefetch_bytes_; }
+  size_t prefetch_min_bytes() const { return prefetch_min_bytes_; }
+
+ private:
+  Reducer() = default;
+  int slot_ = 0;  // index into the per-target dispatch tables
+  size_t tile_bytes_ = 0;
+  size_t nt_threshold_ = 0;
+  size_t prefetch_bytes_ = 0;
+  size_t prefetch_min_bytes_ = 0;
+};
+
+}  // namespace kernels
+}  // namespace ciuic
+
+#endif  // CIUIC_KERNELS_H_

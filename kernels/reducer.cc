@@ -1,0 +1,267 @@
+// Reducer: argument checking, SIMD target choice and the knobs that shape the
+// kernels (tile, non-temporal threshold, prefetch).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "ciuic/kernels.h"
+#include "common/log.h"
+#include "hwy/highway.h"
+#include "hwy/targets.h"
+#include "kernels/dispatch.h"
+
+namespace ciuic {
+
+size_t DataTypeSize(DataType dtype) {
+  switch (dtype) {
+    case DataType::kInt8: case DataType::kUint8: return 1;
+    case DataType::kFloat16: case DataType::kBFloat16: return 2;
+    case DataType::kInt32: case DataType::kUint32: case DataType::kFloat32: return 4;
+    case DataType::kInt64: case DataType::kUint64: case DataType::kFloat64: return 8;
+  }
+  return 0;
+}
+
+const char* DataTypeName(DataType dtype) {
+  switch (dtype) {
+    case DataType::kInt8: return "i8";
+    case DataType::kUint8: return "u8";
+    case DataType::kInt32: return "i32";
+    case DataType::kUint32: return "u32";
+    case DataType::kInt64: return "i64";
+    case DataType::kUint64: return "u64";
+    case DataType::kFloat16: return "f16";
+    case DataType::kBFloat16: return "bf16";
+    case DataType::kFloat32: return "f32";
+    case DataType::kFloat64: return "f64";
+  }
+  return "invalid";
+}
+
+const char* ReduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kProd: return "prod";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kAvg: return "avg";
+  }
+  return "invalid";
+}
+
+bool IsValid(DataType dtype) { return static_cast<unsigned>(dtype) < kNumDataTypes; }
+bool IsValid(ReduceOp op) { return static_cast<unsigned>(op) < kNumReduceOps; }
+
+namespace kernels {
+namespace internal {
+
+int64_t SlotTarget(int slot) {
+  static const int64_t kTargets[kNumSlots] = {
+      HWY_AVX3_DL, HWY_AVX3, HWY_AVX2, HWY_SSE4, HWY_SSSE3, HWY_NEON, HWY_SVE, HWY_SVE2,
+#if HWY_TARGETS & HWY_EMU128
+      HWY_EMU128
+#else
+      HWY_SCALAR
+#endif
+  };
+  return slot >= 0 && slot < kNumSlots ? kTargets[slot] : 0;
+}
+
+}  // namespace internal
+
+namespace {
+
+using internal::kNumSlots;
+
+bool SlotCompiled(int slot) { return internal::kReduceFloat[slot] != nullptr; }
+
+bool SlotSupported(int slot) {
+  if (slot == kNumSlots - 1) return true;  // the portable fallback
+  return (hwy::SupportedTargets() & internal::SlotTarget(slot)) != 0;
+}
+
+std::string SlotName(int slot) {
+  std::string n = hwy::TargetName(internal::SlotTarget(slot));
+  std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return std::tolower(c); });
+  return n;
+}
+
+// Whether [a, a+an) and [b, b+bn) share a byte.
+bool Overlap(const void* a, size_t an, const void* b, size_t bn) {
+  const auto pa = reinterpret_cast<uintptr_t>(a);
+  const auto pb = reinterpret_cast<uintptr_t>(b);
+  return pa < pb + bn && pb < pa + an;
+}
+
+size_t SysconfOr(int name, size_t fallback) {
+  const long v = sysconf(name);
+  return v > 0 ? static_cast<size_t>(v) : fallback;
+}
+
+}  // namespace
+
+CacheSizes CacheSizes::FromSystem() {
+  CacheSizes c;
+#ifdef _SC_LEVEL1_DCACHE_SIZE
+  c.l1d = SysconfOr(_SC_LEVEL1_DCACHE_SIZE, c.l1d);
+  c.l2 = SysconfOr(_SC_LEVEL2_CACHE_SIZE, c.l2);
+  c.llc = SysconfOr(_SC_LEVEL3_CACHE_SIZE, c.llc);
+#endif
+  return c;
+}
+
+std::vector<TargetInfo> CompiledTargets() {
+  std::vector<TargetInfo> out;
+  for (int s = 0; s < kNumSlots; ++s) {
+    if (SlotCompiled(s)) out.push_back({SlotName(s), SlotSupported(s)});
+  }
+  return out;
+}
+
+StatusOr<Reducer> Reducer::Create(const Config& config, const CacheSizes& caches) {
+  Reducer r;
+  const std::string& want = config.simd_target;
+  int chosen = -1;
+  bool capped = want == "auto";
+  for (int s = 0; s < kNumSlots; ++s) {
+    if (!SlotCompiled(s)) continue;
+    const std::string name = SlotName(s);
+    if (!capped && name == want) {
+      if (!SlotSupported(s)) {
+        return InvalidArgumentError("CIUIC_SIMD_TARGET='" + want +
+                                    "': this CPU cannot run that target");
+      }
+      capped = true;
+    }
+    if (capped && SlotSupported(s)) {
+      chosen = s;
+      break;
+    }
+  }
+  if (chosen < 0) {
+    std::string names;
+    for (const TargetInfo& t : CompiledTargets()) names += " " + t.name;
+    return InvalidArgumentError("CIUIC_SIMD_TARGET='" + want +
+                                "': not a target compiled into this build (compiled:" + names +
+                                ")");
+  }
+  r.slot_ = chosen;
+  // Tile for >4 inputs: a quarter of L1d holds the scratch tile while the
+  // streaming inputs pass through the rest.
+  r.tile_bytes_ = config.kernel_tile_bytes != 0 ? config.kernel_tile_bytes
+                                                : std::clamp<size_t>(caches.l1d / 4, 4096, 65536);
+  // Non-temporal stores pay off once the output cannot stay in cache. VMs
+  // report the host's whole L3 (hundreds of MiB) as one core's: cap at 32 MiB.
+  if (config.kernel_nt_threshold < 0) {
+    r.nt_threshold_ = std::min<size_t>(caches.llc, 32u << 20) / 2;
+  } else if (config.kernel_nt_threshold == 0) {
+    r.nt_threshold_ = SIZE_MAX;
+  } else {
+    r.nt_threshold_ = static_cast<size_t>(config.kernel_nt_threshold);
+  }
+  r.prefetch_bytes_ = config.kernel_prefetch_bytes;
+  r.prefetch_min_bytes_ = caches.l2;
+  return r;
+}
+
+StatusOr<Reducer> Reducer::FromEnv() {
+  CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
+  return Create(config, CacheSizes::FromSystem());
+}
+
+const char* Reducer::target_name() const {
+  return hwy::TargetName(internal::SlotTarget(slot_));
+}
+
+Status Reducer::Reduce(void* dst, const void* const* srcs, int nsrcs, size_t count,
+                       DataType dtype, ReduceOp op) const {
+  if (!IsValid(dtype)) {
+    return InvalidArgumentError("dtype: unknown datatype " + std::to_string(static_cast<int>(dtype)));
+  }
+  if (!IsValid(op)) {
+    return InvalidArgumentError("op: unknown reduction op " + std::to_string(static_cast<int>(op)));
+  }
+  if (nsrcs < 1 || nsrcs > kMaxSources) {
+    return InvalidArgumentError("nsrcs: " + std::to_string(nsrcs) + " is outside 1.." +
+                                std::to_string(kMaxSources));
+  }
+  if (count == 0) return Status::Ok();
+  const size_t esize = DataTypeSize(dtype);
+  if (count > SIZE_MAX / esize) {
+    return InvalidArgumentError("count: " + std::to_string(count) + " elements overflow size_t");
+  }
+  const size_t bytes = count * esize;
+  if (dst == nullptr) return InvalidArgumentError("dst is null with count > 0");
+  if (srcs == nullptr) return InvalidArgumentError("srcs is null with count > 0");
+  bool aliased = false;
+  for (int k = 0; k < nsrcs; ++k) {
+    if (srcs[k] == nullptr) {
+      return InvalidArgumentError("srcs[" + std::to_string(k) + "] is null with count > 0");
+    }
+    if (srcs[k] == dst) {
+      aliased = true;
+    } else if (Overlap(srcs[k], bytes, dst, bytes)) {
+      return InvalidArgumentError("srcs[" + std::to_string(k) +
+                                  "] overlaps dst without being identical to it");
+    }
+  }
+  internal::ReduceArgs a;
+  a.dst = dst;
+  a.srcs = srcs;
+  a.nsrcs = nsrcs;
+  a.count = count;
+  a.dtype = dtype;
+  a.op = op;
+  a.tile_bytes = tile_bytes_;
+  a.nt = !aliased && bytes >= nt_threshold_;
+  const size_t working_set = bytes * static_cast<size_t>(nsrcs + 1);
+  a.prefetch_bytes = working_set > prefetch_min_bytes_ ? prefetch_bytes_ : 0;
+  switch (dtype) {
+    case DataType::kFloat32:
+    case DataType::kFloat64: internal::kReduceFloat[slot_](a); break;
+    case DataType::kFloat16:
+    case DataType::kBFloat16: internal::kReduceHalf[slot_](a); break;
+    default: internal::kReduceInt[slot_](a); break;
+  }
+  return Status::Ok();
+}
+
+namespace {
+Status CheckConvert(const void* src, size_t sbytes, const void* dst, size_t dbytes,
+                    size_t count) {
+  if (count == 0) return Status::Ok();
+  if (src == nullptr) return InvalidArgumentError("src is null with count > 0");
+  if (dst == nullptr) return InvalidArgumentError("dst is null with count > 0");
+  if (count > SIZE_MAX / 4) return InvalidArgumentError("count overflows size_t");
+  if (Overlap(src, sbytes * count, dst, dbytes * count)) {
+    return InvalidArgumentError("src and dst overlap");
+  }
+  return Status::Ok();
+}
+}  // namespace
+
+Status Reducer::ConvertF32ToBF16(const float* src, uint16_t* dst, size_t count) const {
+  CIUIC_RETURN_IF_ERROR(CheckConvert(src, 4, dst, 2, count));
+  if (count) internal::kF32ToBF16[slot_](src, dst, count);
+  return Status::Ok();
+}
+Status Reducer::ConvertBF16ToF32(const uint16_t* src, float* dst, size_t count) const {
+  CIUIC_RETURN_IF_ERROR(CheckConvert(src, 2, dst, 4, count));
+  if (count) internal::kBF16ToF32[slot_](src, dst, count);
+  return Status::Ok();
+}
+Status Reducer::ConvertF32ToF16(const float* src, uint16_t* dst, size_t count) const {
+  CIUIC_RETURN_IF_ERROR(CheckConvert(src, 4, dst, 2, count));
+  if (count) internal::kF32ToF16[slot_](src, dst, count);
+  return Status::Ok();
+}
+Status Reducer::ConvertF16ToF32(const uint16_t* src, float* dst, size_t count) const {
+  CIUIC_RETURN_IF_ERROR(CheckConvert(src, 2, dst, 4, count));
+  if (count) internal::kF16ToF32[slot_](src, dst, count);
+  return Status::Ok();
+}
+
+}  // namespace kernels
+}  // namespace ciuic
