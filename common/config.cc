@@ -87,6 +87,62 @@ Status ParsePrefetch(const std::string& text, Config* c) {
   return Status::Ok();
 }
 
+Status ParseIbHca(const std::string& text, Config* c) {
+  // Syntax only (the names are checked against the topology when used):
+  // [^|=]name[:port](,name[:port])*.
+  size_t i = 0;
+  if (i < text.size() && text[i] == '^') ++i;
+  if (i < text.size() && text[i] == '=') ++i;
+  const std::string list = text.substr(i);
+  if (!text.empty() && list.empty()) return InvalidArgumentError("empty device list");
+  size_t start = 0;
+  while (!list.empty() && start <= list.size()) {
+    size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    const std::string item = list.substr(start, end - start);
+    const size_t colon = item.find(':');
+    const std::string name = item.substr(0, colon);
+    if (name.empty()) return InvalidArgumentError("empty device name in '" + text + "'");
+    if (colon != std::string::npos) {
+      const std::string port = item.substr(colon + 1);
+      if (port.empty() || port.size() > 3 ||
+          !std::all_of(port.begin(), port.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); })) {
+        return InvalidArgumentError("bad port in '" + item + "' (expected name[:port], e.g. mlx5_0:1)");
+      }
+    }
+    start = end + 1;
+  }
+  c->ib_hca = text;
+  return Status::Ok();
+}
+
+Status ParseProgressCpu(const std::string& text, Config* c) {
+  const std::string v = Lower(text);
+  if (v == "auto" || v == "-1") {
+    c->progress_cpu = Config::kProgressCpuAuto;
+    return Status::Ok();
+  }
+  if (v == "none") {
+    c->progress_cpu = Config::kProgressCpuNone;
+    return Status::Ok();
+  }
+  if (v.empty() || v.size() > 6 ||
+      !std::all_of(v.begin(), v.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); })) {
+    return InvalidArgumentError("expected auto, none or a CPU number");
+  }
+  c->progress_cpu = std::atoi(v.c_str());
+  return Status::Ok();
+}
+
+Status ParseNumaPolicy(const std::string& text, Config* c) {
+  const std::string v = Lower(text);
+  if (v != "bind" && v != "preferred" && v != "interleave" && v != "local") {
+    return InvalidArgumentError("expected bind, preferred, interleave or local");
+  }
+  c->numa_policy = v;
+  return Status::Ok();
+}
+
 const Knob kKnobs[] = {
     {"CIUIC_DEBUG", "WARN", "log level: WARN, INFO or TRACE", ParseLogLevel,
      [](const Config& c) { return std::string(LogLevelName(c.debug)); }},
@@ -111,6 +167,26 @@ const Knob kKnobs[] = {
     {"CIUIC_KERNEL_PREFETCH", "1024",
      "software prefetch distance in bytes for streams larger than L2 (0 = off)", ParsePrefetch,
      [](const Config& c) { return std::to_string(c.kernel_prefetch_bytes); }},
+    {"CIUIC_TOPO_FILE", "", "hwloc XML topology to use instead of discovering this machine",
+     [](const std::string& t, Config* c) {
+       c->topo_file = t;
+       return Status::Ok();
+     },
+     [](const Config& c) { return c.topo_file; }},
+    {"CIUIC_IB_HCA", "",
+     "RDMA devices to use, as NCCL_IB_HCA: mlx5_0:1,mlx5_1:1 (prefix match; '=' exact, '^' exclude)",
+     ParseIbHca, [](const Config& c) { return c.ib_hca; }},
+    {"CIUIC_PROGRESS_CPU", "auto",
+     "CPU for the progress thread: auto (NIC-local, not used by ranks), none, or a CPU number",
+     ParseProgressCpu,
+     [](const Config& c) {
+       if (c.progress_cpu == Config::kProgressCpuAuto) return std::string("auto");
+       if (c.progress_cpu == Config::kProgressCpuNone) return std::string("none");
+       return std::to_string(c.progress_cpu);
+     }},
+    {"CIUIC_NUMA_POLICY", "preferred",
+     "NUMA binding of buffer pools: bind, preferred, interleave or local (first touch)",
+     ParseNumaPolicy, [](const Config& c) { return c.numa_policy; }},
 };
 
 const Knob* FindKnob(const std::string& name) {

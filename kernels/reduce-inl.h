@@ -88,6 +88,44 @@ HWY_INLINE hn::Vec<hn::Rebind<hwy::float16_t, DF>> DemoteF16Soft(DF df, hn::Vec<
   return hn::BitCast(dh, hn::DemoteTo(du16, r));
 }
 
+// f16 -> f32 for targets without F16C (Highway 1.0.3's emulation turns
+// Inf/NaN into finite numbers). Exact: normals rebias the exponent, Inf/NaN
+// keep their payload, subnormals are m * 2^-24 computed in f32 (exact).
+template <class DF>
+HWY_INLINE hn::Vec<DF> PromoteF16Soft(DF df, hn::Vec<hn::Rebind<hwy::float16_t, DF>> h) {
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<uint16_t, DF> du16;
+  const hn::RebindToUnsigned<DF> du;
+  const auto x = hn::BitCast(di, hn::PromoteTo(du, hn::BitCast(du16, h)));
+  const auto sign = hn::ShiftLeft<16>(hn::And(x, hn::Set(di, 0x8000)));
+  const auto e = hn::And(hn::ShiftRight<10>(x), hn::Set(di, 0x1F));
+  const auto m = hn::And(x, hn::Set(di, 0x3FF));
+  const auto normal = hn::Or(hn::ShiftLeft<23>(hn::Add(e, hn::Set(di, 112))), hn::ShiftLeft<13>(m));
+  const auto special = hn::Or(hn::Set(di, 0x7F800000), hn::ShiftLeft<13>(m));
+  const auto sub = hn::BitCast(di, hn::Mul(hn::ConvertTo(df, m), hn::Set(df, 5.9604644775390625e-8f)));
+  auto r = hn::IfThenElse(hn::Eq(e, hn::Set(di, 31)), special, normal);
+  r = hn::IfThenElse(hn::Eq(e, hn::Zero(di)), sub, r);
+  return hn::BitCast(df, hn::Or(r, sign));
+}
+
+template <class DF>
+HWY_INLINE hn::Vec<DF> PromoteF16(DF df, hn::Vec<hn::Rebind<hwy::float16_t, DF>> h) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  return hn::PromoteTo(df, h);  // F16C: exact
+#else
+  return PromoteF16Soft(df, h);
+#endif
+}
+
+template <class DF>
+HWY_INLINE hn::Vec<DF> PromoteHalf(DF df, hn::Vec<hn::Rebind<hwy::float16_t, DF>> h) {
+  return PromoteF16(df, h);
+}
+template <class DF>
+HWY_INLINE hn::Vec<DF> PromoteHalf(DF df, hn::Vec<hn::Rebind<hwy::bfloat16_t, DF>> h) {
+  return hn::PromoteTo(df, h);  // exact everywhere: a shift
+}
+
 template <class DF>
 HWY_INLINE hn::Vec<hn::Rebind<hwy::float16_t, DF>> DemoteF16(DF df, hn::Vec<DF> v) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
@@ -130,7 +168,7 @@ struct HalfIO {
     }
   }
   static HWY_INLINE hn::Vec<D> Load(D d, const H* HWY_RESTRICT p) {
-    return hn::PromoteTo(d, hn::LoadU(DH(), p));
+    return PromoteHalf(d, hn::LoadU(DH(), p));
   }
   static HWY_INLINE void Store(D d, hn::Vec<D> v, H* p) { hn::StoreU(Demote(d, v), DH(), p); }
   static HWY_INLINE void Stream(D d, hn::Vec<D> v, H* p) {
@@ -435,7 +473,7 @@ struct FromHalf {
   using TO = float;
   template <class DF>
   static HWY_INLINE void Step(DF df, const TI* s, TO* o) {
-    hn::StoreU(hn::PromoteTo(df, hn::LoadU(hn::Rebind<H, DF>(), s)), df, o);
+    hn::StoreU(PromoteHalf(df, hn::LoadU(hn::Rebind<H, DF>(), s)), df, o);
   }
 };
 

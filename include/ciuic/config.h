@@ -39,6 +39,22 @@ struct Config {
   // larger than L2 (0 = off).
   size_t kernel_prefetch_bytes = 1024;
 
+  // CIUIC_TOPO_FILE: hwloc XML file to use instead of discovering this
+  // machine (empty = discover).
+  std::string topo_file;
+  // CIUIC_IB_HCA: RDMA devices to use, as NCCL_IB_HCA: "mlx5_0:1,mlx5_1:1"
+  // (prefix match; a leading "=" for exact names, "^" to exclude instead).
+  // Empty = all, nearest first.
+  std::string ib_hca;
+  // CIUIC_PROGRESS_CPU: OS CPU for the progress thread; kProgressCpuAuto
+  // (NIC-local, not used by ranks) or kProgressCpuNone (do not pin).
+  static constexpr int kProgressCpuAuto = -1;
+  static constexpr int kProgressCpuNone = -2;
+  int progress_cpu = kProgressCpuAuto;
+  // CIUIC_NUMA_POLICY: binding of buffer pools to their NUMA node:
+  // bind, preferred, interleave or local (first touch).
+  std::string numa_policy = "preferred";
+
   // Names of the knobs whose value came from the environment.
   std::vector<std::string> from_env;
 

@@ -1,0 +1,297 @@
+// Every dtype x op x nsrcs x size x alignment x aliasing, on every SIMD target
+// compiled in and runnable here, against the scalar reference.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <algorithm>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "ciuic/kernels.h"
+#include "kernels/reference.h"
+#include "test_util.h"
+
+namespace ciuic::kernels {
+namespace {
+
+using testing::Fill;
+using testing::MakeReducer;
+
+struct Case {
+  DataType dt;
+  ReduceOp op;
+  int nsrcs;
+  size_t count;
+  size_t misalign = 0;  // bytes added to every pointer
+  int alias = -1;       // -1: dst separate; else dst == srcs[alias]
+};
+
+std::string Describe(const Case& c) {
+  return std::string(DataTypeName(c.dt)) + " " + ReduceOpName(c.op) + " n=" +
+         std::to_string(c.nsrcs) + " count=" + std::to_string(c.count) +
+         " misalign=" + std::to_string(c.misalign) + " alias=" + std::to_string(c.alias);
+}
+
+// Runs one case on `r` and compares with the reference; returns the number
+// of wrong elements (and reports the first).
+size_t RunCase(const Reducer& r, const Case& c, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const size_t es = DataTypeSize(c.dt);
+  const size_t bytes = c.count * es + c.misalign + 64;
+  std::vector<std::vector<unsigned char>> bufs(c.nsrcs, std::vector<unsigned char>(bytes));
+  std::vector<const void*> srcs(c.nsrcs);
+  // Random values for up to 4099 elements, then the pattern repeated (large
+  // cases stay fast to fill; each source still differs).
+  const size_t period = 4099;
+  for (int k = 0; k < c.nsrcs; ++k) {
+    unsigned char* p = bufs[k].data() + c.misalign;
+    const size_t first = c.count < period ? c.count : period;
+    Fill(p, first, c.dt, c.op, rng);
+    for (size_t done = first; done < c.count;) {
+      const size_t n = std::min(first, c.count - done);
+      std::memcpy(p + done * es, p, n * es);
+      done += n;
+    }
+    srcs[k] = p;
+  }
+  std::vector<unsigned char> want(c.count * es + 1);
+  ref::Reduce(want.data(), srcs.data(), c.nsrcs, c.count, c.dt, c.op);
+  std::vector<unsigned char> out(bytes, 0xAB);
+  void* dst = c.alias >= 0 ? const_cast<void*>(srcs[c.alias]) : out.data() + c.misalign;
+  // Guard bytes after dst must stay untouched.
+  unsigned char* dst_bytes = static_cast<unsigned char*>(dst);
+  const std::vector<unsigned char> guard_before(dst_bytes + c.count * es,
+                                                dst_bytes + c.count * es + 32);
+  Status s = r.Reduce(dst, srcs.data(), c.nsrcs, c.count, c.dt, c.op);
+  EXPECT_TRUE(s.ok()) << s.ToString() << " " << Describe(c);
+  size_t wrong = 0;
+  for (size_t i = 0; i < c.count; ++i) {
+    if (!ref::SameElement(dst, want.data(), i, c.dt)) {
+      if (wrong++ == 0) {
+        uint64_t got = 0, exp = 0;
+        std::memcpy(&got, dst_bytes + i * es, es);
+        std::memcpy(&exp, want.data() + i * es, es);
+        ADD_FAILURE() << r.target_name() << " " << Describe(c) << ": element " << i << " got 0x"
+                      << std::hex << got << " want 0x" << exp;
+      }
+    }
+  }
+  EXPECT_EQ(0, std::memcmp(guard_before.data(), dst_bytes + c.count * es, 32))
+      << "wrote past the end: " << Describe(c);
+  return wrong;
+}
+
+class ReduceTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  Reducer r_ = MakeReducer(GetParam());
+};
+
+constexpr DataType kAllTypes[] = {DataType::kInt8,    DataType::kUint8,   DataType::kInt32,
+                                  DataType::kUint32,  DataType::kInt64,   DataType::kUint64,
+                                  DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
+                                  DataType::kFloat64};
+constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax,
+                                ReduceOp::kAvg};
+
+TEST_P(ReduceTest, EveryTypeOpArityAndSmallSize) {
+  EXPECT_STREQ(r_.target_name(), [&] {
+    static std::string up;
+    up = GetParam();
+    for (char& ch : up) ch = static_cast<char>(std::toupper(ch));
+    return up.c_str();
+  }());
+  // Sizes around the vector widths of every target (up to 64 lanes of u8),
+  // odd primes, and one larger than the L1 tile.
+  const size_t sizes[] = {0, 1, 2, 3, 7, 15, 16, 17, 31, 33, 63, 64, 65, 127, 251, 4099};
+  const int arities[] = {1, 2, 3, 4, 5, 8, 9, 16};
+  uint64_t seed = 1;
+  for (DataType dt : kAllTypes) {
+    for (ReduceOp op : kAllOps) {
+      for (int n : arities) {
+        for (size_t count : sizes) {
+          ASSERT_EQ(RunCase(r_, Case{dt, op, n, count}, seed++), 0u);
+        }
+      }
+    }
+  }
+}
+
+TEST_P(ReduceTest, MisalignedPointersAndAliasing) {
+  // Non-temporal stores from 1 KiB on, so that their head/tail handling is
+  // covered at these sizes too (an aliased dst never streams).
+  const Reducer r_ = MakeReducer(GetParam(), /*nt_threshold=*/1024);
+  uint64_t seed = 100;
+  for (DataType dt : kAllTypes) {
+    for (ReduceOp op : kAllOps) {
+      for (int n : {2, 3, 6, 16}) {
+        for (size_t mis : {1, 3, 5}) {
+          for (int alias : {-1, 0, n - 1}) {
+            ASSERT_EQ(RunCase(r_, Case{dt, op, n, 1021, mis, alias}, seed++), 0u);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Several MiB with non-temporal stores forced on (and off), prefetch on.
+TEST_P(ReduceTest, LargeWithNonTemporalStores) {
+  const Reducer nt = MakeReducer(GetParam(), /*nt_threshold=*/4096, /*tile=*/0, 1024);
+  const Reducer plain = MakeReducer(GetParam(), /*nt_threshold=*/0, /*tile=*/8192, 0);
+  uint64_t seed = 1000;
+  for (DataType dt : kAllTypes) {
+    const size_t count = (3u << 20) / DataTypeSize(dt) + 13;  // 3 MiB, odd tail
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+      for (int n : {2, 7}) {
+        ASSERT_EQ(RunCase(nt, Case{dt, op, n, count, n == 2 ? 0u : 2u, -1}, seed++), 0u);
+        ASSERT_EQ(RunCase(plain, Case{dt, op, n, count, 0, 0}, seed++), 0u);
+      }
+    }
+  }
+}
+
+template <typename T>
+void NanInfCase(const Reducer& r, DataType dt) {
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  const T inf = std::numeric_limits<T>::infinity();
+  std::vector<T> a = {1, nan, inf, -inf, inf, 2, nan, 0};
+  std::vector<T> b = {nan, 1, -inf, -inf, 1, 3, nan, -0.0};
+  const void* srcs[2] = {a.data(), b.data()};
+  std::vector<T> out(a.size());
+  for (ReduceOp op : kAllOps) {
+    ASSERT_TRUE(r.Reduce(out.data(), srcs, 2, a.size(), dt, op).ok());
+    for (size_t i = 0; i < a.size(); ++i) {
+      const bool any_nan = std::isnan(a[i]) || std::isnan(b[i]);
+      if (any_nan) {
+        EXPECT_TRUE(std::isnan(out[i])) << ReduceOpName(op) << " element " << i;
+      }
+    }
+    if (op == ReduceOp::kSum) {
+      EXPECT_TRUE(std::isnan(out[2]));  // inf + -inf
+      EXPECT_EQ(out[3], -inf);
+      EXPECT_EQ(out[4], inf);
+    }
+    if (op == ReduceOp::kMin) {
+      EXPECT_EQ(out[2], -inf);
+      EXPECT_EQ(out[4], 1);
+    }
+    if (op == ReduceOp::kMax) {
+      EXPECT_EQ(out[2], inf);
+    }
+  }
+}
+
+TEST_P(ReduceTest, NanPropagatesAndInfinitiesFollowIeee) {
+  NanInfCase<float>(r_, DataType::kFloat32);
+  NanInfCase<double>(r_, DataType::kFloat64);
+  // Halves: NaN (0x7E00 f16, 0x7FC0 bf16) and Inf through f32.
+  const uint16_t f16[2][3] = {{0x7E00, 0x7C00, 0x3C00}, {0x3C00, 0xFC00, 0x7BFF}};
+  const void* srcs[2] = {f16[0], f16[1]};
+  uint16_t out[3];
+  ASSERT_TRUE(r_.Reduce(out, srcs, 2, 3, DataType::kFloat16, ReduceOp::kMax).ok());
+  EXPECT_EQ(out[0] & 0x7C00, 0x7C00);
+  EXPECT_NE(out[0] & 0x03FF, 0);  // NaN
+  EXPECT_EQ(out[1], 0x7C00);      // max(+inf, -inf)
+  EXPECT_EQ(out[2], 0x7BFF);      // 65504
+  ASSERT_TRUE(r_.Reduce(out, srcs, 2, 3, DataType::kFloat16, ReduceOp::kSum).ok());
+  EXPECT_EQ(out[2], 0x7BFF);  // 1 + 65504 rounds back to 65504
+}
+
+TEST_P(ReduceTest, HalfSumRoundsOnceInF32) {
+  // bf16: 1 + 2^-8 + 2^-8 is 1 + 2^-7 exactly in f32 (representable), while
+  // rounding after each addition would give 1 (ties to even) both times.
+  const uint16_t one = 0x3F80, eps = 0x3B80;  // 1.0, 2^-8
+  const uint16_t a[1] = {one}, b[1] = {eps}, c[1] = {eps};
+  const void* srcs[3] = {a, b, c};
+  uint16_t out[1];
+  ASSERT_TRUE(r_.Reduce(out, srcs, 3, 1, DataType::kBFloat16, ReduceOp::kSum).ok());
+  EXPECT_EQ(out[0], 0x3F81);
+}
+
+TEST_P(ReduceTest, IntegersWrapAndAvgTruncates) {
+  const int8_t a[4] = {127, -128, 100, -7};
+  const int8_t b[4] = {1, -1, 100, 2};
+  const void* srcs[2] = {a, b};
+  int8_t out[4];
+  ASSERT_TRUE(r_.Reduce(out, srcs, 2, 4, DataType::kInt8, ReduceOp::kSum).ok());
+  EXPECT_EQ(out[0], -128);
+  EXPECT_EQ(out[1], 127);
+  ASSERT_TRUE(r_.Reduce(out, srcs, 2, 4, DataType::kInt8, ReduceOp::kProd).ok());
+  EXPECT_EQ(out[2], static_cast<int8_t>(10000 & 0xFF));
+  EXPECT_EQ(out[3], -14);
+  ASSERT_TRUE(r_.Reduce(out, srcs, 2, 4, DataType::kInt8, ReduceOp::kAvg).ok());
+  EXPECT_EQ(out[3], -2);  // (-7 + 2) / 2 truncates toward zero
+  const uint64_t x[1] = {~0ull}, y[1] = {3};
+  const void* s64[2] = {x, y};
+  uint64_t o64[1];
+  ASSERT_TRUE(r_.Reduce(o64, s64, 2, 1, DataType::kUint64, ReduceOp::kProd).ok());
+  EXPECT_EQ(o64[0], ~0ull * 3);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTargets, ReduceTest, ::testing::ValuesIn(testing::RunnableTargets()),
+                         [](const auto& info) { return info.param; });
+
+TEST(ReducerTest, ChoosesBestAndHonoursCap) {
+  const auto targets = testing::RunnableTargets();
+  ASSERT_FALSE(targets.empty());
+  auto best = Reducer::Create(Config{}, CacheSizes{});
+  ASSERT_TRUE(best.ok());
+  std::string want = targets.front();
+  for (char& ch : want) ch = static_cast<char>(std::toupper(ch));
+  EXPECT_EQ(best->target_name(), want);
+  Config c;
+  c.simd_target = "scalar";
+  auto bad = Reducer::Create(c, CacheSizes{});
+  // "scalar" is the fallback of this Highway build on x86; elsewhere EMU128.
+  if (!bad.ok()) {
+    EXPECT_NE(bad.status().message().find("CIUIC_SIMD_TARGET"), std::string::npos);
+  }
+  c.simd_target = "sve2";
+  auto missing = Reducer::Create(c, CacheSizes{});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("CIUIC_SIMD_TARGET='sve2'"), std::string::npos);
+}
+
+TEST(ReducerTest, ThresholdsComeFromCachesAndKnobs) {
+  CacheSizes caches{48 * 1024, 1 << 20, 512u << 20};
+  auto r = Reducer::Create(Config{}, caches);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->tile_bytes(), 12u * 1024);
+  EXPECT_EQ(r->nt_threshold_bytes(), 16u << 20);  // LLC capped at 32 MiB, halved
+  EXPECT_EQ(r->prefetch_min_bytes(), 1u << 20);
+  Config never;
+  never.kernel_nt_threshold = 0;
+  EXPECT_EQ(Reducer::Create(never, caches)->nt_threshold_bytes(), SIZE_MAX);
+}
+
+TEST(ReducerTest, BadArgumentsAreNamedErrors) {
+  auto r = Reducer::Create(Config{}, CacheSizes{});
+  ASSERT_TRUE(r.ok());
+  float a[8] = {}, b[8] = {}, out[8];
+  const void* srcs[2] = {a, b};
+  auto msg = [](const Status& s) { return s.message(); };
+  Status s = r->Reduce(nullptr, srcs, 2, 8, DataType::kFloat32, ReduceOp::kSum);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(msg(s).find("dst"), std::string::npos);
+  const void* with_null[2] = {a, nullptr};
+  s = r->Reduce(out, with_null, 2, 8, DataType::kFloat32, ReduceOp::kSum);
+  EXPECT_NE(msg(s).find("srcs[1]"), std::string::npos) << msg(s);
+  s = r->Reduce(out, srcs, 0, 8, DataType::kFloat32, ReduceOp::kSum);
+  EXPECT_NE(msg(s).find("nsrcs"), std::string::npos);
+  s = r->Reduce(out, srcs, 17, 8, DataType::kFloat32, ReduceOp::kSum);
+  EXPECT_NE(msg(s).find("nsrcs"), std::string::npos);
+  s = r->Reduce(out, srcs, 2, 8, static_cast<DataType>(42), ReduceOp::kSum);
+  EXPECT_NE(msg(s).find("dtype"), std::string::npos);
+  s = r->Reduce(out, srcs, 2, 8, DataType::kFloat32, static_cast<ReduceOp>(-1));
+  EXPECT_NE(msg(s).find("op"), std::string::npos);
+  const void* overl[2] = {a, a + 1};
+  s = r->Reduce(a, overl, 2, 4, DataType::kFloat32, ReduceOp::kSum);
+  EXPECT_NE(msg(s).find("srcs[1] overlaps dst"), std::string::npos) << msg(s);
+  // Null pointers are fine with count == 0.
+  EXPECT_TRUE(r->Reduce(nullptr, srcs, 2, 0, DataType::kFloat32, ReduceOp::kSum).ok());
+}
+
+}  // namespace
+}  // namespace ciuic::kernels
