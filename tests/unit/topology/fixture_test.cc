@@ -246,6 +246,30 @@ TEST(FixtureDgxH100, GpuKUsesNicKOnItsSwitch) {
   EXPECT_EQ((*cpu_ranks)[7].numa_node, 0);
 }
 
+TEST(FixtureGpuVmH200, GpuFoundByPciClassWithoutCuda) {
+  // lstopo export of a 16-vCPU VM with one H200 passed through (hwloc built
+  // without CUDA/NVML: the GPU is known by its PCI class only).
+  CIUIC_SKIP_WITHOUT_HWLOC();
+  const Topology t = Load("gpu_vm_h200.xml");
+  EXPECT_EQ(t.cores.size(), 16u);
+  ASSERT_EQ(t.gpus.size(), 1u);
+  EXPECT_EQ(t.gpus[0].bus_id, "0000:00:06.0");
+  EXPECT_EQ(t.gpus[0].device_id, 0x2335);
+  EXPECT_EQ(t.gpus[0].name, "");
+  EXPECT_EQ(t.gpus[0].numa_node, 0);
+  ASSERT_EQ(t.nics.size(), 1u);
+  EXPECT_EQ(t.nics[0].name, "eth0");
+  EXPECT_EQ(t.PathBetween({Endpoint::kGpu, 0}, {Endpoint::kNic, 0})->link, Link::kPhb);
+  EXPECT_EQ(t.caches.l1d, 48u * 1024);
+  EXPECT_EQ(t.caches.l2, 2u << 20);
+  EXPECT_EQ(t.caches.llc, 300u << 20);  // the host's L3 as the VM reports it
+  StatusOr<Plan> plan = MakePlan(t, Config(), 1);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->ranks[0].gpu, 0);
+  EXPECT_EQ(FormatCpuList(plan->ranks[0].cpus), "0-14");
+  EXPECT_EQ(plan->progress[0].cpu, 15);
+}
+
 TEST(FixtureErrors, MissingFileIsNotFoundAndNamed) {
   StatusOr<Topology> t = LoadXmlFile("/nonexistent/ciuic/topo.xml");
   ASSERT_FALSE(t.ok());
