@@ -254,34 +254,27 @@ StatusOr<std::vector<RankPlacement>> PlaceRanks(const Topology& t, int nranks, c
   std::map<int, std::vector<int>> node_cores;
   for (size_t i = 0; i < t.cores.size(); ++i) node_cores[t.cores[i].numa_node].push_back(static_cast<int>(i));
 
-  // 1. The node of each rank.
-  if (gpu_mode) {
-    for (int r = 0; r < nranks; ++r) {
-      out[r].gpu = r;
-      out[r].numa_node = t.gpus[r].numa_node;
-      if (node_cores.count(out[r].numa_node) == 0) out[r].numa_node = -1;
-    }
-  } else {
+  // 1. The node of each rank: its GPU's, when every GPU's node is known
+  // and has cores; else spread over the nodes.
+  bool gpu_nodes = gpu_mode;
+  for (int r = 0; r < nranks && gpu_mode; ++r) {
+    out[r].gpu = r;
+    out[r].numa_node = t.gpus[r].numa_node;
+    gpu_nodes &= out[r].numa_node >= 0 && node_cores.count(out[r].numa_node) > 0;
+  }
+  if (!gpu_nodes) {
     size_t total = 0;
     for (const auto& [node, cores] : node_cores) total += cores.size();
     size_t before = 0;
     for (const auto& [node, cores] : node_cores) {
-      const size_t lo = before * nranks / total;
+      // Rounded up, so that the first nodes fill first (1 rank: node 0).
+      const size_t lo = (before * nranks + total - 1) / total;
       before += cores.size();
-      const size_t hi = before * nranks / total;
+      const size_t hi = (before * nranks + total - 1) / total;
       for (size_t r = lo; r < hi; ++r) out[r].numa_node = node;
     }
   }
-  for (int r = 0; r < nranks; ++r) {
-    out[r].rank = r;
-    if (node_cores.count(out[r].numa_node) == 0) {
-      // The GPU's node has no cores of its own: use every core.
-      out[r].numa_node = -1;
-      if (node_cores.count(-1) == 0) {
-        for (size_t i = 0; i < t.cores.size(); ++i) node_cores[-1].push_back(static_cast<int>(i));
-      }
-    }
-  }
+  for (int r = 0; r < nranks; ++r) out[r].rank = r;
 
   // 2. NICs: nearest allowed ones, rotated among the ranks that share them.
   std::map<std::vector<int>, int> sharing;
@@ -360,7 +353,8 @@ StatusOr<Plan> MakePlan(const Topology& t, const Config& config, int nranks) {
       pc.cpu = config.progress_cpu;
       pc.shared = std::count(used.begin(), used.end(), pc.cpu) > 0;
     } else if (config.progress_cpu == Config::kProgressCpuAuto) {
-      const int home = !r.nics.empty() ? t.nics[r.nics[0]].numa_node : r.numa_node;
+      const int home = !r.nics.empty() && t.nics[r.nics[0]].numa_node >= 0 ? t.nics[r.nics[0]].numa_node
+                                                                           : r.numa_node;
       CIUIC_ASSIGN_OR_RETURN(pc, ProgressCpuNear(t, home, used));
       // Two ranks' progress threads do not share a CPU while one is free.
       if (!pc.shared) used.push_back(pc.cpu);

@@ -100,9 +100,18 @@ class Builder {
     }
   }
 
+  // The NUMA node of an object local to `set`: the only one, or the first
+  // when all of them have the same CPUs (a DDR node with its HBM/CXL
+  // companions); -1 when the set spans several localities.
   int NumaOfNodeset(hwloc_const_nodeset_t set) {
-    if (set == nullptr || hwloc_bitmap_weight(set) != 1) return -1;
-    return out_->NumaByOsIndex(hwloc_bitmap_first(set));
+    if (set == nullptr || hwloc_bitmap_iszero(set)) return -1;
+    const int first = out_->NumaByOsIndex(hwloc_bitmap_first(set));
+    if (first < 0) return -1;
+    for (int os = hwloc_bitmap_first(set); os >= 0; os = hwloc_bitmap_next(set, os)) {
+      const int n = out_->NumaByOsIndex(os);
+      if (n < 0 || out_->numa_nodes[n].cpus != out_->numa_nodes[first].cpus) return -1;
+    }
+    return first;
   }
 
   void Cores() {

@@ -265,9 +265,10 @@ struct RankPlacement {
 };
 
 // Places `nranks` local ranks. With GPUs (`use_gpus` and nranks <= GPUs):
-// rank k drives GPU k, runs on that GPU's NUMA node and uses its nearest
-// NICs. Otherwise ranks are spread over NUMA nodes with CPUs in proportion to
-// their cores (consecutive ranks on one node). Each rank gets an equal,
+// rank k drives GPU k, runs on that GPU's NUMA node (when every such node
+// is known and has cores) and uses its nearest NICs. Otherwise ranks are
+// spread over NUMA nodes in proportion to their cores, consecutive ranks on
+// one node, the first nodes filled first. Each rank gets an equal,
 // disjoint block of whole cores (shared round-robin when there are more ranks
 // than cores); on a node with an allowed NIC the highest cores are left free
 // for progress threads (one per rank when the node has at least twice as

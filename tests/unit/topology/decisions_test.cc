@@ -245,13 +245,17 @@ TEST(TopologyDecisions, PlaceRanksSpreadsAndOversubscribes) {
   EXPECT_EQ((*p)[1].numa_node, 1);
   EXPECT_EQ((*p)[0].cpus, (std::vector<int>{0, 1, 2, 3}));
   EXPECT_EQ((*p)[1].cpus, (std::vector<int>{4, 5, 6, 7}));
+  p = PlaceRanks(t, 1, {});
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ((*p)[0].numa_node, 0);
   p = PlaceRanks(t, 3, {});
   ASSERT_TRUE(p.ok());
   EXPECT_EQ((*p)[0].numa_node, 0);
-  EXPECT_EQ((*p)[1].numa_node, 1);
+  EXPECT_EQ((*p)[1].numa_node, 0);
   EXPECT_EQ((*p)[2].numa_node, 1);
-  EXPECT_EQ((*p)[1].cpus, (std::vector<int>{4, 5}));
-  EXPECT_EQ((*p)[2].cpus, (std::vector<int>{6, 7}));
+  EXPECT_EQ((*p)[0].cpus, (std::vector<int>{0, 1}));
+  EXPECT_EQ((*p)[1].cpus, (std::vector<int>{2, 3}));
+  EXPECT_EQ((*p)[2].cpus, (std::vector<int>{4, 5, 6, 7}));
   p = PlaceRanks(t, 10, {});
   ASSERT_TRUE(p.ok());
   int over = 0;
@@ -260,6 +264,17 @@ TEST(TopologyDecisions, PlaceRanksSpreadsAndOversubscribes) {
     over += r.oversubscribed;
   }
   EXPECT_EQ(over, 10);
+  // GPUs of unknown locality: ranks still get disjoint cores, spread.
+  Topology g = WithPci();
+  g.gpus.push_back(g.gpus[0]);
+  g.gpus[0].numa_node = -1;
+  p = PlaceRanks(g, 2, SelectNics(g, "").value());
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ((*p)[0].gpu, 0);
+  EXPECT_EQ((*p)[1].gpu, 1);
+  EXPECT_EQ((*p)[0].numa_node, 0);
+  EXPECT_EQ((*p)[1].numa_node, 1);
+  EXPECT_EQ((*p)[0].nics, std::vector<int>{0}) << "still the NIC on the GPU's switch";
   EXPECT_EQ(PlaceRanks(t, 0, {}).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(PlaceRanks(Topology(), 1, {}).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(PlaceRanks(t, 1, {5}).status().code(), StatusCode::kInvalidArgument);
