@@ -145,6 +145,7 @@ struct PlainIO {
   using TC = T;
   using D = hn::ScalableTag<T>;
   static constexpr bool kCanStream = true;
+  static constexpr bool kHasPair = false;
   static HWY_INLINE hn::Vec<D> Load(D d, const T* HWY_RESTRICT p) { return hn::LoadU(d, p); }
   static HWY_INLINE void Store(D d, hn::Vec<D> v, T* p) { hn::StoreU(v, d, p); }
   static HWY_INLINE void Stream(D d, hn::Vec<D> v, T* p) { hn::Stream(v, d, p); }
@@ -171,6 +172,39 @@ struct HalfIO {
     return PromoteHalf(d, hn::LoadU(DH(), p));
   }
   static HWY_INLINE void Store(D d, hn::Vec<D> v, H* p) { hn::StoreU(Demote(d, v), DH(), p); }
+
+  // bf16: two f32 vectors become one full vector of bf16 with a single
+  // ConcatOdd of the rounded words (their high halves are the odd u16 lanes)
+  // instead of two narrowing packs. f16 uses F16C / the soft path per vector.
+#if HWY_TARGET == HWY_SCALAR
+  static constexpr bool kHasPair = false;
+  template <class V> static void StorePair(D, V, V, H*) {}
+  template <class V> static void StreamPair(D, V, V, H*) {}
+#else
+  static constexpr bool kHasPair = std::is_same_v<H, hwy::bfloat16_t>;
+  static HWY_INLINE hn::Vec<hn::Repartition<uint16_t, D>> RoundPair(D d, hn::Vec<D> v0,
+                                                                   hn::Vec<D> v1) {
+    const hn::RebindToUnsigned<D> du;
+    const hn::Repartition<uint16_t, D> dw;
+    auto round = [&](hn::Vec<D> v) HWY_ATTR {
+      const auto bits = hn::BitCast(du, v);
+      const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
+      const auto rounded = hn::Add(bits, hn::Add(hn::Set(du, 0x7FFFu), lsb));
+      return hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)),
+                            hn::Or(bits, hn::Set(du, 0x00400000u)), rounded);
+    };
+    (void)d;
+    return hn::ConcatOdd(dw, hn::BitCast(dw, round(v1)), hn::BitCast(dw, round(v0)));
+  }
+  static HWY_INLINE void StorePair(D d, hn::Vec<D> v0, hn::Vec<D> v1, H* p) {
+    const hn::Repartition<uint16_t, D> dw;
+    hn::StoreU(RoundPair(d, v0, v1), dw, reinterpret_cast<uint16_t*>(p));
+  }
+  static HWY_INLINE void StreamPair(D d, hn::Vec<D> v0, hn::Vec<D> v1, H* p) {
+    const hn::Repartition<uint16_t, D> dw;
+    hn::Stream(RoundPair(d, v0, v1), dw, reinterpret_cast<uint16_t*>(p));
+  }
+#endif
   static HWY_INLINE void Stream(D d, hn::Vec<D> v, H* p) {
     if constexpr (kCanStream) {
       hn::Stream(Demote(d, v), DH(), p);
@@ -276,6 +310,10 @@ struct Kernel {
   struct ScratchOut {
     TC* p;
     HWY_INLINE void Put(D d, V v, size_t i) { hn::Store(v, d, p + i); }
+    HWY_INLINE void Put2(D d, V v0, V v1, size_t i) {
+      hn::Store(v0, d, p + i);
+      hn::Store(v1, d, p + i + hn::Lanes(d));
+    }
     HWY_INLINE void PutTail(D d, V v, size_t i, size_t) { hn::Store(v, d, p + i); }
   };
 
@@ -299,6 +337,19 @@ struct Kernel {
         IO::Store(d, Finish(d, v), p + i);
       }
     }
+    // Two consecutive vectors at i and i + Lanes(d).
+    HWY_INLINE void Put2(D d, V v0, V v1, size_t i) {
+      if constexpr (IO::kHasPair) {
+        if constexpr (kNT) {
+          IO::StreamPair(d, Finish(d, v0), Finish(d, v1), p + i);
+        } else {
+          IO::StorePair(d, Finish(d, v0), Finish(d, v1), p + i);
+        }
+      } else {
+        Put(d, v0, i);
+        Put(d, v1, i + hn::Lanes(d));
+      }
+    }
     HWY_INLINE void PutTail(D d, V v, size_t i, size_t rem) {
       HWY_ALIGN TS tmp[kMaxN];
       IO::Store(d, Finish(d, v), tmp);
@@ -308,10 +359,15 @@ struct Kernel {
 
   // out <- (acc op) s[0] op ... op s[K-1] over elements [0, n).
   template <int K, bool kAcc, class Out>
-  static HWY_NOINLINE void Group(const TS* const* s, const TC* acc, size_t n, size_t pf,
-                                 Out& out) {
+  static HWY_NOINLINE void Group(const void* const* s_in, size_t off, const TC* acc, size_t n,
+                                 size_t pf, Out& out_in) {
     const D d;
     const size_t N = hn::Lanes(d);
+    // Vector stores are may_alias: keep the pointers in locals so that they
+    // stay in registers instead of being reloaded after every store.
+    const TS* s[K];
+    for (int k = 0; k < K; ++k) s[k] = static_cast<const TS*>(s_in[k]) + off;
+    Out out = out_in;
     size_t i = 0;
     if (pf != 0) {
       const bool two_lines = N * sizeof(TS) >= 64;
@@ -322,15 +378,13 @@ struct Kernel {
         }
         const V a0 = Combine<K, kAcc>(d, s, acc, i);
         const V a1 = Combine<K, kAcc>(d, s, acc, i + N);
-        out.Put(d, a0, i);
-        out.Put(d, a1, i + N);
+        out.Put2(d, a0, a1, i);
       }
     } else {
       for (; i + 2 * N <= n; i += 2 * N) {
         const V a0 = Combine<K, kAcc>(d, s, acc, i);
         const V a1 = Combine<K, kAcc>(d, s, acc, i + N);
-        out.Put(d, a0, i);
-        out.Put(d, a1, i + N);
+        out.Put2(d, a0, a1, i);
       }
     }
     for (; i + N <= n; i += N) out.Put(d, Combine<K, kAcc>(d, s, acc, i), i);
@@ -354,27 +408,33 @@ struct Kernel {
   }
 
   template <bool kAcc, class Out>
-  static HWY_INLINE void GroupK(int k, const TS* const* s, const TC* acc, size_t n, size_t pf,
-                                Out& out) {
+  static HWY_INLINE void GroupK(int k, const void* const* s, size_t off, const TC* acc, size_t n,
+                                size_t pf, Out& out) {
     switch (k) {
-      case 1: Group<1, kAcc>(s, acc, n, pf, out); break;
-      case 2: Group<2, kAcc>(s, acc, n, pf, out); break;
-      case 3: Group<3, kAcc>(s, acc, n, pf, out); break;
-      default: Group<4, kAcc>(s, acc, n, pf, out); break;
+      case 1: Group<1, kAcc>(s, off, acc, n, pf, out); break;
+      case 2: Group<2, kAcc>(s, off, acc, n, pf, out); break;
+      case 3: Group<3, kAcc>(s, off, acc, n, pf, out); break;
+      default: Group<4, kAcc>(s, off, acc, n, pf, out); break;
     }
   }
 
   template <bool kNT>
   static void RunRange(const ReduceArgs& a, size_t off, size_t n, size_t pf) {
-    const TS* s[kMaxSources];
-    for (int k = 0; k < a.nsrcs; ++k) s[k] = static_cast<const TS*>(a.srcs[k]) + off;
     TS* dst = static_cast<TS*>(a.dst) + off;
     const TC divisor = static_cast<TC>(a.nsrcs);
     if (a.nsrcs <= 4) {
       DstOut<kNT> out{dst, divisor};
-      GroupK<false>(a.nsrcs, s, nullptr, n, pf, out);
+      GroupK<false>(a.nsrcs, a.srcs, off, nullptr, n, pf, out);
       return;
     }
+    RunTiled<kNT>(a, off, dst, n, pf, divisor);
+  }
+
+  // nsrcs > 4. Not inlined into RunRange: its 64 KiB stack tile would
+  // otherwise be set up (and probed) on every small 2-input call too.
+  template <bool kNT>
+  static HWY_NOINLINE void RunTiled(const ReduceArgs& a, size_t off, TS* dst, size_t n,
+                                    size_t pf, TC divisor) {
     const D d;
     const size_t N = hn::Lanes(d);
     size_t tile = a.tile_bytes / sizeof(TC);
@@ -384,17 +444,15 @@ struct Kernel {
     HWY_ALIGN TC scratch[kMaxTileBytes / sizeof(TC) + kMaxN];
     for (size_t t = 0; t < n; t += tile) {
       const size_t len = n - t < tile ? n - t : tile;
-      const TS* ts[kMaxSources];
-      for (int k = 0; k < a.nsrcs; ++k) ts[k] = s[k] + t;
       ScratchOut so{scratch};
-      Group<4, false>(ts, nullptr, len, pf, so);
+      Group<4, false>(a.srcs, off + t, nullptr, len, pf, so);
       int k = 4;
       while (a.nsrcs - k > 4) {
-        Group<4, true>(ts + k, scratch, len, pf, so);
+        Group<4, true>(a.srcs + k, off + t, scratch, len, pf, so);
         k += 4;
       }
       DstOut<kNT> out{dst + t, divisor};
-      GroupK<true>(a.nsrcs - k, ts + k, scratch, len, pf, out);
+      GroupK<true>(a.nsrcs - k, a.srcs + k, off + t, scratch, len, pf, out);
     }
   }
 
@@ -402,7 +460,9 @@ struct Kernel {
     if (a.count == 0) return;
     const size_t pf = a.prefetch_bytes / sizeof(TS);
     const D d;
-    const size_t align = hn::Lanes(d) * sizeof(TS);
+    // Align dst to a whole compute vector: pairs of f16/bf16 half vectors
+    // stream as one full vector.
+    const size_t align = hn::Lanes(d) * sizeof(TC);
     const uintptr_t addr = reinterpret_cast<uintptr_t>(a.dst);
     if (IO::kCanStream && a.nt && addr % sizeof(TS) == 0) {
       // Regular stores up to the first vector-aligned element, then streams.

@@ -14,16 +14,6 @@
 
 namespace ciuic {
 
-size_t DataTypeSize(DataType dtype) {
-  switch (dtype) {
-    case DataType::kInt8: case DataType::kUint8: return 1;
-    case DataType::kFloat16: case DataType::kBFloat16: return 2;
-    case DataType::kInt32: case DataType::kUint32: case DataType::kFloat32: return 4;
-    case DataType::kInt64: case DataType::kUint64: case DataType::kFloat64: return 8;
-  }
-  return 0;
-}
-
 const char* DataTypeName(DataType dtype) {
   switch (dtype) {
     case DataType::kInt8: return "i8";
@@ -51,8 +41,6 @@ const char* ReduceOpName(ReduceOp op) {
   return "invalid";
 }
 
-bool IsValid(DataType dtype) { return static_cast<unsigned>(dtype) < kNumDataTypes; }
-bool IsValid(ReduceOp op) { return static_cast<unsigned>(op) < kNumReduceOps; }
 
 namespace kernels {
 namespace internal {

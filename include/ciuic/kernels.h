@@ -26,11 +26,20 @@ constexpr int kNumDataTypes = 10;
 enum class ReduceOp : int { kSum = 0, kProd = 1, kMin = 2, kMax = 3, kAvg = 4 };
 constexpr int kNumReduceOps = 5;
 
-size_t DataTypeSize(DataType dtype);     // 0 for an invalid value
+// Bytes per element; 0 for an invalid value.
+constexpr size_t DataTypeSize(DataType dtype) {
+  switch (dtype) {
+    case DataType::kInt8: case DataType::kUint8: return 1;
+    case DataType::kFloat16: case DataType::kBFloat16: return 2;
+    case DataType::kInt32: case DataType::kUint32: case DataType::kFloat32: return 4;
+    case DataType::kInt64: case DataType::kUint64: case DataType::kFloat64: return 8;
+  }
+  return 0;
+}
 const char* DataTypeName(DataType dtype);  // "f32", "bf16", "i8", ...
 const char* ReduceOpName(ReduceOp op);     // "sum", "prod", ...
-bool IsValid(DataType dtype);
-bool IsValid(ReduceOp op);
+constexpr bool IsValid(DataType dtype) { return static_cast<unsigned>(dtype) < kNumDataTypes; }
+constexpr bool IsValid(ReduceOp op) { return static_cast<unsigned>(op) < kNumReduceOps; }
 
 namespace kernels {
 

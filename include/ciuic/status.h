@@ -84,7 +84,10 @@ template <typename T>
 class [[nodiscard]] StatusOr {
  public:
   StatusOr(const Status& status) : status_(status) {  // NOLINT: implicit
-    if (status_.ok()) status_ = Status(StatusCode::kInternal, "StatusOr built from OK without a value");
+    if (status_.ok()) {
+      Status bug(StatusCode::kInternal, "StatusOr built from OK without a value");
+      std::swap(status_, bug);
+    }
   }
   StatusOr(T value) : value_(std::move(value)) {}  // NOLINT: implicit
 

@@ -1,0 +1,406 @@
+// kernel_perf: GB/s of ciuic's reduction kernels per dtype / op / number of
+// inputs / working-set size, side by side in the same run with
+//   hand   a plain hand-written AVX-512 loop (2 inputs; f32, and bf16 with
+//          AVX512-BF16 rounding) - the bar; non-temporal stores where ours
+//          uses them,
+//   scalar a scalar loop compiled without vectorisation (what Gloo/UCC do),
+//   memcpy of the same output bytes.
+// GB/s counts bytes read + bytes written (1e9 B/s). Every ciuic result is
+// checked against the scalar reference (#wrong). Timing: median of --reps
+// runs, each long enough (--min-ms); the yardsticks run interleaved with ours.
+#include <getopt.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ciuic/config.h"
+#include "ciuic/kernels.h"
+#include "common/version.h"
+#include "kernels/reference.h"
+#include "perf/scalar_loops.h"
+
+namespace ciuic::perf {
+namespace {
+
+using kernels::CacheSizes;
+using kernels::Reducer;
+
+struct Options {
+  std::vector<DataType> dtypes = {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16};
+  std::vector<ReduceOp> ops = {ReduceOp::kSum};
+  std::vector<int> nsrcs = {2};
+  std::vector<size_t> sizes = {8 << 10, 128 << 10, 4 << 20, 64 << 20};
+  std::string format = "table";
+  double min_ms = 40;
+  int reps = 5;
+};
+
+void Usage() {
+  std::printf(
+      "usage: kernel_perf [options]\n"
+      "  -t, --dtype LIST   f32,bf16,f16,f64,i8,u8,i32,u32,i64,u64 (default f32,bf16,f16)\n"
+      "  -o, --op LIST      sum,prod,min,max,avg (default sum)\n"
+      "  -n, --nsrcs LIST   inputs per reduction, 1..16 (default 2)\n"
+      "  -s, --sizes LIST   bytes per array, e.g. 8K,128K,4M,64M (the default)\n"
+      "  -r, --reps N       timed repetitions, the median is reported (default 5)\n"
+      "  -m, --min-ms MS    minimum duration of one repetition (default 40)\n"
+      "  -F, --format F     table, csv or json (default table)\n"
+      "  -h, --help\n"
+      "The SIMD target is the best this CPU runs; CIUIC_SIMD_TARGET caps it.\n");
+}
+
+std::vector<std::string> Split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  while (b <= s.size()) {
+    size_t e = s.find(',', b);
+    if (e == std::string::npos) e = s.size();
+    if (e > b) out.push_back(s.substr(b, e - b));
+    b = e + 1;
+  }
+  return out;
+}
+
+bool ParseOptions(int argc, char** argv, Options* o) {
+  static const option kLong[] = {{"dtype", 1, nullptr, 't'}, {"op", 1, nullptr, 'o'},
+                                 {"nsrcs", 1, nullptr, 'n'}, {"sizes", 1, nullptr, 's'},
+                                 {"reps", 1, nullptr, 'r'},  {"min-ms", 1, nullptr, 'm'},
+                                 {"format", 1, nullptr, 'F'}, {"help", 0, nullptr, 'h'},
+                                 {nullptr, 0, nullptr, 0}};
+  int c;
+  while ((c = getopt_long(argc, argv, "t:o:n:s:r:m:F:h", kLong, nullptr)) != -1) {
+    switch (c) {
+      case 't': {
+        o->dtypes.clear();
+        for (const std::string& name : Split(optarg)) {
+          bool found = false;
+          for (int d = 0; d < kNumDataTypes; ++d) {
+            if (name == DataTypeName(static_cast<DataType>(d))) {
+              o->dtypes.push_back(static_cast<DataType>(d));
+              found = true;
+            }
+          }
+          if (!found) {
+            std::fprintf(stderr, "kernel_perf: --dtype: unknown type '%s'\n", name.c_str());
+            return false;
+          }
+        }
+        break;
+      }
+      case 'o': {
+        o->ops.clear();
+        for (const std::string& name : Split(optarg)) {
+          bool found = false;
+          for (int p = 0; p < kNumReduceOps; ++p) {
+            if (name == ReduceOpName(static_cast<ReduceOp>(p))) {
+              o->ops.push_back(static_cast<ReduceOp>(p));
+              found = true;
+            }
+          }
+          if (!found) {
+            std::fprintf(stderr, "kernel_perf: --op: unknown op '%s'\n", name.c_str());
+            return false;
+          }
+        }
+        break;
+      }
+      case 'n': {
+        o->nsrcs.clear();
+        for (const std::string& v : Split(optarg)) {
+          const int n = std::atoi(v.c_str());
+          if (n < 1 || n > kernels::kMaxSources) {
+            std::fprintf(stderr, "kernel_perf: --nsrcs: '%s' is not in 1..16\n", v.c_str());
+            return false;
+          }
+          o->nsrcs.push_back(n);
+        }
+        break;
+      }
+      case 's': {
+        o->sizes.clear();
+        for (const std::string& v : Split(optarg)) {
+          StatusOr<uint64_t> b = ParseByteSize(v);
+          if (!b.ok() || *b == 0) {
+            std::fprintf(stderr, "kernel_perf: --sizes: '%s' is not a size\n", v.c_str());
+            return false;
+          }
+          o->sizes.push_back(*b);
+        }
+        break;
+      }
+      case 'r': o->reps = std::max(1, std::atoi(optarg)); break;
+      case 'm': o->min_ms = std::max(1.0, std::atof(optarg)); break;
+      case 'F':
+        o->format = optarg;
+        if (o->format != "table" && o->format != "csv" && o->format != "json") {
+          std::fprintf(stderr, "kernel_perf: --format: expected table, csv or json\n");
+          return false;
+        }
+        break;
+      case 'h': Usage(); std::exit(0);
+      default: Usage(); return false;
+    }
+  }
+  return true;
+}
+
+// A 64-byte aligned, pre-faulted buffer (first-touch faults cost ~12 us per
+// 4 KiB page here; never let them into a timing).
+struct Buffer {
+  explicit Buffer(size_t bytes) : size(bytes) {
+    const size_t rounded = (bytes + 4095) / 4096 * 4096 + 4096;
+    p = static_cast<unsigned char*>(std::aligned_alloc(4096, rounded));
+    if (p == nullptr) {
+      std::fprintf(stderr, "kernel_perf: out of memory allocating %zu bytes\n", bytes);
+      std::exit(2);
+    }
+    madvise(p, rounded, MADV_HUGEPAGE);
+    std::memset(p, 0, rounded);
+  }
+  ~Buffer() { std::free(p); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  unsigned char* p;
+  size_t size;
+};
+
+void FillValues(void* p, size_t count, DataType dt, int salt) {
+  for (size_t i = 0; i < count; ++i) {
+    // Values in [-8, 8) with a fractional part: sums and products stay finite.
+    const float v = static_cast<float>(static_cast<int>((i * 2654435761u + salt * 97u) % 4096) - 2048) / 256.f;
+    switch (dt) {
+      case DataType::kFloat32: static_cast<float*>(p)[i] = v; break;
+      case DataType::kFloat64: static_cast<double*>(p)[i] = v; break;
+      case DataType::kFloat16: static_cast<uint16_t*>(p)[i] = kernels::ref::F32ToF16(v); break;
+      case DataType::kBFloat16: static_cast<uint16_t*>(p)[i] = kernels::ref::F32ToBF16(v); break;
+      default: {
+        const uint64_t r = i * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(salt);
+        std::memcpy(static_cast<char*>(p) + i * DataTypeSize(dt), &r, DataTypeSize(dt));
+      }
+    }
+  }
+}
+
+// Median seconds per call of fn: calibrated so that one repetition lasts
+// at least min_ms.
+double TimeIt(const std::function<void()>& fn, const Options& o) {
+  using Clock = std::chrono::steady_clock;
+  fn();  // warm caches / TLB
+  auto t0 = Clock::now();
+  fn();
+  double one = std::chrono::duration<double>(Clock::now() - t0).count();
+  const size_t iters = std::max<size_t>(1, static_cast<size_t>(o.min_ms * 1e-3 / std::max(one, 1e-9)));
+  std::vector<double> per;
+  for (int r = 0; r < o.reps; ++r) {
+    t0 = Clock::now();
+    for (size_t i = 0; i < iters; ++i) fn();
+    per.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / iters);
+  }
+  std::sort(per.begin(), per.end());
+  return per[per.size() / 2];
+}
+
+struct Row {
+  std::string dtype, op, level;
+  int nsrcs;
+  size_t bytes;
+  bool nt;
+  double ours, hand, scalar, memcpy_gbs;  // GB/s; < 0: not applicable
+  size_t wrong;
+};
+
+std::string CpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown";
+}
+
+std::string Level(size_t working_set, const CacheSizes& c) {
+  if (working_set <= c.l1d) return "L1";
+  if (working_set <= c.l2) return "L2";
+  if (working_set <= std::min<size_t>(c.llc, 32u << 20)) return "LLC";
+  return "DRAM";
+}
+
+std::string Fmt(double gbs) {
+  if (gbs < 0) return "-";
+  char b[32];
+  std::snprintf(b, sizeof(b), "%.2f", gbs);
+  return b;
+}
+std::string Ratio(double a, double b) {
+  if (a < 0 || b <= 0) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f", a / b);
+  return buf;
+}
+
+int Main(int argc, char** argv) {
+  Options o;
+  if (!ParseOptions(argc, argv, &o)) return 2;
+  StatusOr<Config> config = Config::FromEnv();
+  if (!config.ok()) {
+    std::fprintf(stderr, "kernel_perf: %s\n", config.status().message().c_str());
+    return 2;
+  }
+  const CacheSizes caches = CacheSizes::FromSystem();
+  StatusOr<Reducer> reducer = Reducer::Create(*config, caches);
+  if (!reducer.ok()) {
+    std::fprintf(stderr, "kernel_perf: %s\n", reducer.status().message().c_str());
+    return 2;
+  }
+  const Reducer& r = *reducer;
+  std::string compiled;
+  for (const kernels::TargetInfo& t : kernels::CompiledTargets()) {
+    compiled += t.name + (t.supported ? "" : "(unsupported)") + " ";
+  }
+  std::string knobs;
+  for (const KnobDescription& k : DescribeKnobs(*config)) {
+    if (k.source != "default") knobs += k.name + "=" + k.value + " ";
+  }
+  char host[128] = "?";
+  gethostname(host, sizeof(host) - 1);
+
+  std::vector<Row> rows;
+  for (DataType dt : o.dtypes) {
+    for (ReduceOp op : o.ops) {
+      for (int n : o.nsrcs) {
+        for (size_t bytes : o.sizes) {
+          const size_t es = DataTypeSize(dt);
+          const size_t count = bytes / es;
+          std::vector<std::unique_ptr<Buffer>> in;
+          std::vector<const void*> srcs;
+          for (int k = 0; k < n; ++k) {
+            in.push_back(std::make_unique<Buffer>(count * es));
+            FillValues(in.back()->p, count, dt, k + 1);
+            srcs.push_back(in.back()->p);
+          }
+          Buffer out(count * es), want(count * es), tmp(count * es);
+          Row row;
+          row.dtype = DataTypeName(dt);
+          row.op = ReduceOpName(op);
+          row.nsrcs = n;
+          row.bytes = count * es;
+          row.level = Level(row.bytes * (n + 1), caches);
+          row.nt = row.bytes >= r.nt_threshold_bytes();
+          const double moved = static_cast<double>(row.bytes) * (n + 1);
+          bool failed = false;
+          const double t_ours = TimeIt([&] {
+            if (!r.Reduce(out.p, srcs.data(), n, count, dt, op).ok()) failed = true;
+          }, o);
+          if (failed) {
+            std::fprintf(stderr, "kernel_perf: Reduce failed\n");
+            return 1;
+          }
+          row.ours = moved / t_ours / 1e9;
+          kernels::ref::Reduce(want.p, srcs.data(), n, count, dt, op);
+          row.wrong = 0;
+          for (size_t i = 0; i < count; ++i) {
+            row.wrong += !kernels::ref::SameElement(out.p, want.p, i, dt);
+          }
+          row.hand = -1;
+          if (n == 2 && op == ReduceOp::kSum && dt == DataType::kFloat32) {
+            const auto* a = reinterpret_cast<const float*>(srcs[0]);
+            const auto* b = reinterpret_cast<const float*>(srcs[1]);
+            if (HandSumF32Avx512(reinterpret_cast<float*>(tmp.p), a, b, count, row.nt)) {
+              row.hand = moved / TimeIt([&] {
+                HandSumF32Avx512(reinterpret_cast<float*>(tmp.p), a, b, count, row.nt);
+              }, o) / 1e9;
+            }
+          } else if (n == 2 && op == ReduceOp::kSum && dt == DataType::kBFloat16) {
+            const auto* a = reinterpret_cast<const uint16_t*>(srcs[0]);
+            const auto* b = reinterpret_cast<const uint16_t*>(srcs[1]);
+            if (HandSumBF16Avx512(reinterpret_cast<uint16_t*>(tmp.p), a, b, count, row.nt)) {
+              row.hand = moved / TimeIt([&] {
+                HandSumBF16Avx512(reinterpret_cast<uint16_t*>(tmp.p), a, b, count, row.nt);
+              }, o) / 1e9;
+            }
+          }
+          row.scalar = -1;
+          if (op == ReduceOp::kSum) {
+            std::function<void()> fn;
+            if (dt == DataType::kFloat32) {
+              fn = [&] { ScalarSumF32(reinterpret_cast<float*>(tmp.p), reinterpret_cast<const float* const*>(srcs.data()), n, count); };
+            } else if (dt == DataType::kBFloat16) {
+              fn = [&] { ScalarSumBF16(reinterpret_cast<uint16_t*>(tmp.p), reinterpret_cast<const uint16_t* const*>(srcs.data()), n, count); };
+            } else if (dt == DataType::kFloat16) {
+              fn = [&] { ScalarSumF16(reinterpret_cast<uint16_t*>(tmp.p), reinterpret_cast<const uint16_t* const*>(srcs.data()), n, count); };
+            }
+            if (fn) row.scalar = moved / TimeIt(fn, o) / 1e9;
+          }
+          row.memcpy_gbs = 2.0 * row.bytes /
+                           TimeIt([&] { std::memcpy(tmp.p, srcs[0], row.bytes); }, o) / 1e9;
+          rows.push_back(row);
+          if (o.format == "table") {
+            if (rows.size() == 1) {
+              std::printf("# ciuic kernel_perf %s (git %s) on %s\n", Version(), GitRevision(), host);
+              std::printf("# cpu: %s; caches l1d=%zu l2=%zu llc=%zu; nt from %zu B\n",
+                          CpuModel().c_str(), caches.l1d, caches.l2, caches.llc,
+                          r.nt_threshold_bytes());
+              std::printf("# simd: %s chosen; compiled: %s\n", r.target_name(), compiled.c_str());
+              std::printf("# knobs: %s\n", knobs.empty() ? "(all defaults)" : knobs.c_str());
+              std::printf("# GB/s = (inputs + output bytes) / time; hand = hand-written AVX-512 "
+                          "loop; scalar = loop built without vectorisation\n");
+              std::printf("%-5s %-4s %2s %10s %-4s %2s | %8s %8s %6s | %8s %7s | %8s %6s | %6s\n",
+                          "type", "op", "n", "bytes", "set", "nt", "ciuic", "hand", "/hand",
+                          "scalar", "/scal", "memcpy", "/mcpy", "#wrong");
+            }
+            std::printf("%-5s %-4s %2d %10zu %-4s %2s | %8s %8s %6s | %8s %7s | %8s %6s | %6zu\n",
+                        row.dtype.c_str(), row.op.c_str(), row.nsrcs, row.bytes, row.level.c_str(),
+                        row.nt ? "y" : "n", Fmt(row.ours).c_str(), Fmt(row.hand).c_str(),
+                        Ratio(row.ours, row.hand).c_str(), Fmt(row.scalar).c_str(),
+                        Ratio(row.ours, row.scalar).c_str(), Fmt(row.memcpy_gbs).c_str(),
+                        Ratio(row.ours, row.memcpy_gbs).c_str(), row.wrong);
+            std::fflush(stdout);
+          }
+        }
+      }
+    }
+  }
+  size_t total_wrong = 0;
+  for (const Row& row : rows) total_wrong += row.wrong;
+  if (o.format == "csv") {
+    std::printf("type,op,nsrcs,bytes,set,nt,ciuic_gbs,hand_gbs,scalar_gbs,memcpy_gbs,wrong,target\n");
+    for (const Row& w : rows) {
+      std::printf("%s,%s,%d,%zu,%s,%d,%.3f,%.3f,%.3f,%.3f,%zu,%s\n", w.dtype.c_str(), w.op.c_str(),
+                  w.nsrcs, w.bytes, w.level.c_str(), w.nt, w.ours, w.hand, w.scalar, w.memcpy_gbs,
+                  w.wrong, r.target_name());
+    }
+  } else if (o.format == "json") {
+    std::printf("{\"benchmark\":\"kernel_perf\",\"version\":\"%s\",\"git\":\"%s\",\"host\":\"%s\","
+                "\"cpu\":\"%s\",\"target\":\"%s\",\"compiled\":\"%s\",\"knobs\":\"%s\",\"rows\":[",
+                Version(), GitRevision(), host, CpuModel().c_str(), r.target_name(),
+                compiled.c_str(), knobs.c_str());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& w = rows[i];
+      std::printf("%s{\"type\":\"%s\",\"op\":\"%s\",\"nsrcs\":%d,\"bytes\":%zu,\"set\":\"%s\","
+                  "\"nt\":%s,\"ciuic_gbs\":%.3f,\"hand_gbs\":%.3f,\"scalar_gbs\":%.3f,"
+                  "\"memcpy_gbs\":%.3f,\"wrong\":%zu}",
+                  i ? "," : "", w.dtype.c_str(), w.op.c_str(), w.nsrcs, w.bytes, w.level.c_str(),
+                  w.nt ? "true" : "false", w.ours, w.hand, w.scalar, w.memcpy_gbs, w.wrong);
+    }
+    std::printf("]}\n");
+  } else {
+    std::printf("# %zu rows, %zu wrong elements in total\n", rows.size(), total_wrong);
+  }
+  return total_wrong == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace ciuic::perf
+
+int main(int argc, char** argv) { return ciuic::perf::Main(argc, argv); }
