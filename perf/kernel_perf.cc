@@ -26,6 +26,7 @@
 
 #include "ciuic/config.h"
 #include "ciuic/kernels.h"
+#include "ciuic/topology.h"
 #include "common/version.h"
 #include "kernels/reference.h"
 #include "perf/scalar_loops.h"
@@ -257,7 +258,14 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "kernel_perf: %s\n", config.status().message().c_str());
     return 2;
   }
-  const CacheSizes caches = CacheSizes::FromSystem();
+  // Cache sizes as topology/ discovers them (hwloc), like a communicator.
+  CacheSizes caches = CacheSizes::FromSystem();
+  if (StatusOr<topology::Topology> topo = topology::Discover(*config); topo.ok()) {
+    const topology::CacheSizes c = topology::KernelCacheSizes(*topo);
+    caches.l1d = c.l1d;
+    caches.l2 = c.l2;
+    caches.llc = c.llc;
+  }
   StatusOr<Reducer> reducer = Reducer::Create(*config, caches);
   if (!reducer.ok()) {
     std::fprintf(stderr, "kernel_perf: %s\n", reducer.status().message().c_str());

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the build tree into a temporary prefix and builds two consumers
+# against it: a CMake project (find_package(ciuic), ciuic::ciuic, C++ API)
+# and a C program built with pkg-config's flags. Both must run.
+set -euo pipefail
+build_dir=$1
+src_dir=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d /tmp/ciuic-install-test.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+cmake --install "$build_dir" --prefix "$work/prefix" >/dev/null
+libdir=$(dirname "$(find "$work/prefix" -name 'libciuic.so' | head -n 1)")
+cmake -S "$src_dir/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+cmake --build "$work/consumer" >/dev/null
+LD_LIBRARY_PATH="$libdir" "$work/consumer/consumer_cpp"
+export PKG_CONFIG_PATH="$libdir/pkgconfig"
+# shellcheck disable=SC2046
+cc -o "$work/consumer_c" "$src_dir/consumer/consumer.c" $(pkg-config --cflags --libs ciuic)
+LD_LIBRARY_PATH="$libdir" "$work/consumer_c"

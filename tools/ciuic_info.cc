@@ -1,0 +1,128 @@
+// ciuic-info: version, build options, SIMD targets (compiled, runnable,
+// chosen), the cache sizes the kernels tile with (discovered by topology/)
+// and the parameters derived from them, and every CIUIC_* knob with its
+// value and where it came from. `--format json` for scripts.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ciuic/config.h"
+#include "ciuic/kernels.h"
+#include "ciuic/topology.h"
+#include "common/version.h"
+
+namespace {
+
+std::string Json(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      char b[8];
+      std::snprintf(b, sizeof(b), "\\u%04x", c);
+      o += b;
+      continue;
+    }
+    o += c;
+  }
+  return o + "\"";
+}
+
+int Main(int argc, char** argv) {
+  bool json = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--format" && i + 1 < argc && std::strcmp(argv[i + 1], "json") == 0) {
+      json = true;
+      ++i;
+    } else if (a == "--format=json") {
+      json = true;
+    } else if (a == "--format" && i + 1 < argc && std::strcmp(argv[i + 1], "table") == 0) {
+      ++i;
+    } else {
+      std::fprintf(stderr, "usage: ciuic-info [--format table|json]\n");
+      return a == "-h" || a == "--help" ? 0 : 2;
+    }
+  }
+  ciuic::StatusOr<ciuic::Config> config = ciuic::Config::FromEnv();
+  if (!config.ok()) {
+    std::fprintf(stderr, "ciuic-info: %s\n", config.status().message().c_str());
+    return 2;
+  }
+  // Cache sizes: from the topology (hwloc, CIUIC_TOPO_FILE or /sys); the
+  // kernels' own sysconf fallback only when discovery fails.
+  ciuic::kernels::CacheSizes kc = ciuic::kernels::CacheSizes::FromSystem();
+  std::string cache_source = "sysconf (topology discovery failed)";
+  ciuic::StatusOr<ciuic::topology::Topology> topo = ciuic::topology::Discover(*config);
+  if (topo.ok()) {
+    const ciuic::topology::CacheSizes c = ciuic::topology::KernelCacheSizes(*topo);
+    kc.l1d = c.l1d;
+    kc.l2 = c.l2;
+    kc.llc = c.llc;
+    cache_source = c.measured ? "topology" : "topology defaults (nothing discovered)";
+  } else {
+    cache_source += ": " + topo.status().message();
+  }
+  ciuic::StatusOr<ciuic::kernels::Reducer> r = ciuic::kernels::Reducer::Create(*config, kc);
+  if (!r.ok()) {
+    std::fprintf(stderr, "ciuic-info: %s\n", r.status().message().c_str());
+    return 2;
+  }
+  const std::vector<ciuic::kernels::TargetInfo> targets = ciuic::kernels::CompiledTargets();
+  const std::vector<ciuic::KnobDescription> knobs = ciuic::DescribeKnobs(*config);
+  const std::vector<std::string> unknown = ciuic::UnknownEnvKnobs();
+  const size_t nt = r->nt_threshold_bytes();
+  if (json) {
+    std::printf("{\n  \"version\": %s,\n  \"git\": %s,\n  \"build\": %s,\n",
+                Json(ciuic::Version()).c_str(), Json(ciuic::GitRevision()).c_str(),
+                Json(ciuic::BuildOptions()).c_str());
+    std::printf("  \"simd\": {\"chosen\": %s, \"compiled\": [", Json(r->target_name()).c_str());
+    for (size_t i = 0; i < targets.size(); ++i) {
+      std::printf("%s{\"name\": %s, \"supported\": %s}", i ? ", " : "",
+                  Json(targets[i].name).c_str(), targets[i].supported ? "true" : "false");
+    }
+    std::printf("]},\n  \"caches\": {\"l1d\": %zu, \"l2\": %zu, \"llc\": %zu, \"source\": %s},\n",
+                kc.l1d, kc.l2, kc.llc, Json(cache_source).c_str());
+    std::printf("  \"kernels\": {\"tile_bytes\": %zu, \"nt_threshold_bytes\": %s, "
+                "\"prefetch_bytes\": %zu, \"prefetch_from_bytes\": %zu},\n",
+                r->tile_bytes(), nt == SIZE_MAX ? "null" : std::to_string(nt).c_str(),
+                r->prefetch_bytes(), r->prefetch_min_bytes());
+    std::printf("  \"knobs\": [\n");
+    for (size_t i = 0; i < knobs.size(); ++i) {
+      std::printf("    {\"name\": %s, \"value\": %s, \"default\": %s, \"source\": %s, \"doc\": %s}%s\n",
+                  Json(knobs[i].name).c_str(), Json(knobs[i].value).c_str(),
+                  Json(knobs[i].default_value).c_str(), Json(knobs[i].source).c_str(),
+                  Json(knobs[i].doc).c_str(), i + 1 < knobs.size() ? "," : "");
+    }
+    std::printf("  ],\n  \"unknown_env\": [");
+    for (size_t i = 0; i < unknown.size(); ++i) {
+      std::printf("%s%s", i ? ", " : "", Json(unknown[i]).c_str());
+    }
+    std::printf("]\n}\n");
+    return 0;
+  }
+  std::printf("ciuic %s (git %s)\n", ciuic::Version(), ciuic::GitRevision());
+  std::printf("build:   %s\n", ciuic::BuildOptions());
+  std::printf("simd:    %s chosen; compiled:", r->target_name());
+  for (const auto& t : targets) std::printf(" %s%s", t.name.c_str(), t.supported ? "" : "(not on this CPU)");
+  std::printf("\ncaches:  l1d=%zu l2=%zu llc=%zu (from %s)\n", kc.l1d, kc.l2, kc.llc,
+              cache_source.c_str());
+  std::printf("kernels: tile=%zu B for >4 inputs; non-temporal stores from %s; prefetch %zu B ahead "
+              "for working sets > %zu B\n",
+              r->tile_bytes(), nt == SIZE_MAX ? "never" : (std::to_string(nt) + " B").c_str(),
+              r->prefetch_bytes(), r->prefetch_min_bytes());
+  std::printf("knobs:\n");
+  for (const auto& k : knobs) {
+    std::printf("  %-26s = %-10s [%s] %s\n", k.name.c_str(),
+                k.value.empty() ? "''" : k.value.c_str(), k.source.c_str(), k.doc.c_str());
+  }
+  for (const std::string& u : unknown) {
+    std::printf("warning: %s is set but is not a ciuic knob (typo?)\n", u.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return Main(argc, argv); }
