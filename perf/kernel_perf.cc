@@ -193,23 +193,35 @@ void FillValues(void* p, size_t count, DataType dt, int salt) {
   }
 }
 
-// Median seconds per call of fn: calibrated so that one repetition lasts
-// at least min_ms.
-double TimeIt(const std::function<void()>& fn, const Options& o) {
+// Median seconds per call of each fn. Each is calibrated so that one
+// repetition lasts at least min_ms; the repetitions of all fns are
+// interleaved (A B C A B C ...) so that a burst of noise on this shared
+// machine hits them alike and the ratios stay meaningful.
+std::vector<double> TimeInterleaved(const std::vector<std::function<void()>>& fns,
+                                    const Options& o) {
   using Clock = std::chrono::steady_clock;
-  fn();  // warm caches / TLB
-  auto t0 = Clock::now();
-  fn();
-  double one = std::chrono::duration<double>(Clock::now() - t0).count();
-  const size_t iters = std::max<size_t>(1, static_cast<size_t>(o.min_ms * 1e-3 / std::max(one, 1e-9)));
-  std::vector<double> per;
-  for (int r = 0; r < o.reps; ++r) {
-    t0 = Clock::now();
-    for (size_t i = 0; i < iters; ++i) fn();
-    per.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / iters);
+  std::vector<size_t> iters(fns.size());
+  for (size_t f = 0; f < fns.size(); ++f) {
+    fns[f]();  // warm caches / TLB
+    const auto t0 = Clock::now();
+    fns[f]();
+    const double one = std::chrono::duration<double>(Clock::now() - t0).count();
+    iters[f] = std::max<size_t>(1, static_cast<size_t>(o.min_ms * 1e-3 / std::max(one, 1e-9)));
   }
-  std::sort(per.begin(), per.end());
-  return per[per.size() / 2];
+  std::vector<std::vector<double>> per(fns.size());
+  for (int r = 0; r < o.reps; ++r) {
+    for (size_t f = 0; f < fns.size(); ++f) {
+      const auto t0 = Clock::now();
+      for (size_t i = 0; i < iters[f]; ++i) fns[f]();
+      per[f].push_back(std::chrono::duration<double>(Clock::now() - t0).count() / iters[f]);
+    }
+  }
+  std::vector<double> med;
+  for (auto& v : per) {
+    std::sort(v.begin(), v.end());
+    med.push_back(v[v.size() / 2]);
+  }
+  return med;
 }
 
 struct Row {
@@ -307,51 +319,66 @@ int Main(int argc, char** argv) {
           row.nt = row.bytes >= r.nt_threshold_bytes();
           const double moved = static_cast<double>(row.bytes) * (n + 1);
           bool failed = false;
-          const double t_ours = TimeIt([&] {
+          std::vector<std::function<void()>> fns;
+          fns.push_back([&] {
             if (!r.Reduce(out.p, srcs.data(), n, count, dt, op).ok()) failed = true;
-          }, o);
+          });
+          // The hand-written AVX-512 loop (2-input f32/bf16 sum only).
+          int hand = -1;
+          if (n == 2 && op == ReduceOp::kSum && dt == DataType::kFloat32) {
+            const auto* a = reinterpret_cast<const float*>(srcs[0]);
+            const auto* b = reinterpret_cast<const float*>(srcs[1]);
+            auto* d = reinterpret_cast<float*>(tmp.p);
+            if (HandSumF32Avx512(d, a, b, 0, false)) {
+              hand = static_cast<int>(fns.size());
+              fns.push_back([=, nt = row.nt] { HandSumF32Avx512(d, a, b, count, nt); });
+            }
+          } else if (n == 2 && op == ReduceOp::kSum && dt == DataType::kBFloat16) {
+            const auto* a = reinterpret_cast<const uint16_t*>(srcs[0]);
+            const auto* b = reinterpret_cast<const uint16_t*>(srcs[1]);
+            auto* d = reinterpret_cast<uint16_t*>(tmp.p);
+            if (HandSumBF16Avx512(d, a, b, 0, false)) {
+              hand = static_cast<int>(fns.size());
+              fns.push_back([=, nt = row.nt] { HandSumBF16Avx512(d, a, b, count, nt); });
+            }
+          }
+          // The scalar loop without vectorisation (sum of f32/bf16/f16).
+          int scalar = -1;
+          if (op == ReduceOp::kSum) {
+            auto* d16 = reinterpret_cast<uint16_t*>(tmp.p);
+            const auto* s16 = reinterpret_cast<const uint16_t* const*>(srcs.data());
+            if (dt == DataType::kFloat32) {
+              scalar = static_cast<int>(fns.size());
+              fns.push_back([&] {
+                ScalarSumF32(reinterpret_cast<float*>(tmp.p),
+                             reinterpret_cast<const float* const*>(srcs.data()), n, count);
+              });
+            } else if (dt == DataType::kBFloat16) {
+              scalar = static_cast<int>(fns.size());
+              fns.push_back([=] { ScalarSumBF16(d16, s16, n, count); });
+            } else if (dt == DataType::kFloat16) {
+              scalar = static_cast<int>(fns.size());
+              fns.push_back([=] { ScalarSumF16(d16, s16, n, count); });
+            }
+          }
+          const int mcpy = static_cast<int>(fns.size());
+          fns.push_back([&] { std::memcpy(tmp.p, srcs[0], row.bytes); });
+          const std::vector<double> t = TimeInterleaved(fns, o);
           if (failed) {
             std::fprintf(stderr, "kernel_perf: Reduce failed\n");
             return 1;
           }
-          row.ours = moved / t_ours / 1e9;
+          row.ours = moved / t[0] / 1e9;
+          row.hand = hand < 0 ? -1 : moved / t[hand] / 1e9;
+          row.scalar = scalar < 0 ? -1 : moved / t[scalar] / 1e9;
+          row.memcpy_gbs = 2.0 * row.bytes / t[mcpy] / 1e9;
+          // Check the result of ciuic's last run against the reference.
+          if (!r.Reduce(out.p, srcs.data(), n, count, dt, op).ok()) return 1;
           kernels::ref::Reduce(want.p, srcs.data(), n, count, dt, op);
           row.wrong = 0;
           for (size_t i = 0; i < count; ++i) {
             row.wrong += !kernels::ref::SameElement(out.p, want.p, i, dt);
           }
-          row.hand = -1;
-          if (n == 2 && op == ReduceOp::kSum && dt == DataType::kFloat32) {
-            const auto* a = reinterpret_cast<const float*>(srcs[0]);
-            const auto* b = reinterpret_cast<const float*>(srcs[1]);
-            if (HandSumF32Avx512(reinterpret_cast<float*>(tmp.p), a, b, count, row.nt)) {
-              row.hand = moved / TimeIt([&] {
-                HandSumF32Avx512(reinterpret_cast<float*>(tmp.p), a, b, count, row.nt);
-              }, o) / 1e9;
-            }
-          } else if (n == 2 && op == ReduceOp::kSum && dt == DataType::kBFloat16) {
-            const auto* a = reinterpret_cast<const uint16_t*>(srcs[0]);
-            const auto* b = reinterpret_cast<const uint16_t*>(srcs[1]);
-            if (HandSumBF16Avx512(reinterpret_cast<uint16_t*>(tmp.p), a, b, count, row.nt)) {
-              row.hand = moved / TimeIt([&] {
-                HandSumBF16Avx512(reinterpret_cast<uint16_t*>(tmp.p), a, b, count, row.nt);
-              }, o) / 1e9;
-            }
-          }
-          row.scalar = -1;
-          if (op == ReduceOp::kSum) {
-            std::function<void()> fn;
-            if (dt == DataType::kFloat32) {
-              fn = [&] { ScalarSumF32(reinterpret_cast<float*>(tmp.p), reinterpret_cast<const float* const*>(srcs.data()), n, count); };
-            } else if (dt == DataType::kBFloat16) {
-              fn = [&] { ScalarSumBF16(reinterpret_cast<uint16_t*>(tmp.p), reinterpret_cast<const uint16_t* const*>(srcs.data()), n, count); };
-            } else if (dt == DataType::kFloat16) {
-              fn = [&] { ScalarSumF16(reinterpret_cast<uint16_t*>(tmp.p), reinterpret_cast<const uint16_t* const*>(srcs.data()), n, count); };
-            }
-            if (fn) row.scalar = moved / TimeIt(fn, o) / 1e9;
-          }
-          row.memcpy_gbs = 2.0 * row.bytes /
-                           TimeIt([&] { std::memcpy(tmp.p, srcs[0], row.bytes); }, o) / 1e9;
           rows.push_back(row);
           if (o.format == "table") {
             if (rows.size() == 1) {
