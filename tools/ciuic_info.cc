@@ -84,9 +84,9 @@ int Main(int argc, char** argv) {
     }
     std::printf("]},\n  \"caches\": {\"l1d\": %zu, \"l2\": %zu, \"llc\": %zu, \"source\": %s},\n",
                 kc.l1d, kc.l2, kc.llc, Json(cache_source).c_str());
-    std::printf("  \"kernels\": {\"tile_bytes\": %zu, \"nt_threshold_bytes\": %s, "
-                "\"prefetch_bytes\": %zu, \"prefetch_from_bytes\": %zu},\n",
-                r->tile_bytes(), nt == SIZE_MAX ? "null" : std::to_string(nt).c_str(),
+    std::printf("  \"kernels\": {\"tile_bytes\": %zu, \"tile_large_bytes\": %zu, "
+                "\"nt_threshold_bytes\": %s, \"prefetch_bytes\": %zu, \"prefetch_from_bytes\": %zu},\n",
+                r->tile_bytes(), r->tile_large_bytes(), nt == SIZE_MAX ? "null" : std::to_string(nt).c_str(),
                 r->prefetch_bytes(), r->prefetch_min_bytes());
     std::printf("  \"knobs\": [\n");
     for (size_t i = 0; i < knobs.size(); ++i) {
@@ -108,9 +108,9 @@ int Main(int argc, char** argv) {
   for (const auto& t : targets) std::printf(" %s%s", t.name.c_str(), t.supported ? "" : "(not on this CPU)");
   std::printf("\ncaches:  l1d=%zu l2=%zu llc=%zu (from %s)\n", kc.l1d, kc.l2, kc.llc,
               cache_source.c_str());
-  std::printf("kernels: tile=%zu B for >4 inputs; non-temporal stores from %s; prefetch %zu B ahead "
-              "for working sets > %zu B\n",
-              r->tile_bytes(), nt == SIZE_MAX ? "never" : (std::to_string(nt) + " B").c_str(),
+  std::printf("kernels: tile=%zu B for >4 inputs (%zu B beyond L2); non-temporal stores from %s; "
+              "prefetch %zu B ahead for working sets > %zu B\n",
+              r->tile_bytes(), r->tile_large_bytes(), nt == SIZE_MAX ? "never" : (std::to_string(nt) + " B").c_str(),
               r->prefetch_bytes(), r->prefetch_min_bytes());
   std::printf("knobs:\n");
   for (const auto& k : knobs) {

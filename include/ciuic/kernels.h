@@ -85,7 +85,11 @@ class Reducer {
   Status ConvertF16ToF32(const uint16_t* src, float* dst, size_t count) const;
 
   const char* target_name() const;
+  // Tile for >4 inputs when the working set fits in L2 (a quarter of L1d),
+  // and when it does not (a sixteenth of L2: longer bursts per input stream
+  // keep the hardware prefetchers going; the tile itself stays in L2).
   size_t tile_bytes() const { return tile_bytes_; }
+  size_t tile_large_bytes() const { return tile_large_bytes_; }
   // Output bytes from which stores are non-temporal (SIZE_MAX = never).
   size_t nt_threshold_bytes() const { return nt_threshold_; }
   size_t prefetch_bytes() const { return prefetch_bytes_; }
@@ -95,6 +99,7 @@ class Reducer {
   Reducer() = default;
   int slot_ = 0;  // index into the per-target dispatch tables
   size_t tile_bytes_ = 0;
+  size_t tile_large_bytes_ = 0;
   size_t nt_threshold_ = 0;
   size_t prefetch_bytes_ = 0;
   size_t prefetch_min_bytes_ = 0;

@@ -259,6 +259,7 @@ TEST(ReducerTest, ThresholdsComeFromCachesAndKnobs) {
   auto r = Reducer::Create(Config{}, caches);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->tile_bytes(), 12u * 1024);
+  EXPECT_EQ(r->tile_large_bytes(), 64u * 1024);
   EXPECT_EQ(r->nt_threshold_bytes(), 16u << 20);  // LLC capped at 32 MiB, halved
   EXPECT_EQ(r->prefetch_min_bytes(), 1u << 20);
   Config never;
