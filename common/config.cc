@@ -58,7 +58,7 @@ Status ParseTile(const std::string& text, Config* c) {
     return Status::Ok();
   }
   CIUIC_ASSIGN_OR_RETURN(uint64_t v, ParseByteSize(text));
-  if (v != 0 && (v < 1024 || v > 64 * 1024)) {
+  if (v != 0 && (v < 1024 || v > 64u * 1024u)) {
     return InvalidArgumentError("tile must be 0 (auto) or between 1K and 64K bytes");
   }
   c->kernel_tile_bytes = v;
@@ -82,7 +82,7 @@ Status ParseNt(const std::string& text, Config* c) {
 
 Status ParsePrefetch(const std::string& text, Config* c) {
   CIUIC_ASSIGN_OR_RETURN(uint64_t b, ParseByteSize(text));
-  if (b > 64 * 1024) return InvalidArgumentError("prefetch distance must be at most 64K bytes");
+  if (b > 64u * 1024u) return InvalidArgumentError("prefetch distance must be at most 64K bytes");
   c->kernel_prefetch_bytes = b;
   return Status::Ok();
 }
@@ -235,7 +235,7 @@ StatusOr<uint64_t> ParseByteSize(const std::string& text) {
       case 'B': mult = 1; break;
       default: return InvalidArgumentError("'" + text + "': unknown unit '" + suffix + "'");
     }
-    std::string rest = suffix[0] == 'B' ? suffix.substr(1) : suffix.substr(1);
+    const std::string rest = suffix.substr(1);  // after K/M/G or B
     if (!(rest.empty() || rest == "B" || rest == "IB")) {
       return InvalidArgumentError("'" + text + "': unknown unit '" + suffix + "'");
     }
