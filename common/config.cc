@@ -236,7 +236,8 @@ StatusOr<uint64_t> ParseByteSize(const std::string& text) {
       default: return InvalidArgumentError("'" + text + "': unknown unit '" + suffix + "'");
     }
     const std::string rest = suffix.substr(1);  // after K/M/G or B
-    if (!(rest.empty() || rest == "B" || rest == "IB")) {
+    const bool ok = suffix[0] == 'B' ? rest.empty() : (rest.empty() || rest == "B" || rest == "IB");
+    if (!ok) {
       return InvalidArgumentError("'" + text + "': unknown unit '" + suffix + "'");
     }
   }

@@ -80,6 +80,8 @@ TEST(ConfigTest, ByteSizes) {
   EXPECT_FALSE(ParseByteSize("").ok());
   EXPECT_FALSE(ParseByteSize("-1").ok());
   EXPECT_FALSE(ParseByteSize("1X").ok());
+  EXPECT_FALSE(ParseByteSize("1BB").ok());
+  EXPECT_EQ(*ParseByteSize("512B"), 512u);
   EXPECT_FALSE(ParseByteSize("99999999999999999999").ok());
   EXPECT_FALSE(ParseByteSize("17179869184G").ok());
 }
