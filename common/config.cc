@@ -143,6 +143,62 @@ Status ParseNumaPolicy(const std::string& text, Config* c) {
   return Status::Ok();
 }
 
+bool AllDigits(const std::string& v) {
+  return !v.empty() &&
+         std::all_of(v.begin(), v.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); });
+}
+
+// A non-negative int below 2^31 ("" is an error).
+StatusOr<int> ParseCount(const std::string& text) {
+  if (!AllDigits(text) || text.size() > 10) return InvalidArgumentError("expected a non-negative integer");
+  const unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
+  if (v > 0x7fffffffull) return InvalidArgumentError("out of range");
+  return static_cast<int>(v);
+}
+
+Status ParseRank(const std::string& text, Config* c) {
+  CIUIC_ASSIGN_OR_RETURN(c->rank, ParseCount(text));
+  return Status::Ok();
+}
+
+Status ParseWorldSize(const std::string& text, Config* c) {
+  CIUIC_ASSIGN_OR_RETURN(int v, ParseCount(text));
+  if (v == 0) return InvalidArgumentError("world size must be at least 1");
+  c->world_size = v;
+  return Status::Ok();
+}
+
+Status ParseStoreAddr(const std::string& text, Config* c) {
+  if (text.empty()) {
+    c->store_addr.clear();
+    return Status::Ok();
+  }
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0) return InvalidArgumentError("expected host:port");
+  const std::string host = text.substr(0, colon);
+  if (host.front() == '[' && host.back() != ']') return InvalidArgumentError("expected [v6address]:port");
+  StatusOr<int> port = ParseCount(text.substr(colon + 1));
+  if (!port.ok() || *port < 1 || *port > 65535) return InvalidArgumentError("port must be 1..65535");
+  c->store_addr = text;
+  return Status::Ok();
+}
+
+Status ParseStoreExternal(const std::string& text, Config* c) {
+  const std::string v = Lower(text);
+  if (v == "1" || v == "true" || v == "yes" || v == "on") c->store_external = true;
+  else if (v == "0" || v == "false" || v == "no" || v == "off" || v.empty()) c->store_external = false;
+  else return InvalidArgumentError("expected 0 or 1");
+  return Status::Ok();
+}
+
+Status ParseTimeoutMs(const std::string& text, Config* c) {
+  if (!AllDigits(text) || text.size() > 12) return InvalidArgumentError("expected milliseconds (a positive integer)");
+  const long long v = std::strtoll(text.c_str(), nullptr, 10);
+  if (v <= 0) return InvalidArgumentError("timeout must be positive");
+  c->timeout_ms = v;
+  return Status::Ok();
+}
+
 const Knob kKnobs[] = {
     {"CIUIC_DEBUG", "WARN", "log level: WARN, INFO or TRACE", ParseLogLevel,
      [](const Config& c) { return std::string(LogLevelName(c.debug)); }},
@@ -187,6 +243,28 @@ const Knob kKnobs[] = {
     {"CIUIC_NUMA_POLICY", "preferred",
      "NUMA binding of buffer pools: bind, preferred, interleave or local (first touch)",
      ParseNumaPolicy, [](const Config& c) { return c.numa_policy; }},
+    {"CIUIC_RANK", "", "this process's rank (unset: taken from the launcher: Open MPI, Slurm, PMI)",
+     ParseRank, [](const Config& c) { return c.rank < 0 ? std::string() : std::to_string(c.rank); }},
+    {"CIUIC_WORLD_SIZE", "", "number of ranks (unset: taken from the launcher)", ParseWorldSize,
+     [](const Config& c) { return c.world_size < 0 ? std::string() : std::to_string(c.world_size); }},
+    {"CIUIC_STORE_ADDR", "", "rendezvous store address, host:port (rank 0 serves it unless external)",
+     ParseStoreAddr, [](const Config& c) { return c.store_addr; }},
+    {"CIUIC_STORE_EXTERNAL", "0", "1 = the store is served elsewhere; rank 0 does not start one",
+     ParseStoreExternal, [](const Config& c) { return std::string(c.store_external ? "1" : "0"); }},
+    {"CIUIC_SECRET", "", "job secret every store client must prove (printed as '(set)')",
+     [](const std::string& t, Config* c) {
+       c->secret = t;
+       return Status::Ok();
+     },
+     [](const Config& c) { return c.secret.empty() ? std::string() : std::string("(set)"); }},
+    {"CIUIC_SECRET_FILE", "", "file holding the job secret (must not be world-readable)",
+     [](const std::string& t, Config* c) {
+       c->secret_file = t;
+       return Status::Ok();
+     },
+     [](const Config& c) { return c.secret_file; }},
+    {"CIUIC_TIMEOUT_MS", "300000", "timeout of bootstrap operations (store connect, get, wait) in ms",
+     ParseTimeoutMs, [](const Config& c) { return std::to_string(c.timeout_ms); }},
 };
 
 const Knob* FindKnob(const std::string& name) {

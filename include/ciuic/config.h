@@ -55,6 +55,23 @@ struct Config {
   // bind, preferred, interleave or local (first touch).
   std::string numa_policy = "preferred";
 
+  // Rendezvous (transport/ bootstrap). CIUIC_RANK / CIUIC_WORLD_SIZE: this
+  // process's rank and the number of ranks; -1 = not set (the launcher's
+  // variables are used instead, see ciuic::transport::DiscoverJob).
+  int rank = -1;
+  int world_size = -1;
+  // CIUIC_STORE_ADDR: host:port (or [v6addr]:port) of the rendezvous store.
+  std::string store_addr;
+  // CIUIC_STORE_EXTERNAL: true = the store is served by someone else; rank 0
+  // does not start a server.
+  bool store_external = false;
+  // CIUIC_SECRET: the job secret every store client must prove (never
+  // printed). CIUIC_SECRET_FILE: file holding it (not world-readable).
+  std::string secret;
+  std::string secret_file;
+  // CIUIC_TIMEOUT_MS: timeout of bootstrap operations in milliseconds.
+  int64_t timeout_ms = 300000;
+
   // Names of the knobs whose value came from the environment.
   std::vector<std::string> from_env;
 

@@ -1,0 +1,64 @@
+// SHA-256 against FIPS 180-4 examples, HMAC-SHA256 against RFC 4231.
+#include "transport/sha256.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace ciuic::transport {
+namespace {
+
+std::string Unhex(const std::string& h) {
+  std::string out;
+  for (size_t i = 0; i + 1 < h.size(); i += 2) out.push_back(static_cast<char>(std::stoi(h.substr(i, 2), nullptr, 16)));
+  return out;
+}
+
+TEST(Sha256Test, Fips180Vectors) {
+  EXPECT_EQ(ToHex(Sha256Of("")), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(ToHex(Sha256Of("abc")), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(ToHex(Sha256Of("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  EXPECT_EQ(ToHex(Sha256Of(std::string(1000000, 'a'))),
+            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST(Sha256Test, IncrementalEqualsOneShot) {
+  std::string data;
+  for (int i = 0; i < 1000; ++i) data.push_back(static_cast<char>(i * 7 + 3));
+  for (size_t split : {0u, 1u, 55u, 56u, 63u, 64u, 65u, 500u}) {
+    Sha256 s;
+    s.Update(data.substr(0, split));
+    s.Update(data.substr(split));
+    EXPECT_EQ(s.Finish(), Sha256Of(data)) << split;
+  }
+}
+
+TEST(HmacSha256Test, Rfc4231Vectors) {
+  // Test case 1.
+  EXPECT_EQ(ToHex(HmacSha256(std::string(20, '\x0b'), "Hi There")),
+            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+  // Test case 2.
+  EXPECT_EQ(ToHex(HmacSha256("Jefe", "what do ya want for nothing?")),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  // Test case 3.
+  EXPECT_EQ(ToHex(HmacSha256(std::string(20, '\xaa'), std::string(50, '\xdd'))),
+            "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe");
+  // Test case 4.
+  EXPECT_EQ(ToHex(HmacSha256(Unhex("0102030405060708090a0b0c0d0e0f10111213141516171819"),
+                             std::string(50, '\xcd'))),
+            "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b");
+  // Test case 6: a key longer than the block.
+  EXPECT_EQ(ToHex(HmacSha256(std::string(131, '\xaa'),
+                             "Test Using Larger Than Block-Size Key - Hash Key First")),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+  // Test case 7.
+  EXPECT_EQ(ToHex(HmacSha256(std::string(131, '\xaa'),
+                             "This is a test using a larger than block-size key and a larger than "
+                             "block-size data. The key needs to be hashed before being used by the "
+                             "HMAC algorithm.")),
+            "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2");
+}
+
+}  // namespace
+}  // namespace ciuic::transport

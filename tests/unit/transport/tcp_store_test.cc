@@ -1,0 +1,351 @@
+// TcpStoreServer / TcpStoreClient on 127.0.0.1 with ephemeral ports.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ciuic/transport.h"
+#include "transport/net.h"
+#include "transport/sha256.h"
+
+namespace ciuic::transport {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+constexpr char kSecret[] = "test-secret-1234";
+constexpr char kHost[] = "127.0.0.1";
+
+std::unique_ptr<TcpStoreServer> StartServer(const std::string& secret = kSecret, uint16_t port = 0) {
+  auto s = TcpStoreServer::Start(kHost, port, secret);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? std::move(*s) : nullptr;
+}
+
+std::unique_ptr<TcpStoreClient> Connect(uint16_t port, const std::string& secret = kSecret,
+                                        milliseconds timeout = milliseconds(5000)) {
+  auto c = TcpStoreClient::Connect(kHost, port, secret, timeout);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+TEST(TcpStoreTest, SetGetWaitAddAcrossThreads) {
+  auto server = StartServer();
+  ASSERT_TRUE(server);
+  EXPECT_NE(server->port(), 0);
+  constexpr int kThreads = 4;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      auto c = Connect(server->port());
+      if (!c) {
+        ++failures;
+        return;
+      }
+      const std::string value = "value-" + std::to_string(t) + std::string("\0\x01\xff", 3);
+      if (!c->Set("addr/" + std::to_string(t), value).ok()) ++failures;
+      for (int i = 0; i < 10; ++i) {
+        if (!c->Add("counter", 1).ok()) ++failures;
+      }
+      std::vector<std::string> keys;
+      for (int r = 0; r < kThreads; ++r) keys.push_back("addr/" + std::to_string(r));
+      if (!c->Wait(keys, milliseconds(5000)).ok()) ++failures;
+      for (int r = 0; r < kThreads; ++r) {
+        auto v = c->Get("addr/" + std::to_string(r), milliseconds(1000));
+        if (!v.ok() || *v != "value-" + std::to_string(r) + std::string("\0\x01\xff", 3)) ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  auto c = Connect(server->port());
+  ASSERT_TRUE(c);
+  EXPECT_EQ(*c->Add("counter", 0), kThreads * 10);
+  EXPECT_EQ(*c->Add("counter", -5), kThreads * 10 - 5);
+  EXPECT_EQ(*c->Get("counter", milliseconds(10)), std::to_string(kThreads * 10 - 5));
+  EXPECT_EQ(c->Add("addr/0", 1).status().code(), StatusCode::kFailedPrecondition);
+  // A large value and the client-side bounds.
+  const std::string big(3 << 20, 'z');
+  ASSERT_TRUE(c->Set("big", big).ok());
+  EXPECT_EQ(*c->Get("big", milliseconds(1000)), big);
+  EXPECT_EQ(c->Set("", "x").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c->Set(std::string(kMaxKeyBytes + 1, 'k'), "x").code(), StatusCode::kInvalidArgument);
+}
+
+TEST(TcpStoreTest, GetTimeoutNamesKey) {
+  auto server = StartServer();
+  ASSERT_TRUE(server);
+  auto c = Connect(server->port());
+  ASSERT_TRUE(c);
+  const auto t0 = Clock::now();
+  auto v = c->Get("nobody/sets/this", milliseconds(100));
+  const auto took = Clock::now() - t0;
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(v.status().message().find("nobody/sets/this"), std::string::npos) << v.status().message();
+  EXPECT_GE(took, milliseconds(100));
+  EXPECT_LT(took, milliseconds(2000));
+  Status w = c->Wait({"nobody/either"}, milliseconds(50));
+  EXPECT_EQ(w.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(w.message().find("nobody/either"), std::string::npos);
+  // The connection is still usable after a Get timeout.
+  EXPECT_TRUE(c->Set("k", "v").ok());
+}
+
+TEST(TcpStoreTest, WrongSecretRejectedRightAccepted) {
+  auto server = StartServer();
+  ASSERT_TRUE(server);
+  auto bad = TcpStoreClient::Connect(kHost, server->port(), "not-the-secret", milliseconds(2000));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(bad.status().message().find("secret"), std::string::npos) << bad.status().message();
+  auto none = TcpStoreClient::Connect(kHost, server->port(), "", milliseconds(2000));
+  EXPECT_FALSE(none.ok());
+  auto good = Connect(server->port());
+  ASSERT_TRUE(good);
+  EXPECT_TRUE(good->Set("a", "b").ok());
+}
+
+TEST(TcpStoreTest, NoSecretAcceptsLoopback) {
+  auto server = StartServer("");
+  ASSERT_TRUE(server);
+  auto c = Connect(server->port(), "");
+  ASSERT_TRUE(c);
+  EXPECT_TRUE(c->Set("a", "b").ok());
+  // A client with a secret does not authenticate a secret-less server.
+  EXPECT_FALSE(TcpStoreClient::Connect(kHost, server->port(), kSecret, milliseconds(1000)).ok());
+}
+
+TEST(TcpStoreTest, ClientBeforeServer) {
+  uint16_t port;
+  {
+    auto probe = StartServer();
+    ASSERT_TRUE(probe);
+    port = probe->port();
+  }
+  StatusOr<std::unique_ptr<TcpStoreClient>> client = UnavailableError("not yet");
+  std::thread t([&] { client = TcpStoreClient::Connect(kHost, port, kSecret, milliseconds(5000)); });
+  std::this_thread::sleep_for(milliseconds(200));
+  auto server = StartServer(kSecret, port);
+  t.join();
+  ASSERT_TRUE(server);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_TRUE((*client)->Set("late", "ok").ok());
+}
+
+TEST(TcpStoreTest, ConnectTimesOutWithoutServer) {
+  uint16_t port;
+  {
+    auto probe = StartServer();
+    ASSERT_TRUE(probe);
+    port = probe->port();
+  }
+  const auto t0 = Clock::now();
+  auto c = TcpStoreClient::Connect(kHost, port, kSecret, milliseconds(200));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kUnavailable);
+  EXPECT_LT(Clock::now() - t0, milliseconds(2000));
+}
+
+TEST(TcpStoreTest, ServerKilledGivesErrorWithinTimeout) {
+  int pipefd[2];
+  ASSERT_EQ(pipe(pipefd), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(pipefd[0]);
+    auto s = TcpStoreServer::Start(kHost, 0, kSecret);
+    if (!s.ok()) _exit(1);
+    const uint16_t port = (*s)->port();
+    if (write(pipefd[1], &port, sizeof(port)) != sizeof(port)) _exit(1);
+    pause();
+    _exit(0);
+  }
+  close(pipefd[1]);
+  uint16_t port = 0;
+  ASSERT_EQ(read(pipefd[0], &port, sizeof(port)), static_cast<ssize_t>(sizeof(port)));
+  close(pipefd[0]);
+  auto c = Connect(port);
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(c->Set("x", "1").ok());
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  const auto t0 = Clock::now();
+  auto v = c->Get("never", milliseconds(3000));
+  EXPECT_LT(Clock::now() - t0, milliseconds(3000));
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().code(), StatusCode::kUnavailable) << v.status().ToString();
+  // The first error sticks.
+  EXPECT_EQ(c->Set("y", "2").code(), StatusCode::kUnavailable);
+}
+
+// Forked ranks meet through the store: a barrier from Add + Wait.
+TEST(TcpStoreTest, ForkedRanksBarrier) {
+  constexpr int kRanks = 4;
+  std::vector<pid_t> pids;
+  std::vector<int> pipes;
+  for (int r = 0; r < kRanks; ++r) {
+    int p[2];
+    ASSERT_EQ(pipe(p), 0);
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      close(p[1]);
+      uint16_t port = 0;
+      if (read(p[0], &port, sizeof(port)) != sizeof(port)) _exit(10);
+      auto c = TcpStoreClient::Connect(kHost, port, kSecret, milliseconds(5000));
+      if (!c.ok()) _exit(11);
+      if (!(*c)->Set("addr/" + std::to_string(r), "rank" + std::to_string(r)).ok()) _exit(12);
+      for (int round = 0; round < 3; ++round) {
+        const std::string b = "barrier/" + std::to_string(round);
+        auto n = (*c)->Add(b, 1);
+        if (!n.ok()) _exit(13);
+        if (*n == kRanks && !(*c)->Set(b + "/done", "").ok()) _exit(14);
+        if (!(*c)->Wait({b + "/done"}, milliseconds(5000)).ok()) _exit(15);
+      }
+      for (int o = 0; o < kRanks; ++o) {
+        auto v = (*c)->Get("addr/" + std::to_string(o), milliseconds(100));
+        if (!v.ok() || *v != "rank" + std::to_string(o)) _exit(16);
+      }
+      _exit(0);
+    }
+    close(p[0]);
+    pids.push_back(pid);
+    pipes.push_back(p[1]);
+  }
+  auto server = StartServer();
+  ASSERT_TRUE(server);
+  const uint16_t port = server->port();
+  for (int fd : pipes) {
+    EXPECT_EQ(write(fd, &port, sizeof(port)), static_cast<ssize_t>(sizeof(port)));
+    close(fd);
+  }
+  for (pid_t pid : pids) {
+    int st = 0;
+    ASSERT_EQ(waitpid(pid, &st, 0), pid);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "rank exit status " << st;
+  }
+  auto c = Connect(port);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(*c->Add("barrier/2", 0), kRanks);
+}
+
+// A raw socket that authenticates like a client (or not).
+int RawConnect(uint16_t port, bool authenticate, const std::string& secret = kSecret) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return -1;
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  char greeting[40];
+  if (recv(fd, greeting, 40, MSG_WAITALL) != 40) return -1;
+  if (!authenticate) return fd;
+  const std::string sn(greeting + 8, 32);
+  const std::string cn(32, 'c');
+  const Digest mac = HmacSha256(secret, sn + cn);
+  std::string proof = cn + std::string(reinterpret_cast<const char*>(mac.data()), 32);
+  send(fd, proof.data(), proof.size(), 0);
+  char verdict[33];
+  if (recv(fd, verdict, 33, MSG_WAITALL) != 33 || verdict[0] != 0) return -1;
+  return fd;
+}
+
+// True when the server closes `fd` within 5 s (recv returns 0 or reset).
+bool ClosedByServer(int fd) {
+  char buf[256];
+  for (;;) {
+    const ssize_t r = recv(fd, buf, sizeof(buf), 0);
+    if (r == 0 || (r < 0 && errno == ECONNRESET)) return true;
+    if (r < 0) return false;  // timeout
+  }
+}
+
+TEST(TcpStoreTest, MalformedFramesCloseOnlyThatConnection) {
+  auto server = StartServer();
+  ASSERT_TRUE(server);
+  auto good = Connect(server->port());
+  ASSERT_TRUE(good);
+  ASSERT_TRUE(good->Set("k", "v").ok());
+
+  std::vector<std::string> frames;
+  {
+    std::string f;  // a key longer than the limit
+    f.push_back(1);
+    net::PutU32(&f, kMaxKeyBytes + 1);
+    net::PutU32(&f, 0);
+    frames.push_back(f);
+  }
+  {
+    std::string f;  // a value longer than the limit (only the header is sent)
+    f.push_back(1);
+    net::PutU32(&f, 1);
+    net::PutU32(&f, 0xffffffffu);
+    frames.push_back(f);
+  }
+  {
+    std::string f;  // an unknown op
+    f.push_back(99);
+    net::PutU32(&f, 1);
+    net::PutU32(&f, 0);
+    f += "k";
+    frames.push_back(f);
+  }
+  {
+    std::string f;  // ADD with a 3-byte delta
+    f.push_back(3);
+    net::PutU32(&f, 1);
+    net::PutU32(&f, 3);
+    f += "kabc";
+    frames.push_back(f);
+  }
+  for (const std::string& f : frames) {
+    const int fd = RawConnect(server->port(), true);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(send(fd, f.data(), f.size(), MSG_NOSIGNAL), static_cast<ssize_t>(f.size()));
+    EXPECT_TRUE(ClosedByServer(fd));
+    close(fd);
+  }
+  // Garbage instead of the proof: rejected and closed.
+  {
+    const int fd = RawConnect(server->port(), false);
+    ASSERT_GE(fd, 0);
+    const std::string junk(64, 'j');
+    send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
+    char verdict[33];
+    ASSERT_EQ(recv(fd, verdict, 33, MSG_WAITALL), 33);
+    EXPECT_EQ(verdict[0], 1);
+    EXPECT_TRUE(ClosedByServer(fd));
+    close(fd);
+  }
+  // A peer that connects and leaves mid-handshake.
+  {
+    const int fd = RawConnect(server->port(), false);
+    ASSERT_GE(fd, 0);
+    send(fd, "abc", 3, MSG_NOSIGNAL);
+    close(fd);
+  }
+  // The server still serves the others, old and new.
+  EXPECT_EQ(*good->Get("k", milliseconds(1000)), "v");
+  auto again = Connect(server->port());
+  ASSERT_TRUE(again);
+  EXPECT_EQ(*again->Get("k", milliseconds(1000)), "v");
+}
+
+}  // namespace
+}  // namespace ciuic::transport
