@@ -8,6 +8,7 @@
 #include <cstring>
 #include <thread>
 
+#include "transport/backoff.h"
 #include "ciuic/transport.h"
 #include "transport/sha256.h"
 
@@ -80,14 +81,6 @@ Status WriteAtomically(const std::string& dir, const std::string& path, const st
   return Status::Ok();
 }
 
-bool Backoff(std::chrono::milliseconds* step, Clock::time_point deadline) {
-  const auto now = Clock::now();
-  if (now >= deadline) return false;
-  std::this_thread::sleep_for(std::min<Clock::duration>(*step, deadline - now));
-  *step = std::min(*step * 2, std::chrono::milliseconds(50));
-  return true;
-}
-
 }  // namespace
 
 StatusOr<std::unique_ptr<FileStore>> FileStore::Open(const std::string& dir) {
@@ -131,7 +124,7 @@ StatusOr<std::string> FileStore::Get(const std::string& key, std::chrono::millis
   for (;;) {
     StatusOr<std::string> v = ReadFile(path);
     if (v.ok() || v.status().code() != StatusCode::kNotFound) return v;
-    if (!Backoff(&step, deadline)) {
+    if (!Backoff(&step, deadline, std::chrono::milliseconds(50))) {
       return DeadlineExceededError("store key '" + key + "' was not set within " +
                                    std::to_string(timeout.count()) + " ms (file store " + dir_ + ")");
     }
@@ -145,7 +138,7 @@ Status FileStore::Wait(const std::vector<std::string>& keys, std::chrono::millis
   for (const std::string& key : keys) {
     const std::string path = PathOf(key);
     while (access(path.c_str(), F_OK) != 0) {
-      if (!Backoff(&step, deadline)) {
+      if (!Backoff(&step, deadline, std::chrono::milliseconds(50))) {
         return DeadlineExceededError("store key '" + key + "' was not set within " +
                                      std::to_string(timeout.count()) + " ms (file store " + dir_ + ")");
       }

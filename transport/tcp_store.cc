@@ -12,6 +12,7 @@
 #include <map>
 #include <thread>
 
+#include "transport/backoff.h"
 #include "ciuic/transport.h"
 #include "common/log.h"
 #include "transport/net.h"
@@ -402,15 +403,6 @@ StatusOr<int> ConnectOnce(const net::Address& a, Clock::time_point deadline) {
   }
 }
 
-// Sleeps for min(step, time left). False when the deadline has passed.
-bool Backoff(std::chrono::milliseconds* step, Clock::time_point deadline) {
-  const auto now = Clock::now();
-  if (now >= deadline) return false;
-  std::this_thread::sleep_for(std::min<Clock::duration>(*step, deadline - now));
-  *step = std::min(*step * 2, std::chrono::milliseconds(100));
-  return true;
-}
-
 }  // namespace
 
 // A poll round trip may outlive the caller's deadline a little (at most
@@ -437,7 +429,7 @@ StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::Connect(const std::str
       break;
     }
     last = r.status().message();
-    if (!Backoff(&step, deadline)) {
+    if (!Backoff(&step, deadline, std::chrono::milliseconds(100))) {
       return UnavailableError("cannot connect to the store at " + where + " within " +
                               std::to_string(timeout.count()) + " ms: " + last);
     }
@@ -556,7 +548,7 @@ StatusOr<std::string> TcpStoreClient::Get(const std::string& key, std::chrono::m
       if (r.status == kReplyOk) return std::move(r.payload);
       if (r.status == kReplyError) return FailedPreconditionError(r.payload);
     }
-    if (!Backoff(&step, deadline)) {
+    if (!Backoff(&step, deadline, std::chrono::milliseconds(100))) {
       return DeadlineExceededError("store key '" + key + "' was not set within " +
                                    std::to_string(timeout.count()) + " ms");
     }
@@ -575,7 +567,7 @@ Status TcpStoreClient::Wait(const std::vector<std::string>& keys, std::chrono::m
         if (r.status == kReplyOk) break;
         if (r.status == kReplyError) return FailedPreconditionError(r.payload);
       }
-      if (!Backoff(&step, deadline)) {
+      if (!Backoff(&step, deadline, std::chrono::milliseconds(100))) {
         return DeadlineExceededError("store key '" + key + "' was not set within " +
                                      std::to_string(timeout.count()) + " ms");
       }
