@@ -254,14 +254,17 @@ StatusOr<Topology> LoadSysfs(const std::string& root_in) {
   // Packages and cores.
   std::map<long, int> package_index;
   std::map<std::pair<long, long>, int> core_index;
-  for (int cpu : cpus) {
-    const std::string d = sys + "/cpu/cpu" + std::to_string(cpu) + "/topology";
+  // (package, core) of each CPU, read once from sysfs.
+  std::vector<std::pair<long, long>> cpu_core(cpus.size());
+  for (size_t i = 0; i < cpus.size(); ++i) {
+    const std::string d = sys + "/cpu/cpu" + std::to_string(cpus[i]) + "/topology";
     long pkg = internal::ReadNumber(d + "/physical_package_id");
     if (pkg < 0) pkg = 0;
     long core_id = internal::ReadNumber(d + "/core_id");
-    if (core_id < 0) core_id = cpu;
+    if (core_id < 0) core_id = cpus[i];
+    cpu_core[i] = {pkg, core_id};
     package_index.emplace(pkg, 0);
-    core_index.emplace(std::make_pair(pkg, core_id), -1);
+    core_index.emplace(cpu_core[i], -1);
   }
   int pi = 0;
   for (auto& [os, idx] : package_index) {
@@ -270,13 +273,10 @@ StatusOr<Topology> LoadSysfs(const std::string& root_in) {
     p.os_index = static_cast<int>(os);
     t.packages.push_back(p);
   }
-  for (int cpu : cpus) {
-    const std::string d = sys + "/cpu/cpu" + std::to_string(cpu) + "/topology";
-    long pkg = internal::ReadNumber(d + "/physical_package_id");
-    if (pkg < 0) pkg = 0;
-    long core_id = internal::ReadNumber(d + "/core_id");
-    if (core_id < 0) core_id = cpu;
-    int& ci = core_index[{pkg, core_id}];
+  for (size_t i = 0; i < cpus.size(); ++i) {
+    const int cpu = cpus[i];
+    const auto [pkg, core_id] = cpu_core[i];
+    int& ci = core_index[cpu_core[i]];
     if (ci < 0) {
       Core c;
       c.os_index = static_cast<int>(core_id);
