@@ -199,6 +199,49 @@ Status ParseTimeoutMs(const std::string& text, Config* c) {
   return Status::Ok();
 }
 
+// Integer knob stored in Config::*Field, accepted in [Lo, Hi].
+template <int Config::*Field, int Lo, int Hi>
+Status ParseIntIn(const std::string& text, Config* c) {
+  const bool negative = !text.empty() && text[0] == '-';
+  StatusOr<int> v = ParseCount(negative ? text.substr(1) : text);
+  const int value = v.ok() ? (negative ? -*v : *v) : 0;
+  if (!v.ok() || value < Lo || value > Hi) {
+    return InvalidArgumentError("expected an integer in [" + std::to_string(Lo) + ", " +
+                                std::to_string(Hi) + "]");
+  }
+  c->*Field = value;
+  return Status::Ok();
+}
+template <int Config::*Field>
+std::string PrintInt(const Config& c) {
+  return std::to_string(c.*Field);
+}
+
+// Byte-size knob stored in Config::*Field, accepted in [Lo, Hi].
+template <size_t Config::*Field, uint64_t Lo, uint64_t Hi>
+Status ParseSizeIn(const std::string& text, Config* c) {
+  CIUIC_ASSIGN_OR_RETURN(uint64_t v, ParseByteSize(text));
+  if (v < Lo || v > Hi) {
+    return InvalidArgumentError("expected a size in [" + std::to_string(Lo) + ", " +
+                                std::to_string(Hi) + "] bytes");
+  }
+  c->*Field = static_cast<size_t>(v);
+  return Status::Ok();
+}
+template <size_t Config::*Field>
+std::string PrintSize(const Config& c) {
+  return std::to_string(c.*Field);
+}
+
+Status ParseTransport(const std::string& text, Config* c) {
+  const std::string v = Lower(text);
+  if (v != "auto" && v != "shm" && v != "tcp" && v != "verbs") {
+    return InvalidArgumentError("expected auto, shm, tcp or verbs");
+  }
+  c->transport = v;
+  return Status::Ok();
+}
+
 const Knob kKnobs[] = {
     {"CIUIC_DEBUG", "WARN", "log level: WARN, INFO or TRACE", ParseLogLevel,
      [](const Config& c) { return std::string(LogLevelName(c.debug)); }},
@@ -265,6 +308,32 @@ const Knob kKnobs[] = {
      [](const Config& c) { return c.secret_file; }},
     {"CIUIC_TIMEOUT_MS", "300000", "timeout of bootstrap operations (store connect, get, wait) in ms",
      ParseTimeoutMs, [](const Config& c) { return std::to_string(c.timeout_ms); }},
+    {"CIUIC_TRANSPORT", "auto",
+     "data transport: auto (shm within a host, else verbs if usable, else tcp), shm, tcp, verbs",
+     ParseTransport, [](const Config& c) { return c.transport; }},
+    {"CIUIC_BUFFER_SIZE", "4194304",
+     "bytes of each connection's receive ring (slot count = buffer size / chunk size)",
+     ParseSizeIn<&Config::buffer_size, 4096, (1ull << 30)>, PrintSize<&Config::buffer_size>},
+    {"CIUIC_CHUNK_SIZE", "524288", "bytes of one ring slot, the unit of pipelining",
+     ParseSizeIn<&Config::chunk_size, 1024, (1ull << 30)>, PrintSize<&Config::chunk_size>},
+    {"CIUIC_SOCKET_IFNAME", "",
+     "network interface for tcp: prefix match, '=' exact, '^' exclude (empty = first up non-loopback)",
+     [](const std::string& t, Config* c) {
+       c->socket_ifname = t;
+       return Status::Ok();
+     },
+     [](const Config& c) { return c.socket_ifname; }},
+    {"CIUIC_SOCKET_NSOCKS", "1", "tcp sockets per peer connection, writes striped across them (1-16)",
+     ParseIntIn<&Config::socket_nsocks, 1, 16>, PrintInt<&Config::socket_nsocks>},
+    {"CIUIC_IB_GID_INDEX", "-1",
+     "verbs GID index (-1 = IPv4-mapped RoCE v2 GID, or GID 0 on InfiniBand)",
+     ParseIntIn<&Config::ib_gid_index, -1, 255>, PrintInt<&Config::ib_gid_index>},
+    {"CIUIC_IB_TIMEOUT", "20", "verbs local ACK timeout exponent: 4.096 us * 2^t (1-31)",
+     ParseIntIn<&Config::ib_timeout, 1, 31>, PrintInt<&Config::ib_timeout>},
+    {"CIUIC_IB_RETRY_CNT", "7", "verbs transport retry count (0-7)",
+     ParseIntIn<&Config::ib_retry_cnt, 0, 7>, PrintInt<&Config::ib_retry_cnt>},
+    {"CIUIC_IB_QPS_PER_PEER", "1", "verbs queue pairs per connection, writes striped across them (1-16)",
+     ParseIntIn<&Config::ib_qps_per_peer, 1, 16>, PrintInt<&Config::ib_qps_per_peer>},
 };
 
 const Knob* FindKnob(const std::string& name) {

@@ -72,6 +72,29 @@ struct Config {
   // CIUIC_TIMEOUT_MS: timeout of bootstrap operations in milliseconds.
   int64_t timeout_ms = 300000;
 
+  // Data transports (transport/ backends). CIUIC_TRANSPORT: auto, shm, tcp or
+  // verbs (auto: shm between ranks of one host, else verbs when a device is
+  // usable, else tcp).
+  std::string transport = "auto";
+  // CIUIC_BUFFER_SIZE: bytes of the receive ring of each connection (slot
+  // size x slot count). CIUIC_CHUNK_SIZE: bytes of one slot, the unit of
+  // pipelining; the ring has buffer_size / chunk_size slots (at least 2).
+  size_t buffer_size = 4u << 20;
+  size_t chunk_size = 512u << 10;
+  // TCP backend: CIUIC_SOCKET_IFNAME (interface by prefix, '=' exact, '^'
+  // exclude; empty = the first non-loopback interface that is up, else lo),
+  // CIUIC_SOCKET_NSOCKS sockets per peer connection.
+  std::string socket_ifname;
+  int socket_nsocks = 1;
+  // Verbs backend: CIUIC_IB_GID_INDEX (-1 = the IPv4-mapped RoCE v2 GID, or
+  // the port's GID 0 on InfiniBand), CIUIC_IB_TIMEOUT (local ACK timeout,
+  // 4.096 us * 2^t), CIUIC_IB_RETRY_CNT, CIUIC_IB_QPS_PER_PEER (queue pairs
+  // striped per connection).
+  int ib_gid_index = -1;
+  int ib_timeout = 20;
+  int ib_retry_cnt = 7;
+  int ib_qps_per_peer = 1;
+
   // Names of the knobs whose value came from the environment.
   std::vector<std::string> from_env;
 
