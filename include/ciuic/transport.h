@@ -358,6 +358,185 @@ StatusOr<std::unique_ptr<Connection>> ConnectThroughStore(Backend& backend, Stor
                                                           int peer, uint32_t tag,
                                                           std::chrono::milliseconds timeout);
 
+// ---------------------------------------------------------------------------
+// Buffer pools and the registration cache.
+
+// Pool memory handed out in pieces: a few large regions from
+// Backend::Allocate (pinned, pre-faulted, NUMA-local, registered once) carved
+// into page-aligned leases, so nothing is allocated or registered per
+// operation. Thread contract: thread-safe.
+class BufferPool {
+ public:
+  // `arena_bytes`: size of each region allocated from the backend (a lease
+  // larger than that gets a region of its own).
+  BufferPool(Backend& backend, size_t arena_bytes);
+  ~BufferPool();
+  BufferPool(const BufferPool&) = delete;
+  BufferPool& operator=(const BufferPool&) = delete;
+
+  struct Lease {
+    MemoryRegion* region = nullptr;  // owned by the pool
+    size_t offset = 0;               // page-aligned
+    size_t size = 0;
+    void* data() const { return static_cast<char*>(region->data()) + offset; }
+  };
+  // A lease of `bytes` (rounded up to a page). Errors: kInvalidArgument (0),
+  // those of Backend::Allocate.
+  StatusOr<Lease> Acquire(size_t bytes);
+  // Returns a lease; adjacent free space coalesces.
+  void Release(const Lease& lease);
+  // Bytes allocated from the backend so far.
+  size_t allocated_bytes() const;
+
+ private:
+  struct Arena;
+  Backend& backend_;
+  size_t arena_bytes_;
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<Arena>> arenas_;
+};
+
+// Registrations of caller memory, reused: sorted by address, reference
+// counted, a request inside an existing registration is a hit (sub-range).
+// Entries are dropped when Invalidate() covers them (the caller frees or
+// remaps that memory) and all at destruction; an invalidated entry still in
+// use stays alive until its last Unref. Thread contract: thread-safe.
+class RegistrationCache {
+ public:
+  explicit RegistrationCache(Backend& backend) : backend_(backend) {}
+  ~RegistrationCache();
+  RegistrationCache(const RegistrationCache&) = delete;
+  RegistrationCache& operator=(const RegistrationCache&) = delete;
+
+  struct Handle {
+    MemoryRegion* region = nullptr;  // covers [addr, addr+bytes)
+    size_t offset = 0;               // of addr inside region
+    uint64_t id = 0;                 // pass to Unref
+  };
+  // A registration covering [addr, addr+bytes): an existing one when it
+  // contains the range (hit), else a new one (miss) registered with the
+  // backend, page-aligned outward. Errors: kInvalidArgument (null/0), those
+  // of Backend::Register.
+  StatusOr<Handle> Ref(const void* addr, size_t bytes);
+  void Unref(const Handle& handle);
+  // Forgets every registration overlapping [addr, addr+bytes).
+  void Invalidate(const void* addr, size_t bytes);
+
+  struct Stats {
+    uint64_t hits = 0, misses = 0, invalidations = 0;
+    size_t entries = 0;
+  };
+  Stats stats() const;
+
+ private:
+  struct Entry;
+  Backend& backend_;
+  mutable std::mutex mu_;
+  std::vector<std::shared_ptr<Entry>> entries_;  // sorted by start address
+  std::vector<std::shared_ptr<Entry>> retired_;  // invalidated but referenced
+  uint64_t next_id_ = 1;
+  Stats stats_;
+};
+
+// ---------------------------------------------------------------------------
+// Link: both directions of a credit-based ring of fixed-size slots between
+// this rank and one peer, over one Connection.
+//
+// Each side owns a receive ring of `nslots` slots of `slot_size` bytes in
+// its pool. The sender writes chunk i into the peer's slot i % nslots with
+// immediate = the chunk's length; the receiver consumes chunks in order and
+// returns each slot with a credit message (8 bytes: the total number of
+// slots released so far, little-endian), so a sender never has more than
+// `nslots` chunks unconsumed: a fast sender cannot overrun a slow receiver.
+// Where the peer's ring is directly addressable (shm), AcquireSend hands
+// out the peer's slot itself, so a kernel can reduce straight into it and
+// the commit is only a notification; otherwise the chunk goes through a
+// local staging slot and a one-sided write.
+//
+// Thread contract: one thread at a time (the caller or the progress thread).
+struct LinkOptions {
+  size_t slot_size = 512u << 10;
+  size_t nslots = 8;
+  // From CIUIC_CHUNK_SIZE / CIUIC_BUFFER_SIZE. Errors: kInvalidArgument
+  // naming the variables when fewer than two slots fit.
+  static StatusOr<LinkOptions> FromConfig(const Config& config);
+};
+
+class Link {
+ public:
+  // Connects to `peer` through `store` (keys under `prefix`, `tag`
+  // distinguishes links between the same pair), leases the rings from
+  // `pool` and exchanges their descriptions. Errors: those of
+  // ConnectThroughStore, BufferPool::Acquire, Connection::ImportRegion.
+  static StatusOr<std::unique_ptr<Link>> Create(Backend& backend, BufferPool& pool, Store& store,
+                                                const std::string& prefix, int rank, int peer,
+                                                uint32_t tag, const LinkOptions& options,
+                                                std::chrono::milliseconds timeout);
+  ~Link();
+  Link(const Link&) = delete;
+  Link& operator=(const Link&) = delete;
+
+  int peer() const { return conn_->peer(); }
+  size_t slot_size() const { return options_.slot_size; }
+  size_t nslots() const { return options_.nslots; }
+  // True when AcquireSend returns the peer's slot (no staging copy).
+  bool direct() const { return direct_; }
+
+  // Sending. The buffer (slot_size() bytes) to fill with the next chunk, or
+  // nullptr while the peer has no free slot (Progress and retry). The same
+  // buffer is returned until CommitSend.
+  void* AcquireSend();
+  // Sends the chunk written into the AcquireSend buffer (len <= slot_size()).
+  // Errors: kFailedPrecondition (no AcquireSend), kInvalidArgument (len), the
+  // sticky error.
+  Status CommitSend(size_t len);
+  // Chunks committed whose write has not completed locally yet.
+  size_t sends_in_flight() const;
+
+  // Receiving. The next chunk in order (valid until ReleaseRecv), or nullptr
+  // when none has arrived; `*len` gets its length.
+  const void* PeekRecv(size_t* len) const;
+  // Gives the slot of the chunk from PeekRecv back to the sender.
+  // Errors: kFailedPrecondition (nothing received), the sticky error.
+  Status ReleaseRecv();
+
+  // Advances the connection; never blocks. Returns true when anything
+  // happened (a completion, a retried post). Errors: the connection's (sticky).
+  StatusOr<bool> Progress();
+
+ private:
+  Link(std::unique_ptr<Connection> conn, BufferPool& pool, const LinkOptions& options);
+  Status Post();  // posts commits and credits that were refused before
+
+  std::unique_ptr<Connection> conn_;
+  BufferPool& pool_;
+  LinkOptions options_;
+  BufferPool::Lease recv_ring_;
+  BufferPool::Lease send_staging_;  // unused when direct_
+  RemoteRegion remote_ring_;
+  size_t remote_ring_offset_ = 0;
+  bool direct_ = false;
+  // Sender state (chunk sequence numbers).
+  uint64_t committed_ = 0;     // chunks committed
+  uint64_t posted_ = 0;        // chunks whose write is posted
+  uint64_t write_done_ = 0;    // chunks whose write completed locally
+  uint64_t credited_ = 0;      // chunks the peer has released
+  std::vector<uint32_t> pending_len_;  // lengths of committed, unposted chunks, by slot
+  // Receiver state.
+  uint64_t arrived_ = 0;
+  uint64_t released_ = 0;
+  uint64_t credit_sent_ = 0;   // released count last sent to the peer
+  std::vector<uint32_t> recv_len_;  // by slot
+  Status error_;
+};
+
+// Waits for `ready()` while calling `progress()`: spins, then yields, then
+// sleeps in `backend.WaitForActivity`, until `deadline`.
+// Errors: the first error of `progress`, kDeadlineExceeded with `what`.
+Status WaitFor(Backend& backend, const std::function<StatusOr<bool>()>& progress,
+               const std::function<bool()>& ready, std::chrono::steady_clock::time_point deadline,
+               const std::string& what);
+
 }  // namespace ciuic::transport
 
 #endif  // CIUIC_TRANSPORT_H_

@@ -1,0 +1,520 @@
+// The transport contract: behaviour every backend (shm, tcp, verbs) must
+// share, run on each backend available here. Ranks are forked processes that
+// meet through a FileStore (tests/util/multiproc.h).
+//
+// verbs needs an RDMA device: on machines without one these tests skip with
+// the reason, unless CIUIC_TEST_REQUIRE_VERBS=1 (the Soft-RoCE guest) makes
+// that a failure.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "ciuic/transport.h"
+#include "tests/util/multiproc.h"
+
+namespace ciuic::transport {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+using testing::RankResult;
+using testing::RunRanks;
+
+constexpr milliseconds kStoreTimeout{20000};
+
+std::string ResultsText(const std::vector<RankResult>& results) {
+  std::string s;
+  for (const auto& r : results) s += r.Describe() + "\n";
+  return s;
+}
+
+void ExpectAllOk(const std::vector<RankResult>& results) {
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+}
+
+// Deterministic byte pattern of a write (src -> dst, item k).
+uint8_t Pattern(int src, int dst, size_t k, size_t i) {
+  return static_cast<uint8_t>((i * 131 + k * 17 + src * 7 + dst * 3 + (i >> 11)) & 0xff);
+}
+
+class ContractTest : public ::testing::TestWithParam<BackendKind> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    BackendOptions probe = Options(0, 1);
+    if (!BackendAvailable(GetParam(), probe, &why)) {
+      const char* req = getenv("CIUIC_TEST_REQUIRE_VERBS");
+      if (GetParam() == BackendKind::kVerbs && req != nullptr && std::string(req) == "1") {
+        FAIL() << "CIUIC_TEST_REQUIRE_VERBS=1 but verbs is unusable: " << why;
+      }
+      GTEST_SKIP() << BackendName(GetParam()) << " unavailable: " << why;
+    }
+  }
+
+  static BackendOptions Options(int rank, int n) {
+    BackendOptions o;
+    o.rank = rank;
+    o.world_size = n;
+    o.job_id = "contract-" + std::to_string(getpid());
+    auto config = Config::FromEnv();
+    if (config.ok()) o.config = *config;
+    return o;
+  }
+  // In a child: the job id must be the same in every rank, so it is taken
+  // from the parent's pid.
+  static BackendOptions ChildOptions(int rank, int n) {
+    BackendOptions o = Options(rank, n);
+    o.job_id = "contract-" + std::to_string(getppid());
+    return o;
+  }
+};
+
+// Progresses `conn` until `want` completions of `kind` have been collected
+// (others are appended too), or the deadline.
+Status Collect(Backend& be, Connection& conn, std::vector<Completion>* out, Completion::Kind kind,
+               size_t want, Clock::time_point deadline) {
+  size_t have = 0;
+  for (const auto& c : *out) have += c.kind == kind;
+  return WaitFor(
+      be,
+      [&]() -> StatusOr<bool> {
+        Completion buf[32];
+        CIUIC_ASSIGN_OR_RETURN(size_t n, conn.Progress(buf, 32));
+        for (size_t i = 0; i < n; ++i) {
+          out->push_back(buf[i]);
+          have += buf[i].kind == kind;
+        }
+        return n > 0;
+      },
+      [&] { return have >= want; }, deadline,
+      "completions from rank " + std::to_string(conn.peer()));
+}
+
+// Every rank connects to every other, each pair writes the sizes in
+// `sizes` both ways into Allocate()d regions at unaligned offsets, and the
+// receivers verify every byte.
+Status AllPairsWrites(BackendKind kind, int rank, int n, Store& store,
+                      const std::vector<size_t>& sizes, const BackendOptions& opt) {
+  CIUIC_ASSIGN_OR_RETURN(auto be, OpenBackend(kind, opt));
+  std::vector<size_t> offsets;
+  size_t total = 0;
+  for (size_t s : sizes) {
+    offsets.push_back(total + 3);  // deliberately unaligned
+    total += s + 64;
+  }
+  CIUIC_ASSIGN_OR_RETURN(auto src, be->Allocate(total));
+  std::vector<std::unique_ptr<Connection>> conns(n);
+  std::vector<std::unique_ptr<MemoryRegion>> inbox(n);
+  std::vector<RemoteRegion> remote(n);
+  const auto deadline = Clock::now() + kStoreTimeout;
+  for (int p = 0; p < n; ++p) {
+    if (p == rank) continue;
+    CIUIC_ASSIGN_OR_RETURN(conns[p], ConnectThroughStore(*be, store, "c", rank, p, 0, kStoreTimeout));
+    CIUIC_ASSIGN_OR_RETURN(inbox[p], be->Allocate(total));
+    CIUIC_RETURN_IF_ERROR(store.Set("inbox/" + std::to_string(rank) + "-" + std::to_string(p),
+                                    inbox[p]->Describe()));
+  }
+  for (int p = 0; p < n; ++p) {
+    if (p == rank) continue;
+    CIUIC_ASSIGN_OR_RETURN(std::string blob,
+                           store.Get("inbox/" + std::to_string(p) + "-" + std::to_string(rank), kStoreTimeout));
+    CIUIC_ASSIGN_OR_RETURN(remote[p], conns[p]->ImportRegion(blob));
+    if (remote[p].size < total) return InternalError("imported region too small");
+  }
+  // Post all writes to every peer, then collect; the source is filled per
+  // peer before that peer's writes.
+  std::vector<std::vector<Completion>> got(n);
+  for (int p = 0; p < n; ++p) {
+    if (p == rank) continue;
+    auto* s = static_cast<uint8_t*>(src->data());
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      for (size_t i = 0; i < sizes[k]; ++i) s[offsets[k] + i] = Pattern(rank, p, k, i);
+    }
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      for (;;) {
+        Status st = conns[p]->PostWrite(*src, offsets[k], remote[p], offsets[k], sizes[k],
+                                        static_cast<uint32_t>(1000 + k), k);
+        if (st.ok()) break;
+        if (st.code() != StatusCode::kResourceExhausted) return st;
+        CIUIC_RETURN_IF_ERROR(Collect(*be, *conns[p], &got[p], Completion::Kind::kWriteDone, 1, deadline));
+      }
+    }
+    // The source is reused for the next peer: wait for local completion.
+    CIUIC_RETURN_IF_ERROR(Collect(*be, *conns[p], &got[p], Completion::Kind::kWriteDone, sizes.size(), deadline));
+    // Keep the other connections moving so no peer stalls on us.
+    for (int q = 0; q < n; ++q) {
+      if (q == rank || q == p) continue;
+      Completion buf[32];
+      CIUIC_ASSIGN_OR_RETURN(size_t m, conns[q]->Progress(buf, 32));
+      got[q].insert(got[q].end(), buf, buf + m);
+    }
+  }
+  for (int p = 0; p < n; ++p) {
+    if (p == rank) continue;
+    CIUIC_RETURN_IF_ERROR(Collect(*be, *conns[p], &got[p], Completion::Kind::kWriteReceived, sizes.size(), deadline));
+    size_t k = 0, done = 0;
+    for (const auto& c : got[p]) {
+      if (c.kind == Completion::Kind::kWriteDone) {
+        if (c.wr_id != done++) return InternalError("kWriteDone out of order from rank " + std::to_string(p));
+        continue;
+      }
+      if (c.kind != Completion::Kind::kWriteReceived) return InternalError("unexpected completion");
+      if (c.imm != 1000 + k) {
+        return InternalError("imm " + std::to_string(c.imm) + " where " + std::to_string(1000 + k) +
+                             " was expected, from rank " + std::to_string(p));
+      }
+      ++k;
+    }
+    const auto* d = static_cast<const uint8_t*>(inbox[p]->data());
+    for (size_t kk = 0; kk < sizes.size(); ++kk) {
+      for (size_t i = 0; i < sizes[kk]; ++i) {
+        if (d[offsets[kk] + i] != Pattern(p, rank, kk, i)) {
+          return DataLossError("byte " + std::to_string(i) + " of the " + std::to_string(sizes[kk]) +
+                               "-byte write from rank " + std::to_string(p) + " is wrong");
+        }
+      }
+    }
+  }
+  // Everyone has verified before anyone tears down (a close is not an error
+  // for data already delivered, but keep the test about data).
+  CIUIC_RETURN_IF_ERROR(store.Add("done", 1).status());
+  return WaitFor(
+      *be, [&]() -> StatusOr<bool> { return false; },
+      [&] {
+        auto v = store.Add("done", 0);
+        return v.ok() && *v >= n;
+      },
+      deadline, "the other ranks to finish");
+}
+
+TEST_P(ContractTest, TwoRanksAllSizes) {
+  const BackendKind kind = GetParam();
+  const std::vector<size_t> sizes = {0, 1, 7, 4096, (1u << 20) + 3, 64u << 20};
+  auto results = RunRanks(2, [&](int rank, Store& store) {
+    return AllPairsWrites(kind, rank, 2, store, sizes, ChildOptions(rank, 2));
+  }, milliseconds(120000));
+  ExpectAllOk(results);
+}
+
+TEST_P(ContractTest, ThreeRanks) {
+  const BackendKind kind = GetParam();
+  const std::vector<size_t> sizes = {0, 1, 7, 4096, (1u << 20) + 3, 4u << 20};
+  auto results = RunRanks(3, [&](int rank, Store& store) {
+    return AllPairsWrites(kind, rank, 3, store, sizes, ChildOptions(rank, 3));
+  }, milliseconds(120000));
+  ExpectAllOk(results);
+}
+
+TEST_P(ContractTest, FourRanks) {
+  const BackendKind kind = GetParam();
+  const std::vector<size_t> sizes = {0, 1, 4096, (1u << 20) + 3};
+  auto results = RunRanks(4, [&](int rank, Store& store) {
+    return AllPairsWrites(kind, rank, 4, store, sizes, ChildOptions(rank, 4));
+  }, milliseconds(120000));
+  ExpectAllOk(results);
+}
+
+// Writes and messages posted interleaved arrive in posting order; many are
+// posted before any progress (until the connection says it is full).
+TEST_P(ContractTest, OrderingAndManyOutstanding) {
+  const BackendKind kind = GetParam();
+  constexpr int kItems = 2000;
+  auto results = RunRanks(2, [&](int rank, Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(auto be, OpenBackend(kind, ChildOptions(rank, 2)));
+    const int peer = 1 - rank;
+    CIUIC_ASSIGN_OR_RETURN(auto conn, ConnectThroughStore(*be, store, "o", rank, peer, 7, kStoreTimeout));
+    CIUIC_ASSIGN_OR_RETURN(auto mr, be->Allocate(kItems * 8));
+    CIUIC_RETURN_IF_ERROR(store.Set("mr" + std::to_string(rank), mr->Describe()));
+    CIUIC_ASSIGN_OR_RETURN(std::string blob, store.Get("mr" + std::to_string(peer), kStoreTimeout));
+    CIUIC_ASSIGN_OR_RETURN(RemoteRegion rr, conn->ImportRegion(blob));
+    const auto deadline = Clock::now() + kStoreTimeout;
+    std::vector<Completion> got;
+    if (rank == 0) {
+      auto* s = static_cast<uint64_t*>(mr->data());
+      for (int i = 0; i < kItems; ++i) s[i] = 0xC0FFEE0000ull + i;
+      int posted = 0;
+      bool saw_full = false;
+      while (posted < kItems) {
+        Status st;
+        if (posted % 3 == 2) {
+          const uint32_t v = static_cast<uint32_t>(posted);
+          st = conn->PostMessage(&v, sizeof(v));
+        } else {
+          st = conn->PostWrite(*mr, posted * 8, rr, posted * 8, 8, posted, posted);
+        }
+        if (st.ok()) {
+          ++posted;
+          continue;
+        }
+        if (st.code() != StatusCode::kResourceExhausted) return st;
+        saw_full = true;
+        Completion buf[64];
+        CIUIC_ASSIGN_OR_RETURN(size_t n, conn->Progress(buf, 64));
+        got.insert(got.end(), buf, buf + n);
+      }
+      (void)saw_full;  // a backend may have room for all of them
+      const size_t writes = kItems - kItems / 3;
+      CIUIC_RETURN_IF_ERROR(Collect(*be, *conn, &got, Completion::Kind::kWriteDone, writes, deadline));
+      CIUIC_RETURN_IF_ERROR(Collect(*be, *conn, &got, Completion::Kind::kMessage, 1, deadline));
+      return Status::Ok();
+    }
+    // Receiver: progress slowly (sleep now and then) and check the order.
+    const size_t total = kItems;
+    size_t seen = 0;
+    while (seen < total) {
+      if (seen % 500 == 0) std::this_thread::sleep_for(milliseconds(5));
+      Completion buf[64];
+      CIUIC_ASSIGN_OR_RETURN(size_t n, conn->Progress(buf, 64));
+      for (size_t i = 0; i < n; ++i) {
+        const Completion& c = buf[i];
+        const int idx = static_cast<int>(seen);
+        if (idx % 3 == 2) {
+          uint32_t v = 0;
+          if (c.kind != Completion::Kind::kMessage || c.len != 4) {
+            return InternalError("item " + std::to_string(idx) + ": expected a 4-byte message");
+          }
+          std::memcpy(&v, c.data, 4);
+          if (v != static_cast<uint32_t>(idx)) return InternalError("message out of order at " + std::to_string(idx));
+        } else {
+          if (c.kind != Completion::Kind::kWriteReceived || c.imm != static_cast<uint32_t>(idx)) {
+            return InternalError("item " + std::to_string(idx) + ": expected write with imm " + std::to_string(idx));
+          }
+          const uint64_t v = static_cast<uint64_t*>(mr->data())[idx];
+          if (v != 0xC0FFEE0000ull + idx) return DataLossError("payload of write " + std::to_string(idx));
+        }
+        ++seen;
+      }
+      if (n == 0) be->WaitForActivity(std::chrono::microseconds(1000));
+    }
+    const uint32_t bye = 1;
+    CIUIC_RETURN_IF_ERROR(conn->PostMessage(&bye, sizeof(bye)));
+    // Give the message time to leave before the connection is destroyed.
+    std::vector<Completion> rest;
+    auto until = Clock::now() + milliseconds(200);
+    while (Clock::now() < until) {
+      Completion buf[8];
+      auto n = conn->Progress(buf, 8);
+      if (!n.ok()) break;
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    return Status::Ok();
+  }, milliseconds(120000));
+  ExpectAllOk(results);
+}
+
+// The Link's credits: a fast sender and a slow receiver through a 4-slot
+// ring; every chunk arrives intact and in order, and the sender is held
+// back (AcquireSend returns nullptr) instead of overrunning.
+TEST_P(ContractTest, LinkFlowControlSlowReceiver) {
+  const BackendKind kind = GetParam();
+  constexpr int kChunks = 300;
+  auto results = RunRanks(2, [&](int rank, Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(auto be, OpenBackend(kind, ChildOptions(rank, 2)));
+    BufferPool pool(*be, 1u << 20);
+    LinkOptions lo;
+    lo.slot_size = 4096;
+    lo.nslots = 4;
+    CIUIC_ASSIGN_OR_RETURN(auto link, Link::Create(*be, pool, store, "l", rank, 1 - rank, 3, lo, kStoreTimeout));
+    const auto deadline = Clock::now() + milliseconds(60000);
+    auto progress = [&]() { return link->Progress(); };
+    if (rank == 0) {
+      int held_back = 0;
+      for (int c = 0; c < kChunks; ++c) {
+        void* slot = link->AcquireSend();
+        if (slot == nullptr) {
+          ++held_back;
+          CIUIC_RETURN_IF_ERROR(WaitFor(*be, progress, [&] { return (slot = link->AcquireSend()) != nullptr; },
+                                        deadline, "a free slot"));
+        }
+        const size_t len = 1 + (c * 37) % 4096;
+        auto* p = static_cast<uint8_t*>(slot);
+        for (size_t i = 0; i < len; ++i) p[i] = Pattern(0, 1, c, i);
+        CIUIC_RETURN_IF_ERROR(link->CommitSend(len));
+      }
+      CIUIC_RETURN_IF_ERROR(WaitFor(*be, progress, [&] { return link->sends_in_flight() == 0; }, deadline, "sends"));
+      if (held_back == 0) return InternalError("the sender was never held back by a slow receiver");
+      CIUIC_RETURN_IF_ERROR(store.Set("sender-done", "1"));
+      return store.Get("receiver-done", kStoreTimeout).status();
+    }
+    for (int c = 0; c < kChunks; ++c) {
+      size_t len = 0;
+      const void* data = nullptr;
+      CIUIC_RETURN_IF_ERROR(WaitFor(*be, progress, [&] { return (data = link->PeekRecv(&len)) != nullptr; },
+                                    deadline, "chunk " + std::to_string(c)));
+      const size_t want = 1 + (c * 37) % 4096;
+      if (len != want) return DataLossError("chunk " + std::to_string(c) + " has " + std::to_string(len) + " bytes");
+      const auto* p = static_cast<const uint8_t*>(data);
+      for (size_t i = 0; i < len; ++i) {
+        if (p[i] != Pattern(0, 1, c, i)) return DataLossError("chunk " + std::to_string(c) + " byte " + std::to_string(i));
+      }
+      if (c % 20 == 0) std::this_thread::sleep_for(milliseconds(3));  // slow receiver
+      CIUIC_RETURN_IF_ERROR(link->ReleaseRecv());
+    }
+    CIUIC_RETURN_IF_ERROR(store.Get("sender-done", kStoreTimeout).status());
+    return store.Set("receiver-done", "1");
+  }, milliseconds(120000));
+  ExpectAllOk(results);
+}
+
+// A rank that dies (SIGKILL) while the others are writing to it: every
+// survivor gets an error naming it, well within the test's limit.
+TEST_P(ContractTest, PeerDiesMidTransfer) {
+  const BackendKind kind = GetParam();
+  auto results = RunRanks(3, [&](int rank, Store& store) -> Status {
+    BackendOptions opt = ChildOptions(rank, 3);
+    opt.config.ib_timeout = 12;  // ~17 ms per retry: a dead verbs peer is seen in < 1 s
+    opt.config.ib_retry_cnt = 3;
+    CIUIC_ASSIGN_OR_RETURN(auto be, OpenBackend(kind, opt));
+    BufferPool pool(*be, 1u << 20);
+    LinkOptions lo;
+    lo.slot_size = 64 << 10;
+    lo.nslots = 4;
+    std::vector<std::unique_ptr<Link>> links(3);
+    for (int p = 0; p < 3; ++p) {
+      if (p == rank) continue;
+      CIUIC_ASSIGN_OR_RETURN(links[p], Link::Create(*be, pool, store, "d", rank, p, 0, lo, kStoreTimeout));
+    }
+    CIUIC_RETURN_IF_ERROR(store.Add("connected", 1).status());
+    if (rank == 2) {
+      // Receive a little, then die without any cleanup.
+      for (int i = 0; i < 200; ++i) {
+        for (int p = 0; p < 2; ++p) {
+          (void)links[p]->Progress();
+          size_t len;
+          if (links[p]->PeekRecv(&len) != nullptr) (void)links[p]->ReleaseRecv();
+        }
+      }
+      kill(getpid(), SIGKILL);
+    }
+    // Survivors stream to rank 2 (which stops consuming) and keep talking
+    // to each other, until an error names rank 2.
+    const auto deadline = Clock::now() + milliseconds(30000);
+    const int other = 1 - rank;
+    while (Clock::now() < deadline) {
+      for (int p : {other, 2}) {
+        auto any = links[p]->Progress();
+        if (!any.ok()) {
+          const std::string m = any.status().ToString();
+          if (p != 2 || m.find("rank 2") == std::string::npos) {
+            return InternalError("unexpected error from the link to rank " + std::to_string(p) + ": " + m);
+          }
+          return Status::Ok();  // the expected error, naming the dead rank
+        }
+        void* slot = links[p]->AcquireSend();
+        if (slot != nullptr) {
+          std::memset(slot, rank, 1024);
+          Status s = links[p]->CommitSend(1024);
+          if (!s.ok() && p == 2 && s.ToString().find("rank 2") != std::string::npos) return Status::Ok();
+          if (!s.ok()) return s;
+        }
+        size_t len;
+        if (links[p]->PeekRecv(&len) != nullptr) CIUIC_RETURN_IF_ERROR(links[p]->ReleaseRecv());
+      }
+      be->WaitForActivity(std::chrono::microseconds(200));
+    }
+    return DeadlineExceededError("no error about the dead rank 2 within 30 s");
+  }, milliseconds(90000));
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_TRUE(results[0].ok()) << ResultsText(results);
+  EXPECT_TRUE(results[1].ok()) << ResultsText(results);
+  EXPECT_FALSE(results[2].exited) << ResultsText(results);
+  EXPECT_EQ(results[2].signal, SIGKILL) << ResultsText(results);
+}
+
+// Registration cache over the backend's Register: miss, hit on a sub-range,
+// miss elsewhere, invalidation, and a region invalidated while referenced
+// stays usable until released.
+TEST_P(ContractTest, RegistrationCache) {
+  auto be = OpenBackend(GetParam(), Options(0, 1));
+  ASSERT_TRUE(be.ok()) << be.status().ToString();
+  RegistrationCache cache(**be);
+  std::vector<uint8_t> a(1 << 20), b(64 << 10);
+  auto h1 = cache.Ref(a.data() + 100, 4096);
+  ASSERT_TRUE(h1.ok()) << h1.status().ToString();
+  EXPECT_EQ(static_cast<uint8_t*>(h1->region->data()) + h1->offset, a.data() + 100);
+  auto h2 = cache.Ref(a.data() + 200, 1000);  // inside the first registration
+  ASSERT_TRUE(h2.ok());
+  EXPECT_EQ(h2->region, h1->region);
+  EXPECT_EQ(cache.stats().hits, 1u);
+  EXPECT_EQ(cache.stats().misses, 1u);
+  auto h3 = cache.Ref(b.data(), b.size());
+  ASSERT_TRUE(h3.ok());
+  EXPECT_NE(h3->region, h1->region);
+  EXPECT_EQ(cache.stats().misses, 2u);
+  EXPECT_EQ(cache.stats().entries, 2u);
+  cache.Invalidate(a.data(), a.size());
+  EXPECT_EQ(cache.stats().invalidations, 1u);
+  EXPECT_EQ(cache.stats().entries, 1u);
+  // Still referenced: the region object lives on until Unref.
+  EXPECT_EQ(static_cast<uint8_t*>(h1->region->data()) + h1->offset, a.data() + 100);
+  cache.Unref(*h1);
+  cache.Unref(*h2);
+  auto h4 = cache.Ref(a.data() + 100, 4096);  // a miss again
+  ASSERT_TRUE(h4.ok());
+  EXPECT_EQ(cache.stats().misses, 3u);
+  cache.Unref(*h3);
+  cache.Unref(*h4);
+  EXPECT_FALSE(cache.Ref(nullptr, 10).ok());
+  EXPECT_FALSE(cache.Ref(a.data(), 0).ok());
+}
+
+// Bad input to PostWrite/PostMessage: ranges outside either region,
+// oversized messages.
+TEST_P(ContractTest, BadRangesAreErrors) {
+  const BackendKind kind = GetParam();
+  auto results = RunRanks(2, [&](int rank, Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(auto be, OpenBackend(kind, ChildOptions(rank, 2)));
+    CIUIC_ASSIGN_OR_RETURN(auto conn, ConnectThroughStore(*be, store, "b", rank, 1 - rank, 0, kStoreTimeout));
+    CIUIC_ASSIGN_OR_RETURN(auto mr, be->Allocate(8192));
+    CIUIC_RETURN_IF_ERROR(store.Set("mr" + std::to_string(rank), mr->Describe()));
+    CIUIC_ASSIGN_OR_RETURN(std::string blob, store.Get("mr" + std::to_string(1 - rank), kStoreTimeout));
+    CIUIC_ASSIGN_OR_RETURN(RemoteRegion rr, conn->ImportRegion(blob));
+    if (conn->ImportRegion("garbage").ok()) return InternalError("a malformed region blob was accepted");
+    auto expect_invalid = [](Status s, const char* what) -> Status {
+      if (s.code() != StatusCode::kInvalidArgument) {
+        return InternalError(std::string(what) + ": expected kInvalidArgument, got " + s.ToString());
+      }
+      return Status::Ok();
+    };
+    CIUIC_RETURN_IF_ERROR(expect_invalid(conn->PostWrite(*mr, 8000, rr, 0, 1000, 0, 0), "source past end"));
+    CIUIC_RETURN_IF_ERROR(expect_invalid(conn->PostWrite(*mr, 0, rr, 8000, 1000, 0, 0), "target past end"));
+    CIUIC_RETURN_IF_ERROR(expect_invalid(conn->PostWrite(*mr, SIZE_MAX - 10, rr, 0, 100, 0, 0), "source wraps"));
+    uint8_t big[kMaxMessageBytes + 1] = {};
+    CIUIC_RETURN_IF_ERROR(expect_invalid(conn->PostMessage(big, sizeof(big)), "oversized message"));
+    // The connection still works after refused input.
+    CIUIC_RETURN_IF_ERROR(conn->PostMessage(big, 4));
+    std::vector<Completion> got;
+    CIUIC_RETURN_IF_ERROR(Collect(*be, *conn, &got, Completion::Kind::kMessage, 1, Clock::now() + kStoreTimeout));
+    CIUIC_RETURN_IF_ERROR(store.Add("bye", 1).status());
+    return WaitFor(*be, [&]() -> StatusOr<bool> { return false; },
+                   [&] { auto v = store.Add("bye", 0); return v.ok() && *v >= 2; },
+                   Clock::now() + kStoreTimeout, "the peer");
+  }, milliseconds(60000));
+  ExpectAllOk(results);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, ContractTest,
+                         ::testing::Values(BackendKind::kShm, BackendKind::kTcp, BackendKind::kVerbs),
+                         [](const ::testing::TestParamInfo<BackendKind>& info) {
+                           return std::string(BackendName(info.param));
+                         });
+
+// The bootstrap store rejects a client that cannot prove the job secret, and
+// serves one that can (the store is shared by every backend).
+TEST(ContractStore, StrangerWithoutSecretIsRejected) {
+  auto server = TcpStoreServer::Start("127.0.0.1", 0, "the-secret");
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto stranger = TcpStoreClient::Connect("127.0.0.1", (*server)->port(), "wrong", milliseconds(5000));
+  ASSERT_FALSE(stranger.ok());
+  EXPECT_EQ(stranger.status().code(), StatusCode::kFailedPrecondition) << stranger.status().ToString();
+  auto member = TcpStoreClient::Connect("127.0.0.1", (*server)->port(), "the-secret", milliseconds(5000));
+  ASSERT_TRUE(member.ok()) << member.status().ToString();
+  EXPECT_TRUE((*member)->Set("k", "v").ok());
+}
+
+}  // namespace
+}  // namespace ciuic::transport

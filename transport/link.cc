@@ -1,0 +1,259 @@
+// Link: the credit-based slot ring over one Connection (see transport.h for
+// the protocol), and the spin-yield-sleep wait used above it.
+#include <sched.h>
+
+#include <cstring>
+
+#include "ciuic/transport.h"
+
+namespace ciuic::transport {
+
+namespace {
+
+constexpr size_t kCreditBytes = 8;
+
+void PutU64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint64_t GetU64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+
+// Ring description published through the store: slot size, slot count and
+// offset of the ring in its region (u64 each, little-endian), then the
+// region's own description.
+std::string EncodeRing(const LinkOptions& o, const BufferPool::Lease& ring) {
+  std::string out(24, '\0');
+  auto* p = reinterpret_cast<uint8_t*>(out.data());
+  PutU64(p, o.slot_size);
+  PutU64(p + 8, o.nslots);
+  PutU64(p + 16, ring.offset);
+  return out + ring.region->Describe();
+}
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
+StatusOr<LinkOptions> LinkOptions::FromConfig(const Config& config) {
+  LinkOptions o;
+  o.slot_size = config.chunk_size;
+  o.nslots = config.buffer_size / config.chunk_size;
+  if (o.nslots < 2) {
+    return InvalidArgumentError("CIUIC_BUFFER_SIZE (" + std::to_string(config.buffer_size) +
+                                ") must hold at least two CIUIC_CHUNK_SIZE (" +
+                                std::to_string(config.chunk_size) + ") slots");
+  }
+  return o;
+}
+
+Link::Link(std::unique_ptr<Connection> conn, BufferPool& pool, const LinkOptions& options)
+    : conn_(std::move(conn)),
+      pool_(pool),
+      options_(options),
+      pending_len_(options.nslots, 0),
+      recv_len_(options.nslots, 0) {}
+
+Link::~Link() {
+  // The connection goes first: no write can land in the rings after this.
+  conn_.reset();
+  pool_.Release(recv_ring_);
+  pool_.Release(send_staging_);
+}
+
+StatusOr<std::unique_ptr<Link>> Link::Create(Backend& backend, BufferPool& pool, Store& store,
+                                             const std::string& prefix, int rank, int peer,
+                                             uint32_t tag, const LinkOptions& options,
+                                             std::chrono::milliseconds timeout) {
+  if (options.nslots < 2 || options.slot_size == 0 || options.slot_size > (1u << 30)) {
+    return InvalidArgumentError("Link: need at least 2 slots of 1 B to 1 GiB");
+  }
+  CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn,
+                         ConnectThroughStore(backend, store, prefix, rank, peer, tag, timeout));
+  std::unique_ptr<Link> link(new Link(std::move(conn), pool, options));
+  const size_t ring_bytes = options.slot_size * options.nslots;
+  CIUIC_ASSIGN_OR_RETURN(link->recv_ring_, pool.Acquire(ring_bytes));
+
+  auto key = [&](int from, int to) {
+    return prefix + "/ring/" + BackendName(backend.kind()) + "/" + std::to_string(tag) + "/" +
+           std::to_string(from) + "-" + std::to_string(to);
+  };
+  CIUIC_RETURN_IF_ERROR(store.Set(key(rank, peer), EncodeRing(options, link->recv_ring_)));
+  StatusOr<std::string> theirs = store.Get(key(peer, rank), timeout);
+  if (!theirs.ok()) {
+    return Status(theirs.status().code(), "link to rank " + std::to_string(peer) + ": " +
+                                              theirs.status().message());
+  }
+  if (theirs->size() < 24) return DataLossError("link to rank " + std::to_string(peer) + ": short ring description");
+  const auto* p = reinterpret_cast<const uint8_t*>(theirs->data());
+  const uint64_t slot = GetU64(p), nslots = GetU64(p + 8);
+  link->remote_ring_offset_ = GetU64(p + 16);
+  if (slot != options.slot_size || nslots != options.nslots) {
+    return InvalidArgumentError("link to rank " + std::to_string(peer) + ": it uses " +
+                                std::to_string(nslots) + " slots of " + std::to_string(slot) +
+                                " B, this rank " + std::to_string(options.nslots) + " of " +
+                                std::to_string(options.slot_size) +
+                                " B (CIUIC_CHUNK_SIZE / CIUIC_BUFFER_SIZE must match on all ranks)");
+  }
+  CIUIC_ASSIGN_OR_RETURN(link->remote_ring_, link->conn_->ImportRegion(theirs->substr(24)));
+  if (link->remote_ring_offset_ + ring_bytes > link->remote_ring_.size ||
+      link->remote_ring_offset_ + ring_bytes < link->remote_ring_offset_) {
+    return DataLossError("link to rank " + std::to_string(peer) + ": ring outside its region");
+  }
+  link->direct_ = link->conn_->DirectPointer(link->remote_ring_, link->remote_ring_offset_) != nullptr;
+  if (!link->direct_) {
+    CIUIC_ASSIGN_OR_RETURN(link->send_staging_, pool.Acquire(ring_bytes));
+  }
+  return link;
+}
+
+void* Link::AcquireSend() {
+  if (!error_.ok()) return nullptr;
+  if (committed_ - credited_ >= options_.nslots) return nullptr;   // peer's ring full
+  const size_t slot = committed_ % options_.nslots;
+  if (direct_) {
+    return conn_->DirectPointer(remote_ring_, remote_ring_offset_ + slot * options_.slot_size);
+  }
+  if (committed_ - write_done_ >= options_.nslots) return nullptr;  // staging slot busy
+  return static_cast<char*>(send_staging_.data()) + slot * options_.slot_size;
+}
+
+Status Link::CommitSend(size_t len) {
+  if (!error_.ok()) return error_;
+  if (len > options_.slot_size) {
+    return InvalidArgumentError("Link::CommitSend: " + std::to_string(len) + " bytes > slot size " +
+                                std::to_string(options_.slot_size));
+  }
+  if (committed_ - credited_ >= options_.nslots ||
+      (!direct_ && committed_ - write_done_ >= options_.nslots)) {
+    return FailedPreconditionError("Link::CommitSend without a slot from AcquireSend");
+  }
+  pending_len_[committed_ % options_.nslots] = static_cast<uint32_t>(len);
+  ++committed_;
+  return Post();
+}
+
+size_t Link::sends_in_flight() const { return static_cast<size_t>(committed_ - write_done_); }
+
+const void* Link::PeekRecv(size_t* len) const {
+  if (arrived_ == released_) return nullptr;
+  const size_t slot = released_ % options_.nslots;
+  *len = recv_len_[slot];
+  return static_cast<const char*>(recv_ring_.data()) + slot * options_.slot_size;
+}
+
+Status Link::ReleaseRecv() {
+  if (!error_.ok()) return error_;
+  if (arrived_ == released_) return FailedPreconditionError("Link::ReleaseRecv: nothing received");
+  ++released_;
+  return Post();
+}
+
+Status Link::Post() {
+  while (posted_ < committed_) {
+    const size_t slot = posted_ % options_.nslots;
+    const size_t len = pending_len_[slot];
+    const size_t remote_off = remote_ring_offset_ + slot * options_.slot_size;
+    // Direct: the bytes are already in the peer's slot; a zero-length write
+    // only notifies. Its source is any local region (nothing is read).
+    Status s = direct_ ? conn_->PostWrite(*recv_ring_.region, recv_ring_.offset, remote_ring_,
+                                          remote_off, 0, static_cast<uint32_t>(len), posted_)
+                       : conn_->PostWrite(*send_staging_.region,
+                                          send_staging_.offset + slot * options_.slot_size,
+                                          remote_ring_, remote_off, len,
+                                          static_cast<uint32_t>(len), posted_);
+    if (s.code() == StatusCode::kResourceExhausted) break;
+    if (!s.ok()) return error_ = s;
+    ++posted_;
+  }
+  if (released_ > credit_sent_) {
+    uint8_t msg[kCreditBytes];
+    PutU64(msg, released_);
+    Status s = conn_->PostMessage(msg, sizeof(msg));
+    if (s.ok()) {
+      credit_sent_ = released_;
+    } else if (s.code() != StatusCode::kResourceExhausted) {
+      return error_ = s;
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<bool> Link::Progress() {
+  if (!error_.ok()) return error_;
+  const uint64_t before_posted = posted_, before_credit = credit_sent_;
+  Completion done[16];
+  StatusOr<size_t> n = conn_->Progress(done, 16);
+  if (!n.ok()) return error_ = n.status();
+  auto who = [this] { return "link to rank " + std::to_string(conn_->peer()); };
+  for (size_t i = 0; i < *n; ++i) {
+    const Completion& c = done[i];
+    switch (c.kind) {
+      case Completion::Kind::kWriteDone:
+        if (c.wr_id != write_done_ || write_done_ >= posted_) {
+          return error_ = InternalError(who() + ": write completion out of order");
+        }
+        ++write_done_;
+        break;
+      case Completion::Kind::kWriteReceived:
+        if (arrived_ - released_ >= options_.nslots || c.imm > options_.slot_size) {
+          return error_ = DataLossError(who() + ": peer overran the ring or sent a bad length");
+        }
+        recv_len_[arrived_ % options_.nslots] = c.imm;
+        ++arrived_;
+        break;
+      case Completion::Kind::kMessage: {
+        if (c.len != kCreditBytes) return error_ = DataLossError(who() + ": unexpected message");
+        const uint64_t v = GetU64(c.data);
+        if (v < credited_ || v > posted_) {
+          return error_ = DataLossError(who() + ": credit " + std::to_string(v) + " out of range");
+        }
+        credited_ = v;
+        break;
+      }
+    }
+  }
+  CIUIC_RETURN_IF_ERROR(Post());
+  return *n > 0 || posted_ != before_posted || credit_sent_ != before_credit;
+}
+
+Status WaitFor(Backend& backend, const std::function<StatusOr<bool>()>& progress,
+               const std::function<bool()>& ready, std::chrono::steady_clock::time_point deadline,
+               const std::string& what) {
+  using Clock = std::chrono::steady_clock;
+  // Spin ~20 us (a handoff between running cores costs ~0.1 us), then yield
+  // up to ~1 ms (lets an oversubscribed peer run), then sleep until the
+  // backend sees activity, at most 10 ms at a time so a lost wake-up costs
+  // little.
+  constexpr auto kSpin = std::chrono::microseconds(20);
+  constexpr auto kYield = std::chrono::microseconds(1000);
+  constexpr auto kMaxSleep = std::chrono::microseconds(10000);
+  auto last = Clock::now();
+  for (;;) {
+    CIUIC_ASSIGN_OR_RETURN(bool any, progress());
+    if (ready()) return Status::Ok();
+    const auto now = Clock::now();
+    if (any) {
+      last = now;
+      continue;
+    }
+    if (now >= deadline) return DeadlineExceededError("timed out waiting for " + what);
+    const auto idle = now - last;
+    if (idle < kSpin) {
+      for (int i = 0; i < 32; ++i) CpuRelax();
+    } else if (idle < kYield) {
+      sched_yield();
+    } else {
+      auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - now);
+      backend.WaitForActivity(left < kMaxSleep ? left : kMaxSleep);
+    }
+  }
+}
+
+}  // namespace ciuic::transport
