@@ -332,6 +332,24 @@ const Knob kKnobs[] = {
      ParseIntIn<&Config::ib_timeout, 1, 31>, PrintInt<&Config::ib_timeout>},
     {"CIUIC_IB_RETRY_CNT", "7", "verbs transport retry count (0-7)",
      ParseIntIn<&Config::ib_retry_cnt, 0, 7>, PrintInt<&Config::ib_retry_cnt>},
+    {"CIUIC_ALGO", "auto", "collective algorithm: auto (cost model) or ring, tree, recdoubling, rabenseifner, ...",
+     [](const std::string& t, Config* c) {
+       if (t.empty()) return InvalidArgumentError("expected auto or an algorithm name");
+       c->algo = Lower(t);
+       return Status::Ok();
+     },
+     [](const Config& c) { return c.algo; }},
+    {"CIUIC_NCHANNELS", "1", "parallel channels (rings / connections per peer) of a collective (1-16)",
+     ParseIntIn<&Config::nchannels, 1, 16>, PrintInt<&Config::nchannels>},
+    {"CIUIC_PROGRESS", "thread",
+     "who runs collectives: thread (a progress thread; async calls overlap) or caller",
+     [](const std::string& t, Config* c) {
+       const std::string v = Lower(t);
+       if (v != "thread" && v != "caller") return InvalidArgumentError("expected thread or caller");
+       c->progress = v;
+       return Status::Ok();
+     },
+     [](const Config& c) { return c.progress; }},
     {"CIUIC_IB_QPS_PER_PEER", "1", "verbs queue pairs per connection, writes striped across them (1-16)",
      ParseIntIn<&Config::ib_qps_per_peer, 1, 16>, PrintInt<&Config::ib_qps_per_peer>},
 };

@@ -95,6 +95,15 @@ struct Config {
   int ib_retry_cnt = 7;
   int ib_qps_per_peer = 1;
 
+  // Collectives. CIUIC_ALGO: auto (cost model) or an algorithm name (ring,
+  // tree, recdoubling, rabenseifner, ...); CIUIC_NCHANNELS: parallel rings /
+  // connections per peer; CIUIC_PROGRESS: "thread" (a progress thread runs
+  // the operations, so async calls overlap the caller's work) or "caller"
+  // (operations run inside wait/test and the blocking calls).
+  std::string algo = "auto";
+  int nchannels = 1;
+  std::string progress = "thread";
+
   // Names of the knobs whose value came from the environment.
   std::vector<std::string> from_env;
 
