@@ -1,0 +1,173 @@
+// Private: the tcp backend's shared state — listening socket and acceptor
+// (hellos matched to endpoints), region table, and the sockets that
+// WaitForActivity watches. Endpoints, regions and connections (see
+// tcp_connection.h) all point back to their TcpBackend.
+//
+// Thread contract: as for every Backend (include/ciuic/transport.h), one
+// thread at a time per object; but the objects made from one backend may be
+// used from different threads at once (a progress thread running
+// Connection::Progress while the caller registers memory), so the state
+// shared through the backend (regions, endpoints, acceptor, watched
+// sockets) is guarded by mutexes here. The backend outlives everything made
+// from it.
+#ifndef CIUIC_TRANSPORT_TCP_TCP_BACKEND_H_
+#define CIUIC_TRANSPORT_TCP_TCP_BACKEND_H_
+
+#include <sys/socket.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ciuic/transport.h"
+#include "transport/tcp/tcp_iface.h"
+#include "transport/tcp/tcp_wire.h"
+
+namespace ciuic::transport::tcp {
+
+using Clock = std::chrono::steady_clock;
+
+// Socket buffer size asked for on every data socket (capped by the
+// kernel's net.core.{w,r}mem_max; left to autotuning when that cap is low).
+inline constexpr int kSocketBufferBytes = 4 << 20;
+// A socket accepted without a complete hello is dropped after this long.
+inline constexpr std::chrono::seconds kHelloTimeout{30};
+
+// One connection socket as WaitForActivity sees it. Owned by the
+// connection; the flags are written by its (single) progressing thread and
+// read by WaitForActivity on any thread.
+struct SocketWatch {
+  int rx_fd = -1;
+  int tx_fd = -1;
+  std::atomic<bool> want_out{false};  // frames wait for send buffer space
+  std::atomic<bool> active{true};     // false once the connection failed
+};
+
+// A socket whose hello arrived and passed the backend-level checks; waits
+// here until the endpoint named by its acceptor nonce connects.
+struct AcceptedSocket {
+  int fd = -1;
+  std::string from;  // remote ip:port, for logs
+  Hello hello;
+};
+
+class TcpBackend final : public Backend {
+ public:
+  // Picks the interface, listens on it (port 0). Errors: kInvalidArgument
+  // (bad knob or job id: the variable is named), kUnavailable (no interface
+  // matches CIUIC_SOCKET_IFNAME, socket/bind/listen failed).
+  static StatusOr<std::unique_ptr<TcpBackend>> Open(const BackendOptions& options);
+  ~TcpBackend() override;
+  TcpBackend(const TcpBackend&) = delete;
+  TcpBackend& operator=(const TcpBackend&) = delete;
+
+  BackendKind kind() const override { return BackendKind::kTcp; }
+  std::string Describe() const override;
+  StatusOr<std::unique_ptr<Endpoint>> CreateEndpoint(int peer, uint32_t tag) override;
+  StatusOr<std::unique_ptr<MemoryRegion>> Allocate(size_t bytes) override;
+  StatusOr<std::unique_ptr<MemoryRegion>> Register(void* addr, size_t bytes) override;
+  void WaitForActivity(std::chrono::microseconds max) override;
+
+  // ---- for the tcp objects (any thread) ----
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  int nsocks() const { return nsocks_; }
+  uint64_t instance() const { return instance_; }
+  const std::string& job_id() const { return job_id_; }
+  const Interface& interface() const { return iface_; }
+  uint16_t port() const { return port_; }
+
+  // The address of byte `offset` of registered region `id` if `key`
+  // matches and [offset, offset+len) lies inside it; nullptr with `*why`
+  // set otherwise.
+  uint8_t* ResolveRegion(uint32_t id, uint32_t key, uint64_t offset, uint64_t len,
+                         std::string* why);
+  // Adds [base, base+size) to the region table; returns its id and key.
+  void AddRegion(uint8_t* base, uint64_t size, uint32_t* id, uint32_t* key);
+  void RemoveRegion(uint32_t id);
+
+  // Endpoints waiting for accepted sockets, by their nonce.
+  void AddEndpoint(const Nonce& nonce, int peer, uint32_t tag);
+  // Forgets the endpoint and closes the sockets stashed for it.
+  void RemoveEndpoint(const Nonce& nonce);
+  // Waits until the connector `peer` (its description) has opened every
+  // socket of the endpoint `nonce`; fills rx_fds[0..nsocks). Sockets whose
+  // hello does not match `peer` are rejected (logged, closed).
+  // Errors: kDeadlineExceeded naming the peer rank.
+  Status AwaitSockets(const Nonce& nonce, const EndpointInfo& peer, int nsocks,
+                      Clock::time_point deadline, std::vector<int>* rx_fds);
+
+  // A new data socket towards `peer` with the backend's options (non-
+  // blocking, TCP_NODELAY, buffer sizes), connected before `deadline`.
+  // Errors: kUnavailable (refused: the peer's backend is gone),
+  // kDeadlineExceeded, both naming the peer rank.
+  StatusOr<int> ConnectTo(const EndpointInfo& peer, Clock::time_point deadline);
+  // Applies the data-socket options to `fd`.
+  void ConfigureSocket(int fd) const;
+
+  void Watch(SocketWatch* w);
+  void Unwatch(SocketWatch* w);
+
+  uint32_t RandomKey();
+
+ private:
+  TcpBackend() = default;
+  // Accepts pending connections and reads their hellos without blocking;
+  // complete hellos go to stash_ or are rejected. Needs acceptor_mu_.
+  void PumpLocked();
+  void Reject(int fd, const std::string& from, const std::string& why);
+
+  int rank_ = 0;
+  int world_size_ = 1;
+  int nsocks_ = 1;
+  std::string job_id_;
+  Interface iface_;
+  int listen_fd_ = -1;
+  uint16_t port_ = 0;
+  uint64_t instance_ = 0;
+  int sndbuf_ = 0;  // 0 = leave to the kernel
+  int rcvbuf_ = 0;
+
+  std::mutex rng_mu_;
+  std::mt19937_64 rng_;
+
+  struct RegionEntry {
+    uint8_t* base = nullptr;
+    uint64_t size = 0;
+    uint32_t key = 0;  // 0 = free slot
+  };
+  std::mutex regions_mu_;
+  std::vector<RegionEntry> regions_;  // index = id; id 0 is never used
+  std::vector<uint32_t> free_ids_;
+
+  struct Pending {
+    int fd = -1;
+    std::string from;
+    Clock::time_point since;
+    std::vector<uint8_t> buf;  // hello bytes so far
+    size_t got = 0;
+    size_t need = kHelloFixedBytes;
+    Hello hello;
+  };
+  struct EndpointEntry {
+    int peer = 0;
+    uint32_t tag = 0;
+  };
+  std::mutex acceptor_mu_;
+  std::vector<Pending> pending_;
+  std::map<Nonce, EndpointEntry> endpoints_;
+  std::map<Nonce, std::vector<AcceptedSocket>> stash_;
+
+  std::mutex watch_mu_;
+  std::vector<SocketWatch*> watched_;
+};
+
+}  // namespace ciuic::transport::tcp
+
+#endif  // CIUIC_TRANSPORT_TCP_TCP_BACKEND_H_
