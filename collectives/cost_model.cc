@@ -1,0 +1,326 @@
+#include "collectives/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <tuple>
+
+namespace ciuic::collectives {
+namespace {
+
+// Per-chunk latency l and period q of a step, its chunk count and bytes.
+struct StepCost {
+  double l = 0, q = 0;
+  double l_in = 0;  // forwarding steps: the store stage alone
+  size_t chunks = 1;
+  double bytes = 0;
+};
+
+StepCost CostOf(const Step& st, const CostParams& p) {
+  StepCost c;
+  c.bytes = static_cast<double>(StepCount(st)) * static_cast<double>(p.elem_size);
+  const double chunk = static_cast<double>(std::max<size_t>(1, p.chunk_bytes));
+  c.chunks = c.bytes == 0 ? 1 : static_cast<size_t>(std::ceil(c.bytes / chunk));
+  const double cb = c.bytes / static_cast<double>(c.chunks);
+  const double send = p.alpha_s + cb * p.beta_s_per_byte;
+  const double reduce = cb * p.gamma_s_per_byte;
+  const double copy = cb * p.copy_s_per_byte;
+  switch (st.op) {
+    case StepOp::kSend: c.l = c.q = send; break;
+    case StepOp::kRecv: c.l = c.q = copy; break;
+    case StepOp::kRecvReduce: c.l = c.q = reduce; break;
+    case StepOp::kRecvReduceSend:
+      c.l_in = reduce;
+      c.l = reduce + send;
+      c.q = std::max(reduce, send);
+      break;
+    case StepOp::kRecvCopySend:
+      c.l_in = copy;
+      c.l = copy + send;
+      c.q = std::max(copy, send);
+      break;
+    case StepOp::kCopy: c.l = c.q = copy; break;
+    case StepOp::kReduce:
+      c.l = c.q = reduce * static_cast<double>(st.inputs.size() > 2 ? st.inputs.size() - 1 : 1);
+      break;
+  }
+  return c;
+}
+
+struct RankLoad {
+  double egress = 0, ingress = 0, cpu = 0;
+  size_t messages = 0;
+  size_t bytes_sent = 0;
+};
+
+RankLoad LoadOf(const Schedule& s, const CostParams& p) {
+  RankLoad load;
+  for (const Step& st : s.steps) {
+    const StepCost c = CostOf(st, p);
+    if (StepSends(st.op)) {
+      load.egress += static_cast<double>(c.chunks) * p.alpha_s + c.bytes * p.beta_s_per_byte;
+      load.bytes_sent += static_cast<size_t>(c.bytes);
+    }
+    if (StepReceives(st.op)) load.ingress += c.bytes * p.beta_s_per_byte;
+    if (StepSends(st.op) || StepReceives(st.op)) ++load.messages;
+    if (st.op == StepOp::kRecvReduce || st.op == StepOp::kRecvReduceSend || st.op == StepOp::kReduce) {
+      const size_t operands = st.op == StepOp::kReduce && st.inputs.size() > 2 ? st.inputs.size() - 1 : 1;
+      load.cpu += c.bytes * p.gamma_s_per_byte * static_cast<double>(operands);
+    } else if (st.op == StepOp::kCopy || st.op == StepOp::kRecv || st.op == StepOp::kRecvCopySend) {
+      load.cpu += c.bytes * p.copy_s_per_byte;
+    }
+  }
+  return load;
+}
+
+std::string Seconds(double s) {
+  char buf[32];
+  if (s < 1e-3) {
+    std::snprintf(buf, sizeof buf, "%.3g us", s * 1e6);
+  } else if (s < 1) {
+    std::snprintf(buf, sizeof buf, "%.3g ms", s * 1e3);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.3g s", s);
+  }
+  return buf;
+}
+
+}  // namespace
+
+CostParams DefaultCostParams(transport::BackendKind kind) {
+  CostParams p;
+  switch (kind) {
+    case transport::BackendKind::kShm:
+      p.alpha_s = 1e-6;
+      p.beta_s_per_byte = 1e-10;
+      break;
+    case transport::BackendKind::kTcp:
+      p.alpha_s = 2e-5;
+      p.beta_s_per_byte = 8e-10;
+      break;
+    case transport::BackendKind::kVerbs:
+      p.alpha_s = 3e-6;
+      p.beta_s_per_byte = 8e-11;
+      break;
+  }
+  return p;
+}
+
+StatusOr<Prediction> PredictSchedules(const std::vector<Schedule>& schedules, const CostParams& p) {
+  CIUIC_RETURN_IF_ERROR(CheckMessageMatching(schedules));
+  const size_t n = schedules.size();
+  std::vector<size_t> base(n + 1, 0);
+  for (size_t r = 0; r < n; ++r) base[r + 1] = base[r] + schedules[r].steps.size();
+  const size_t total = base[n];
+  // Predecessors of every node and how they constrain it: a stream passes
+  // chunk times through (kPerChunk deps, a message to its receiver); after
+  // last waits for the predecessor's end (kWhole deps, the previous message
+  // sent on a link); after received waits until the predecessor has
+  // received all its chunks (the previous message received on a link: a
+  // forwarding step stores chunks without waiting for its own sends).
+  enum class Edge : uint8_t { kStream, kAfterLast, kAfterReceived };
+  std::vector<std::vector<std::pair<size_t, Edge>>> preds(total);
+  std::vector<std::vector<size_t>> succs(total);
+  auto edge = [&](size_t from, size_t to, Edge kind) {
+    preds[to].emplace_back(from, kind);
+    succs[from].push_back(to);
+  };
+  using Key = std::tuple<int, int, int>;
+  std::map<Key, std::vector<size_t>> sends, recvs;
+  for (size_t r = 0; r < n; ++r) {
+    const Schedule& s = schedules[r];
+    std::map<Key, size_t> last_send, last_recv;
+    for (size_t i = 0; i < s.steps.size(); ++i) {
+      const Step& st = s.steps[i];
+      const size_t id = base[r] + i;
+      for (int d : st.deps) {
+        if (d < 0 || static_cast<size_t>(d) >= i) {
+          return InvalidArgumentError("PredictSchedules: rank " + std::to_string(r) + " step #" + std::to_string(i) +
+                                      " has a bad dep " + std::to_string(d));
+        }
+        edge(base[r] + d, id, st.dep_mode == DepMode::kPerChunk ? Edge::kStream : Edge::kAfterLast);
+      }
+      if (StepSends(st.op)) {
+        const Key k(static_cast<int>(r), st.send_peer, st.channel);
+        auto it = last_send.find(k);
+        if (it != last_send.end()) edge(it->second, id, Edge::kAfterLast);
+        last_send[k] = id;
+        sends[k].push_back(id);
+      }
+      if (StepReceives(st.op)) {
+        const Key k(st.recv_peer, static_cast<int>(r), st.channel);
+        auto it = last_recv.find(k);
+        if (it != last_recv.end()) edge(it->second, id, Edge::kAfterReceived);
+        last_recv[k] = id;
+        recvs[k].push_back(id);
+      }
+    }
+  }
+  for (const auto& [k, ids] : sends) {
+    const std::vector<size_t>& rv = recvs[k];
+    for (size_t m = 0; m < ids.size() && m < rv.size(); ++m) edge(ids[m], rv[m], Edge::kStream);
+  }
+  // Longest path in topological order (Kahn).
+  std::vector<size_t> indeg(total, 0);
+  for (size_t v = 0; v < total; ++v) indeg[v] = preds[v].size();
+  std::vector<size_t> ready;
+  for (size_t v = 0; v < total; ++v) {
+    if (indeg[v] == 0) ready.push_back(v);
+  }
+  std::vector<double> first(total, 0), last(total, 0), received(total, 0);
+  std::vector<const Step*> step_of(total);
+  for (size_t r = 0; r < n; ++r) {
+    for (size_t i = 0; i < schedules[r].steps.size(); ++i) step_of[base[r] + i] = &schedules[r].steps[i];
+  }
+  size_t done = 0;
+  double critical = 0;
+  while (!ready.empty()) {
+    const size_t v = ready.back();
+    ready.pop_back();
+    ++done;
+    double in_first = 0, in_last = 0;
+    for (const auto& [u, kind] : preds[v]) {
+      const double end = kind == Edge::kAfterReceived ? received[u] : last[u];
+      in_first = std::max(in_first, kind == Edge::kStream ? first[u] : end);
+      in_last = std::max(in_last, end);
+    }
+    const StepCost c = CostOf(*step_of[v], p);
+    const double n1 = static_cast<double>(c.chunks - 1);
+    first[v] = in_first + c.l;
+    last[v] = std::max(in_last + c.l, in_first + c.l + n1 * c.q);
+    // A forwarding step has stored its last chunk one send stage earlier.
+    received[v] = last[v];
+    if (step_of[v]->op == StepOp::kRecvReduceSend || step_of[v]->op == StepOp::kRecvCopySend) {
+      received[v] = std::max(in_last + c.l_in, in_first + c.l_in + n1 * c.l_in);
+    }
+    critical = std::max(critical, last[v]);
+    for (size_t w : succs[v]) {
+      if (--indeg[w] == 0) ready.push_back(w);
+    }
+  }
+  if (done != total) {
+    return InvalidArgumentError("PredictSchedules: the schedules of " + schedules[0].algorithm +
+                                " wait on each other in a cycle (a deadlock even with unbounded links)");
+  }
+  Prediction pred;
+  pred.critical_path_s = critical;
+  for (const Schedule& s : schedules) {
+    const RankLoad load = LoadOf(s, p);
+    pred.resource_bound_s = std::max({pred.resource_bound_s, load.egress, load.ingress, load.cpu});
+    pred.max_messages_per_rank = std::max(pred.max_messages_per_rank, load.messages);
+    pred.max_bytes_sent_per_rank = std::max(pred.max_bytes_sent_per_rank, load.bytes_sent);
+  }
+  pred.seconds = std::max(pred.critical_path_s, pred.resource_bound_s);
+  return pred;
+}
+
+StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t bytes, int nranks,
+                             const CostParams& p) {
+  if (p.elem_size == 0) return InvalidArgumentError("Predict: elem_size must be > 0");
+  if (nranks < 1) return InvalidArgumentError("Predict: nranks must be >= 1");
+  CollectiveArgs args;
+  args.collective = collective;
+  args.nranks = nranks;
+  args.count = bytes / p.elem_size + (bytes % p.elem_size ? 1 : 0);
+  args.nchannels = p.nchannels;
+  args.root = p.root;
+  if (collective == Collective::kAllGatherv || collective == Collective::kReduceScatterv) {
+    args.counts.assign(nranks, args.count);
+  }
+  if (collective == Collective::kSend || collective == Collective::kRecv) {
+    // A point-to-point pair: costed as rank 0 sending to rank 1.
+    if (nranks < 2) return InvalidArgumentError("Predict: send/recv needs nranks >= 2");
+    std::vector<Schedule> s;
+    CIUIC_ASSIGN_OR_RETURN(Schedule snd, SendDirect(0, nranks, args.count, 1));
+    CIUIC_ASSIGN_OR_RETURN(Schedule rcv, RecvDirect(1, nranks, args.count, 0));
+    s.push_back(std::move(snd));
+    s.push_back(std::move(rcv));
+    for (int r = 2; r < nranks; ++r) {
+      Schedule idle = s[0];
+      idle.rank = r;
+      idle.steps.clear();
+      s.push_back(std::move(idle));
+    }
+    return PredictSchedules(s, p);
+  }
+  if (nranks > kMaxExactRanks) {
+    args.rank = 0;
+    CIUIC_ASSIGN_OR_RETURN(Schedule s, MakeSchedule(algorithm, args));
+    const RankLoad load = LoadOf(s, p);
+    Prediction pred;
+    pred.exact = false;
+    pred.resource_bound_s = std::max({load.egress, load.ingress, load.cpu});
+    pred.critical_path_s = static_cast<double>(load.messages) * p.alpha_s;
+    pred.seconds = pred.resource_bound_s + pred.critical_path_s;
+    pred.max_messages_per_rank = load.messages;
+    pred.max_bytes_sent_per_rank = load.bytes_sent;
+    return pred;
+  }
+  std::vector<Schedule> all;
+  all.reserve(nranks);
+  for (int r = 0; r < nranks; ++r) {
+    args.rank = r;
+    CIUIC_ASSIGN_OR_RETURN(Schedule s, MakeSchedule(algorithm, args));
+    all.push_back(std::move(s));
+  }
+  return PredictSchedules(all, p);
+}
+
+StatusOr<Selection> Select(Collective collective, size_t bytes, int nranks, const CostParams& p,
+                           const std::string& forced_algo) {
+  if (p.elem_size == 0) return InvalidArgumentError("Select: elem_size must be > 0");
+  if (nranks < 1) return InvalidArgumentError("Select: nranks must be >= 1");
+  const bool forced = !forced_algo.empty() && forced_algo != "auto";
+  Algorithm forced_choice = Algorithm::kRing;
+  if (forced) {
+    CIUIC_ASSIGN_OR_RETURN(forced_choice, ParseAlgorithm(collective, forced_algo));
+  }
+  Selection sel;
+  const std::vector<Algorithm> candidates = AlgorithmsFor(collective);
+  std::vector<double> t;
+  bool exact = true;
+  for (Algorithm a : candidates) {
+    CIUIC_ASSIGN_OR_RETURN(Prediction pred, Predict(collective, a, bytes, nranks, p));
+    sel.predicted_s.emplace_back(AlgorithmName(a), pred.seconds);
+    t.push_back(pred.seconds);
+    exact = exact && pred.exact;
+  }
+  const size_t best = static_cast<size_t>(std::min_element(t.begin(), t.end()) - t.begin());
+  size_t pick = best;
+  for (size_t i = 0; i < best; ++i) {
+    if (t[i] <= t[best] * 1.03) {
+      pick = i;
+      break;
+    }
+  }
+  const std::string where = std::string(CollectiveName(collective)) + " " + std::to_string(bytes) + " B on " +
+                            std::to_string(nranks) + " ranks" + (exact ? "" : " (rank-0 estimate)");
+  if (forced) {
+    sel.algorithm = forced_choice;
+    size_t fi = 0;
+    while (candidates[fi] != forced_choice) ++fi;
+    sel.reason = std::string(AlgorithmName(forced_choice)) + " forced for " + where + ": predicted " +
+                 Seconds(t[fi]) + ", model's choice " + AlgorithmName(candidates[pick]) + " " + Seconds(t[pick]);
+  } else {
+    sel.algorithm = candidates[pick];
+    sel.reason = std::string(AlgorithmName(candidates[pick])) + " for " + where + ": predicted " + Seconds(t[pick]);
+    if (candidates.size() == 1) {
+      sel.reason += " (the only algorithm)";
+    } else if (pick != best) {
+      sel.reason += ", within 3% of " + std::string(AlgorithmName(candidates[best])) + " " + Seconds(t[best]) +
+                    " and preferred on near-ties";
+    } else {
+      size_t second = best == 0 ? 1 : 0;
+      for (size_t i = 0; i < t.size(); ++i) {
+        if (i != best && t[i] < t[second]) second = i;
+      }
+      sel.reason += ", next " + std::string(AlgorithmName(candidates[second])) + " " + Seconds(t[second]);
+    }
+  }
+  sel.name = AlgorithmName(sel.algorithm);
+  return sel;
+}
+
+}  // namespace ciuic::collectives

@@ -1,0 +1,95 @@
+// Alpha-beta-gamma cost model over schedules, and algorithm selection.
+//
+// A prediction comes from the schedules themselves, not from per-algorithm
+// formulas, so a new generator is costed without new code:
+// - Critical path: the steps of all ranks form one graph (deps, message
+//   sender -> receiver, and the FIFO order of messages on a link). Each step
+//   is a stream of N = ceil(bytes / chunk_bytes) chunks with a per-chunk
+//   latency l (sum of its stages: reduce or copy, then alpha + chunk * beta
+//   to send) and a period q (its slowest stage, as stages overlap across
+//   chunks): first chunk done at start + l, last at max(input's last + l,
+//   start + l + (N-1) q). kPerChunk deps pass the stream through (pipelining),
+//   kWhole deps wait for the last chunk.
+// - Resource bound: per rank, bytes sent (plus alpha per chunk), bytes
+//   received and bytes reduced/copied, each at its rate; concurrent steps
+//   share them (two trees or channels do not double a NIC).
+// The prediction is the larger of the two. Up to kMaxExactRanks ranks every
+// rank's schedule is generated; beyond, rank 0's schedule is costed alone
+// (its resource bound plus alpha per message step on it): cheaper, rougher.
+//
+// Thread contract: pure functions.
+#ifndef CIUIC_COLLECTIVES_COST_MODEL_H_
+#define CIUIC_COLLECTIVES_COST_MODEL_H_
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ciuic/status.h"
+#include "ciuic/transport.h"
+#include "collectives/algorithms.h"
+#include "collectives/schedule.h"
+
+namespace ciuic::collectives {
+
+inline constexpr int kMaxExactRanks = 128;
+
+struct CostParams {
+  double alpha_s = 3e-6;             // per message; every chunk is one transport message
+  double beta_s_per_byte = 8e-11;    // link time per byte (1 / bandwidth)
+  double gamma_s_per_byte = 5e-11;   // reduction time per byte of result
+  double copy_s_per_byte = 3e-11;    // local copy per byte (slot -> buffer, kCopy)
+  size_t chunk_bytes = 512u << 10;   // pipelining unit (CIUIC_CHUNK_SIZE)
+  size_t elem_size = 4;              // bytes per element (Select converts bytes to a count)
+  int nchannels = 1;                 // as passed to the generators
+  int root = 0;                      // broadcast / reduce
+};
+
+// Rough defaults per backend, to be replaced by calibration (ciuic-tune):
+// shm: alpha 1 us, 10 GB/s; tcp: alpha 20 us, 1.25 GB/s (10 GbE); verbs:
+// alpha 3 us, 12.5 GB/s (100 Gb/s); gamma 20 GB/s, copy 33 GB/s for all.
+CostParams DefaultCostParams(transport::BackendKind kind);
+
+struct Prediction {
+  double seconds = 0;             // max(critical_path_s, resource_bound_s)
+  double critical_path_s = 0;
+  double resource_bound_s = 0;    // the busiest rank's busiest resource
+  size_t max_messages_per_rank = 0;  // message steps of the busiest rank
+  size_t max_bytes_sent_per_rank = 0;
+  bool exact = true;              // false: rank-0-only estimate (nranks > kMaxExactRanks)
+};
+
+// Costs the schedules of all ranks (schedules[r].rank == r) of elements of
+// params.elem_size bytes. Errors: kInvalidArgument when the schedules do not
+// match (CheckMessageMatching) or wait on each other in a cycle.
+StatusOr<Prediction> PredictSchedules(const std::vector<Schedule>& schedules, const CostParams& params);
+
+// Generates the schedules of `algorithm` for `collective` with count =
+// ceil(bytes / elem_size) (per rank where the collective says so, see
+// CollectiveArgs; the v-variants use that count on every rank) and costs
+// them. Errors: those of MakeSchedule and PredictSchedules.
+StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t bytes, int nranks,
+                             const CostParams& params);
+
+struct Selection {
+  Algorithm algorithm = Algorithm::kRing;
+  std::string name;  // AlgorithmName(algorithm)
+  // Predicted seconds of every candidate, in AlgorithmsFor order.
+  std::vector<std::pair<std::string, double>> predicted_s;
+  std::string reason;  // one line, for logs and ciuic-info
+};
+
+// Picks the algorithm for one call: the fastest predicted; among candidates
+// within 3% of it, the one listed first by AlgorithmsFor (ring before tree,
+// Rabenseifner, recursive doubling: neighbour-only traffic and channels
+// matter on real fabrics more than the model knows). `forced_algo` ("" or
+// "auto" = choose) names an algorithm to use regardless (still costed).
+// Errors: kInvalidArgument for an unknown or unsupported forced name (the
+// message lists the valid ones), elem_size 0, nranks < 1; those of Predict.
+StatusOr<Selection> Select(Collective collective, size_t bytes, int nranks, const CostParams& params,
+                           const std::string& forced_algo);
+
+}  // namespace ciuic::collectives
+
+#endif  // CIUIC_COLLECTIVES_COST_MODEL_H_

@@ -1,0 +1,148 @@
+// The alpha-beta-gamma cost model and selection.
+#include "collectives/cost_model.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace ciuic::collectives {
+namespace {
+
+CostParams Verbs() { return DefaultCostParams(transport::BackendKind::kVerbs); }
+
+double PredictOrDie(Collective c, Algorithm a, size_t bytes, int n, const CostParams& p) {
+  auto pred = Predict(c, a, bytes, n, p);
+  EXPECT_TRUE(pred.ok()) << pred.status().ToString();
+  return pred.ok() ? pred->seconds : -1;
+}
+
+TEST(CostModelTest, OneMessageIsAlphaPlusBytesTimesBeta) {
+  CostParams p;
+  p.alpha_s = 1e-6;
+  p.beta_s_per_byte = 1e-9;
+  p.copy_s_per_byte = 0;
+  p.chunk_bytes = 1 << 30;  // one chunk
+  auto pred = Predict(Collective::kSend, Algorithm::kDirect, 1000, 2, p);
+  ASSERT_TRUE(pred.ok()) << pred.status().ToString();
+  EXPECT_DOUBLE_EQ(pred->seconds, 1e-6 + 1000 * 1e-9);
+  EXPECT_EQ(pred->max_messages_per_rank, 1u);
+  EXPECT_EQ(pred->max_bytes_sent_per_rank, 1000u);
+  // Chunked: alpha per chunk.
+  p.chunk_bytes = 100;
+  pred = Predict(Collective::kSend, Algorithm::kDirect, 1000, 2, p);
+  ASSERT_TRUE(pred.ok());
+  EXPECT_NEAR(pred->seconds, 10 * 1e-6 + 1000 * 1e-9, 1e-12);
+}
+
+TEST(CostModelTest, PipeliningHidesHopsOfAChain) {
+  // A broadcast chain over 8 ranks: with small chunks the 7 hops overlap,
+  // so the time is close to one transfer, not seven.
+  CostParams p;
+  p.alpha_s = 1e-6;
+  p.beta_s_per_byte = 1e-9;
+  p.copy_s_per_byte = 0;
+  p.chunk_bytes = 64 << 10;
+  const size_t bytes = 64 << 20;
+  const double one = bytes * 1e-9;
+  const double t = PredictOrDie(Collective::kBroadcast, Algorithm::kRing, bytes, 8, p);
+  EXPECT_GT(t, one);
+  EXPECT_LT(t, 1.2 * one);
+  // Without pipelining (one chunk per message) it takes all 7 hops.
+  p.chunk_bytes = bytes;
+  EXPECT_NEAR(PredictOrDie(Collective::kBroadcast, Algorithm::kRing, bytes, 8, p), 7 * (one + 1e-6), 1e-6);
+}
+
+TEST(CostModelTest, RecursiveDoublingForTinyRingForHuge) {
+  for (int n : {4, 6, 8, 16}) {
+    for (transport::BackendKind kind :
+         {transport::BackendKind::kShm, transport::BackendKind::kTcp, transport::BackendKind::kVerbs}) {
+      const CostParams p = DefaultCostParams(kind);
+      auto tiny = Select(Collective::kAllReduce, 8, n, p, "");
+      ASSERT_TRUE(tiny.ok()) << tiny.status().ToString();
+      EXPECT_EQ(tiny->algorithm, Algorithm::kRecursiveDoubling) << tiny->reason;
+      auto huge = Select(Collective::kAllReduce, size_t{1} << 30, n, p, "");
+      ASSERT_TRUE(huge.ok()) << huge.status().ToString();
+      EXPECT_EQ(huge->algorithm, Algorithm::kRing) << huge->reason;
+      EXPECT_EQ(huge->name, "ring");
+      EXPECT_EQ(huge->predicted_s.size(), 4u);
+      EXPECT_NE(huge->reason.find("ring"), std::string::npos);
+    }
+  }
+}
+
+TEST(CostModelTest, BroadcastBinomialSmallChainLarge) {
+  const CostParams p = Verbs();
+  auto small = Select(Collective::kBroadcast, 64, 16, p, "");
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(small->algorithm, Algorithm::kBinomial) << small->reason;
+  auto large = Select(Collective::kBroadcast, 256u << 20, 16, p, "");
+  ASSERT_TRUE(large.ok());
+  EXPECT_EQ(large->algorithm, Algorithm::kRing) << large->reason;
+}
+
+TEST(CostModelTest, ForcedAlgorithms) {
+  const CostParams p = Verbs();
+  auto f = Select(Collective::kAllReduce, 8, 8, p, "rabenseifner");
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->algorithm, Algorithm::kRabenseifner);
+  EXPECT_NE(f->reason.find("forced"), std::string::npos) << f->reason;
+  EXPECT_EQ(Select(Collective::kAllReduce, 8, 8, p, "auto")->algorithm, Algorithm::kRecursiveDoubling);
+  EXPECT_EQ(Select(Collective::kReduce, 8, 8, p, "tree")->algorithm, Algorithm::kBinomial);
+  auto bad = Select(Collective::kAllReduce, 8, 8, p, "butterfly");
+  ASSERT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("ring, tree, rabenseifner, recdoubling"), std::string::npos)
+      << bad.status().ToString();
+  EXPECT_EQ(Select(Collective::kAllGather, 8, 8, p, "tree").status().code(), StatusCode::kInvalidArgument);
+  CostParams zero = p;
+  zero.elem_size = 0;
+  EXPECT_EQ(Select(Collective::kAllReduce, 8, 8, zero, "").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Select(Collective::kAllReduce, 8, 0, p, "").status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(CostModelTest, EveryCollectiveHasAPrediction) {
+  const CostParams p = Verbs();
+  for (Collective c : {Collective::kAllReduce, Collective::kBroadcast, Collective::kReduce, Collective::kAllGather,
+                       Collective::kAllGatherv, Collective::kReduceScatter, Collective::kReduceScatterv,
+                       Collective::kAllToAll, Collective::kBarrier, Collective::kSend, Collective::kRecv}) {
+    for (int n : {1, 2, 5}) {
+      if ((c == Collective::kSend || c == Collective::kRecv) && n < 2) continue;
+      auto s = Select(c, 4096, n, p, "");
+      ASSERT_TRUE(s.ok()) << CollectiveName(c) << " n=" << n << ": " << s.status().ToString();
+      for (const auto& [name, t] : s->predicted_s) EXPECT_GE(t, 0) << name;
+      EXPECT_FALSE(s->reason.empty());
+    }
+  }
+  // Beyond kMaxExactRanks only rank 0 is costed.
+  auto big = Predict(Collective::kAllReduce, Algorithm::kRing, 1 << 20, kMaxExactRanks + 1, p);
+  ASSERT_TRUE(big.ok());
+  EXPECT_FALSE(big->exact);
+  EXPECT_GT(big->seconds, 0);
+}
+
+TEST(CostModelTest, DetectsCycles) {
+  // Two ranks that each receive before sending: no order exists.
+  auto make = [](int rank) {
+    Schedule s;
+    s.algorithm = "test/cycle";
+    s.rank = rank;
+    s.nranks = 2;
+    Step r;
+    r.op = StepOp::kRecv;
+    r.recv_peer = 1 - rank;
+    r.dst = Range{BufKind::kOutput, 0, 4};
+    Step snd;
+    snd.op = StepOp::kSend;
+    snd.send_peer = 1 - rank;
+    snd.src = Range{BufKind::kInput, 0, 4};
+    snd.deps = {0};
+    s.steps = {r, snd};
+    return s;
+  };
+  auto pred = PredictSchedules({make(0), make(1)}, Verbs());
+  EXPECT_EQ(pred.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(pred.status().message().find("cycle"), std::string::npos) << pred.status().ToString();
+}
+
+}  // namespace
+}  // namespace ciuic::collectives
