@@ -7,7 +7,8 @@
 //              writes outstanding; rank 1 counts the kWriteReceived
 //              completions and answers with a message after the last one.
 //              BW_avg = n*S / (first timed post .. that answer); BW_peak =
-//              the best run of W consecutive arrivals timed at rank 1.
+//              the best rate over L consecutive writes, post of the first
+//              to completion of the last, L = max(W, n/10, 8 MiB / S).
 //              memcpy[GB/s] copies S bytes between two private buffers of
 //              rank 0 in the same run (the yardstick of the shm goal).
 //   latency    ping-pong of S-byte writes: rank 0 writes, rank 1 writes back
@@ -27,8 +28,7 @@
 // Control messages (Connection::PostMessage, at most 64 bytes, little-endian):
 //   u8 type, u8[7] zero, u64 a, u64 b
 //   kReady  receiver -> writer: region poisoned, source filled; a = size
-//   kDone   rank 1 -> rank 0 (bandwidth): a = writes received,
-//           b = peak GB/s as IEEE double bits
+//   kDone   rank 1 -> rank 0 (bandwidth): a = writes received
 //   kAck    rank 0 -> rank 1: kDone arrived (rank 1 waits for it before
 //           checking the data, progressing, so kDone leaves at once)
 //   kWrong  rank 1 -> rank 0: a = wrong bytes, b = protocol errors
@@ -41,6 +41,7 @@
 // is unavailable or failed (with -t all, an unavailable backend is only
 // reported); 2 bad flags or knobs.
 #include <getopt.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -95,6 +96,7 @@ struct Options {
   long window = -1;  // -1: 16, or the connection's max_outstanding if lower
   int mode = kModeBw | kModeLat;
   std::string format = "table";
+  bool bind = true;  // fork mode: pin the two ranks to two different cores
   std::string command;  // the command line, for the header
 };
 
@@ -116,6 +118,8 @@ void Usage(FILE* out) {
       "                     connection's max_outstanding if lower)\n"
       "      --mode M       bw, lat or both (default both)\n"
       "      --format F     table, csv or json (default table)\n"
+      "      --bind B       core (default: the forked ranks run pinned to two different\n"
+      "                     cores, as mpirun binds its ranks) or none\n"
       "  -h, --help\n"
       "Under a launcher (CIUIC_RANK/CIUIC_WORLD_SIZE, mpirun, srun) with CIUIC_STORE_ADDR,\n"
       "ranks 0 and 1 of the job measure and rank 0 prints. CIUIC_* knobs apply (see\n"
@@ -144,6 +148,7 @@ bool ParseOptions(int argc, char** argv, Options* o) {
       {"transport", 1, nullptr, 't'}, {"min-bytes", 1, nullptr, 'b'}, {"max-bytes", 1, nullptr, 'e'},
       {"factor", 1, nullptr, 'f'},    {"iters", 1, nullptr, 'n'},     {"warmup", 1, nullptr, 'w'},
       {"window", 1, nullptr, 'W'},    {"mode", 1, nullptr, 'm'},      {"format", 1, nullptr, 'F'},
+      {"bind", 1, nullptr, 'B'},
       {"help", 0, nullptr, 'h'},      {nullptr, 0, nullptr, 0}};
   for (int i = 0; i < argc; ++i) o->command += (i ? " " : "") + std::string(argv[i]);
   opterr = 0;
@@ -212,6 +217,12 @@ bool ParseOptions(int argc, char** argv, Options* o) {
           return BadFlag("--format", optarg, "table, csv or json");
         }
         break;
+      case 'B': {
+        const std::string v = optarg;
+        if (v != "core" && v != "none") return BadFlag("--bind", optarg, "core or none");
+        o->bind = v == "core";
+        break;
+      }
       case 'h': Usage(stdout); std::exit(0);
       case ':':
         std::fprintf(stderr, "%s: %s needs a value\n", kProg, argv[optind - 1]);
@@ -356,17 +367,6 @@ uint64_t GetU64(const uint8_t* p) {
   for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
   return v;
 }
-uint64_t DoubleBits(double d) {
-  uint64_t u;
-  std::memcpy(&u, &d, 8);
-  return u;
-}
-double BitsDouble(uint64_t u) {
-  double d;
-  std::memcpy(&d, &u, 8);
-  return d;
-}
-
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -392,13 +392,16 @@ struct Bench {
   uint64_t posted = 0, write_done = 0;
   uint64_t received = 0;
   uint64_t bad_imm = 0;  // writes that arrived with an unexpected immediate
-  uint64_t record_from = 0;
-  std::vector<Clock::time_point>* arrivals = nullptr;  // of writes >= record_from
+  // Completion times of the bandwidth writes: done_times[k] = when write
+  // stamp_base + k*stamp_stride + stamp_stride-1 completed.
+  std::vector<Clock::time_point>* done_times = nullptr;
+  uint64_t stamp_base = 0, stamp_stride = 1;
   std::deque<Msg> msgs;
 
   void ResetCounters() {
-    posted = write_done = received = bad_imm = record_from = 0;
-    arrivals = nullptr;
+    posted = write_done = received = bad_imm = stamp_base = 0;
+    stamp_stride = 1;
+    done_times = nullptr;
   }
 };
 
@@ -417,14 +420,19 @@ Status Pump(Bench& b, bool* any) {
   if (!n.ok()) return n.status();
   *any = *n > 0;
   if (*n == 0) return Status::Ok();
-  const Clock::time_point now = b.arrivals != nullptr ? Clock::now() : Clock::time_point();
   for (size_t i = 0; i < *n; ++i) {
     const Completion& c = done[i];
     switch (c.kind) {
-      case Completion::Kind::kWriteDone: ++b.write_done; break;
+      case Completion::Kind::kWriteDone:
+        ++b.write_done;
+        if (b.done_times != nullptr && c.wr_id >= b.stamp_base &&
+            (c.wr_id - b.stamp_base) % b.stamp_stride == b.stamp_stride - 1) {
+          const uint64_t k = (c.wr_id - b.stamp_base) / b.stamp_stride;
+          if (k < b.done_times->size()) (*b.done_times)[k] = Clock::now();
+        }
+        break;
       case Completion::Kind::kWriteReceived:
         if (c.imm != static_cast<uint32_t>(b.received)) ++b.bad_imm;
-        if (b.arrivals != nullptr && b.received >= b.record_from) b.arrivals->push_back(now);
         ++b.received;
         break;
       case Completion::Kind::kMessage: {
@@ -501,13 +509,16 @@ Status SendMsg(Bench& b, const Guard& guard, uint8_t type, uint64_t a, uint64_t 
   buf[0] = type;
   PutU64(buf + 8, a);
   PutU64(buf + 16, c);
-  for (;;) {
-    Status s = b.conn->PostMessage(buf, sizeof(buf));
-    if (s.code() != StatusCode::kResourceExhausted) return s;
-    bool any = false;  // queue full: progress and retry
-    CIUIC_RETURN_IF_ERROR(Pump(b, &any));
-    if (guard.peer_alive) CIUIC_RETURN_IF_ERROR(guard.peer_alive());
-  }
+  // Queue full: progress and retry.
+  Status s;
+  CIUIC_RETURN_IF_ERROR(WaitUntil(
+      b, guard,
+      [&] {
+        s = b.conn->PostMessage(buf, sizeof(buf));
+        return s.code() != StatusCode::kResourceExhausted;
+      },
+      "room for a control message"));
+  return s;
 }
 
 StatusOr<Msg> RecvMsg(Bench& b, const Guard& guard, uint8_t type, const char* what) {
@@ -521,19 +532,22 @@ StatusOr<Msg> RecvMsg(Bench& b, const Guard& guard, uint8_t type, const char* wh
   return m;
 }
 
-// Posts one write, progressing while the connection refuses it.
+// Posts one write, progressing and retrying while the connection refuses it
+// (kResourceExhausted: outstanding writes, or a backend's queue or
+// notification ring that only the peer's progress frees).
 Status PostOne(Bench& b, const Guard& guard, uint64_t bytes, uint32_t imm) {
-  for (;;) {
-    Status s = b.conn->PostWrite(*b.send, 0, b.remote, 0, bytes, imm, b.posted);
-    if (s.ok()) {
-      ++b.posted;
-      return s;
-    }
-    if (s.code() != StatusCode::kResourceExhausted) return s;
-    const uint64_t before = b.write_done;
-    CIUIC_RETURN_IF_ERROR(WaitUntil(b, guard, [&] { return b.write_done != before; },
-                                    "a write completion (connection full)"));
+  Status s = b.conn->PostWrite(*b.send, 0, b.remote, 0, bytes, imm, b.posted);
+  if (s.code() == StatusCode::kResourceExhausted) {
+    CIUIC_RETURN_IF_ERROR(WaitUntil(
+        b, guard,
+        [&] {
+          s = b.conn->PostWrite(*b.send, 0, b.remote, 0, bytes, imm, b.posted);
+          return s.code() != StatusCode::kResourceExhausted;
+        },
+        "room to post a write (connection full)"));
   }
+  if (s.ok()) ++b.posted;
+  return s;
 }
 
 struct Row {
@@ -554,28 +568,10 @@ Status RunBw(Bench& b, const Guard& guard, int rank, const Options& o, uint64_t 
   row->iters = iters;
   b.ResetCounters();
   if (rank == 1) {
-    std::vector<Clock::time_point> arrivals;
-    arrivals.reserve(static_cast<size_t>(iters));
     Fill(b.recv->data(), bytes, Seed(bytes, kBwData), true);
-    b.arrivals = &arrivals;
-    b.record_from = static_cast<uint64_t>(warm);
     CIUIC_RETURN_IF_ERROR(SendMsg(b, guard, kReady, bytes, 0));
-    Status s = WaitUntil(b, guard, [&] { return b.received >= total; }, "bandwidth writes");
-    b.arrivals = nullptr;
-    CIUIC_RETURN_IF_ERROR(s);
-    // Peak: the best run of L consecutive arrivals, L = the window, a tenth
-    // of the run, or 8 MiB worth of writes, whichever is most (shorter runs
-    // measure how a burst leaves socket buffers, not the transport).
-    const size_t span = std::max<size_t>(
-        1, std::min<size_t>({std::max<size_t>({b.window, arrivals.size() / 10,
-                                               static_cast<size_t>((8u << 20) / bytes)}),
-                             arrivals.size() - 1}));
-    double peak = 0;
-    for (size_t i = 0; i + span < arrivals.size(); ++i) {
-      const double dt = std::chrono::duration<double>(arrivals[i + span] - arrivals[i]).count();
-      if (dt > 0) peak = std::max(peak, static_cast<double>(bytes) * span / dt / 1e9);
-    }
-    CIUIC_RETURN_IF_ERROR(SendMsg(b, guard, kDone, b.received, DoubleBits(peak)));
+    CIUIC_RETURN_IF_ERROR(WaitUntil(b, guard, [&] { return b.received >= total; }, "bandwidth writes"));
+    CIUIC_RETURN_IF_ERROR(SendMsg(b, guard, kDone, b.received, 0));
     CIUIC_RETURN_IF_ERROR(RecvMsg(b, guard, kAck, "rank 0's acknowledgement").status());
     const uint64_t wrong = CountWrong(b.recv->data(), bytes, Seed(bytes, kBwData));
     return SendMsg(b, guard, kWrong, wrong, b.bad_imm);
@@ -583,12 +579,29 @@ Status RunBw(Bench& b, const Guard& guard, int rank, const Options& o, uint64_t 
   Fill(b.send->data(), bytes, Seed(bytes, kBwData), false);
   CIUIC_ASSIGN_OR_RETURN(Msg ready, RecvMsg(b, guard, kReady, "the receiver's ready message"));
   if (ready.a != bytes) return DataLossError("rank 1 is at size " + std::to_string(ready.a));
+  // Peak, as perftest's: the best rate over L consecutive timed writes, from
+  // the post of the first to the completion of the last, L = the window, a
+  // tenth of the run or 8 MiB worth of writes, whichever is most (shorter
+  // runs would time bursts into socket buffers, not the transport). The
+  // clock is read at every g-th post and completion only (g = L/4), so that
+  // timing does not slow small writes down.
+  const uint64_t n = static_cast<uint64_t>(iters);
+  uint64_t span = std::clamp<uint64_t>(std::max<uint64_t>({b.window, n / 10, (8u << 20) / bytes}), 1, n);
+  const uint64_t g = std::max<uint64_t>(1, span / 4);
+  span = span / g * g;
+  std::vector<Clock::time_point> post_times(n / g + 1), done_times(n / g + 1);
+  b.done_times = &done_times;
+  b.stamp_base = static_cast<uint64_t>(warm);
+  b.stamp_stride = g;
   // Warm-up, drained before the clock starts.
   auto post_window = [&](uint64_t upto) -> Status {
     while (b.posted < upto) {
       if (b.posted - b.write_done >= b.window) {
         CIUIC_RETURN_IF_ERROR(WaitUntil(
             b, guard, [&] { return b.posted - b.write_done < b.window; }, "write completions"));
+      }
+      if (b.posted >= b.stamp_base && (b.posted - b.stamp_base) % g == 0) {
+        post_times[(b.posted - b.stamp_base) / g] = Clock::now();
       }
       CIUIC_RETURN_IF_ERROR(PostOne(b, guard, bytes, static_cast<uint32_t>(b.posted)));
       bool any = false;
@@ -604,13 +617,20 @@ Status RunBw(Bench& b, const Guard& guard, int rank, const Options& o, uint64_t 
   const double t = std::chrono::duration<double>(Clock::now() - t0).count();
   CIUIC_RETURN_IF_ERROR(SendMsg(b, guard, kAck, 0, 0));
   CIUIC_RETURN_IF_ERROR(WaitUntil(b, guard, [&] { return b.write_done >= b.posted; }, "write completions"));
+  b.done_times = nullptr;
+  double peak = 0;
+  for (uint64_t a = 0; a + span <= n; a += g) {
+    const double dt =
+        std::chrono::duration<double>(done_times[(a + span - 1) / g] - post_times[a / g]).count();
+    if (dt > 0) peak = std::max(peak, static_cast<double>(bytes) * span / dt / 1e9);
+  }
   CIUIC_ASSIGN_OR_RETURN(Msg wrong, RecvMsg(b, guard, kWrong, "the receiver's check"));
   if (done.a != total || wrong.b != 0) {
     return DataLossError("rank 1 received " + std::to_string(done.a) + " of " + std::to_string(total) +
                          " writes, " + std::to_string(wrong.b) + " with an out-of-order immediate");
   }
   row->avg = static_cast<double>(bytes) * iters / t / 1e9;
-  row->peak = std::max(BitsDouble(done.b), row->avg);
+  row->peak = std::max(peak, row->avg);
   row->rate = iters / t / 1e6;
   row->wrong = wrong.a;
   return Status::Ok();
@@ -989,7 +1009,7 @@ int RunRank(const RankSetup& rs, Store& store, const Options& o) {
     if (print) {
       out.Heading(mode, mode == kModeBw
                             ? "one-sided writes with immediate, window W outstanding, into one remote "
-                              "region (ib_write_bw); GB/s = 1e9 B/s; peak = best W consecutive arrivals"
+                              "region (ib_write_bw); GB/s = 1e9 B/s; peak = best L = max(W, n/10, 8 MiB/S) writes"
                             : "ping-pong of writes with immediate, busy-polling (ib_write_lat); one way "
                               "= round trip / 2");
     }
@@ -1085,6 +1105,47 @@ std::chrono::milliseconds IdleLimit(const Config& config) {
   return std::chrono::milliseconds(60000);
 }
 
+// Two CPUs of this process's affinity mask on different cores (SMT
+// siblings share a core_id within a package), for ranks 0 and 1; -1 when
+// there is only one. Both ranks busy-poll: sharing a core costs them whole
+// scheduler slices.
+std::pair<int, int> TwoCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return {-1, -1};
+  auto core_of = [](int cpu) {
+    std::string id;
+    for (const char* f : {"physical_package_id", "core_id"}) {
+      std::ifstream in("/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/" + f);
+      std::string v;
+      in >> v;
+      id += v + ":";
+    }
+    return id;
+  };
+  int first = -1, second = -1, sibling = -1;
+  for (int c = 0; c < CPU_SETSIZE && second < 0; ++c) {
+    if (!CPU_ISSET(c, &set)) continue;
+    if (first < 0) {
+      first = c;
+    } else if (core_of(c) != core_of(first)) {
+      second = c;
+    } else if (sibling < 0) {
+      sibling = c;
+    }
+  }
+  if (second < 0) second = sibling;
+  if (second < 0) return {-1, -1};
+  return {first, second};
+}
+
+void PinTo(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  sched_setaffinity(0, sizeof(set), &set);
+}
+
 // Forks rank 1; this process is rank 0. They meet in a FileStore.
 int RunForked(const Options& o, const Config& config) {
   char tmpl[] = "/tmp/ciuic-tperf-XXXXXX";
@@ -1098,6 +1159,12 @@ int RunForked(const Options& o, const Config& config) {
   rs.world_size = 2;
   rs.job_id = "tperf-" + std::to_string(parent);
   rs.how = "0 and 1 of 2, forked, meeting in a FileStore";
+  const std::pair<int, int> cpus = o.bind ? TwoCores() : std::pair<int, int>(-1, -1);
+  if (cpus.first >= 0) {
+    rs.how += "; bound to cpus " + std::to_string(cpus.first) + " and " + std::to_string(cpus.second);
+  } else {
+    rs.how += o.bind ? "; not bound (one cpu)" : "; not bound (--bind none)";
+  }
   rs.config = config;
   rs.guard.idle_limit = IdleLimit(config);
   std::fflush(nullptr);
@@ -1112,6 +1179,7 @@ int RunForked(const Options& o, const Config& config) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(1);
     rs.rank = 1;
+    if (cpus.second >= 0) PinTo(cpus.second);
     rs.guard.peer_alive = [parent]() -> Status {
       return getppid() == parent ? Status::Ok() : UnavailableError("rank 0 has exited");
     };
@@ -1127,6 +1195,7 @@ int RunForked(const Options& o, const Config& config) {
     _exit(code);
   }
   rs.rank = 0;
+  if (cpus.first >= 0) PinTo(cpus.first);
   int child_status = 0;
   bool reaped = false;
   rs.guard.peer_alive = [&]() -> Status {
