@@ -138,6 +138,16 @@ std::string RankPid(int rank, pid_t pid) {
   return "rank " + std::to_string(rank) + " (pid " + std::to_string(pid) + ")";
 }
 
+// Whether the process behind `pidfd` (or, without one, `pid`) has exited.
+// A zombie counts as exited (kill(pid, 0) still succeeds on it).
+bool PeerExited(int pidfd, pid_t pid) {
+  if (pidfd >= 0) {
+    pollfd p{pidfd, POLLIN, 0};
+    return poll(&p, 1, 0) > 0;
+  }
+  return kill(pid, 0) != 0 && errno == ESRCH;
+}
+
 long Futex(std::atomic<uint32_t>* word, int op, uint32_t val, const timespec* ts) {
   return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, val, ts, nullptr, 0);
 }
@@ -254,7 +264,9 @@ Status ReadBlobHeader(BlobReader* r, uint8_t want_type, const std::string& job_i
 
 class ShmBackend;
 
-// A memfd segment this process created, mapped read-write.
+// A memfd segment this process created, mapped read-write. Shared by the
+// objects using it (a region, a sub-range registration, an endpoint, then
+// its connection); the last owner unmaps and closes it.
 struct Segment {
   ShmBackend* backend = nullptr;
   int fd = -1;
@@ -268,7 +280,7 @@ struct Segment {
 };
 
 // A peer's segment mapped into this process (shared by every connection
-// that imports it).
+// that imports it; the last one unmaps it).
 struct PeerMapping {
   char* base = nullptr;
   size_t bytes = 0;
@@ -279,6 +291,8 @@ struct PeerMapping {
 
 class ShmConnection;
 
+// Allocate()d memory (a segment) or Register()ed caller memory.
+// Thread contract: immutable after construction.
 class ShmRegion final : public MemoryRegion {
  public:
   // `segment` null: caller memory, written by peers through CMA.
@@ -293,6 +307,10 @@ class ShmRegion final : public MemoryRegion {
   size_t offset_;
 };
 
+// Thread contract: as Backend (one thread at a time), except that the
+// members used by connections and regions (segment creation, peer
+// mappings, the connection list) lock mu_ or are atomic, so connections of
+// one backend may be driven from different threads.
 class ShmBackend final : public Backend {
  public:
   explicit ShmBackend(const BackendOptions& options) : options_(options), pid_(getpid()) {}
@@ -362,6 +380,9 @@ Segment::~Segment() {
 // ---------------------------------------------------------------------------
 // Connection.
 
+// Both directions to one peer: this side consumes its own inbound ring
+// (in_seg_) and produces into the peer's (out_map_).
+// Thread contract: one thread at a time; PeerActivity from any thread.
 class ShmConnection final : public Connection {
  public:
   ShmConnection(ShmBackend* backend, int peer, pid_t peer_pid, int pidfd,
@@ -414,6 +435,9 @@ class ShmConnection final : public Connection {
   // or closed. Reads only shared atomics: any thread, under the backend's lock.
   // `*blocked` is set when this side waits for room in the peer's ring.
   bool PeerActivity(bool* blocked) const {
+    // A failed connection has said all it will say: waiting must not spin
+    // on its closed flag or on entries nobody will consume.
+    if (failed_.load(std::memory_order_relaxed)) return false;
     if (shm::RingHasPublished(in_.ring()) ||
         in_.ring()->producer.closed.load(std::memory_order_relaxed) != 0 ||
         out_.ring()->consumer_closed.value.load(std::memory_order_relaxed) != 0) {
@@ -466,6 +490,12 @@ class ShmConnection final : public Connection {
   // The reason the peer is gone (closed or died), or OK.
   Status CheckPeer();
   std::string Who() const { return RankPid(peer(), peer_pid_); }
+  // Makes `s` the sticky error; returns it.
+  const Status& Fail(Status s) {
+    error_ = std::move(s);
+    failed_.store(true, std::memory_order_relaxed);
+    return error_;
+  }
 
   ShmBackend* backend_;
   pid_t peer_pid_;
@@ -485,6 +515,7 @@ class ShmConnection final : public Connection {
   Status error_;
   // Blocked on a full peer ring (read by WaitForActivity on any thread).
   std::atomic<bool> out_blocked_{false};
+  std::atomic<bool> failed_{false};  // error_ is set
   std::atomic<uint64_t> blocked_head_{0};
 };
 
@@ -606,10 +637,7 @@ Status ShmConnection::PostWrite(const MemoryRegion& src, size_t src_offset, Remo
       std::memcpy(imp.base + dst_offset, from, len);
     } else {
       Status s = CmaWrite(from, imp.address + dst_offset, len);
-      if (!s.ok()) {
-        error_ = s;
-        return s;
-      }
+      if (!s.ok()) return Fail(std::move(s));
     }
   }
   e->kind = static_cast<uint8_t>(EntryKind::kWrite);
@@ -647,14 +675,7 @@ Status ShmConnection::CheckPeer() {
   const auto now = Clock::now();
   if (now < next_liveness_check_) return Status::Ok();
   next_liveness_check_ = now + kLivenessPeriod;
-  bool dead = false;
-  if (pidfd_ >= 0) {
-    pollfd p{pidfd_, POLLIN, 0};
-    dead = poll(&p, 1, 0) > 0;
-  } else {
-    dead = kill(peer_pid_, 0) != 0 && errno == ESRCH;
-  }
-  if (dead) return UnavailableError("shm: peer " + Who() + " died");
+  if (PeerExited(pidfd_, peer_pid_)) return UnavailableError("shm: peer " + Who() + " died");
   return Status::Ok();
 }
 
@@ -687,9 +708,9 @@ StatusOr<size_t> ShmConnection::Progress(Completion* out, size_t max) {
         c.imm = 0;
         std::memcpy(c.data, e->data, len);
       } else {
-        error_ = DataLossError("shm: malformed notification (kind " + std::to_string(kind) +
+        Fail(DataLossError("shm: malformed notification (kind " + std::to_string(kind) +
                                ", length " + std::to_string(len) + ") from rank " +
-                               std::to_string(peer()));
+                               std::to_string(peer())));
         break;
       }
       in_.Pop();
@@ -712,7 +733,7 @@ StatusOr<size_t> ShmConnection::Progress(Completion* out, size_t max) {
     if (gone.ok()) return n;
     // Deliver what the peer published before it closed or died first.
     if (in_.Peek() != nullptr) continue;
-    error_ = gone;
+    Fail(std::move(gone));
     return n > 0 ? StatusOr<size_t>(n) : StatusOr<size_t>(error_);
   }
 }
@@ -720,6 +741,8 @@ StatusOr<size_t> ShmConnection::Progress(Completion* out, size_t max) {
 // ---------------------------------------------------------------------------
 // Endpoint.
 
+// Holds this side's inbound ring until Connect hands it to the connection.
+// Thread contract: one thread at a time.
 class ShmEndpoint final : public Endpoint {
  public:
   ShmEndpoint(ShmBackend* backend, int peer, uint32_t tag, std::shared_ptr<Segment> ring_seg)
@@ -996,7 +1019,7 @@ StatusOr<std::shared_ptr<PeerMapping>> ShmBackend::MapPeerSegment(int pidfd, pid
                                        " (pidfd_getfd: " + Errno(err) + ", " + path + ": " +
                                        Errno(err2) + "): ranks must run as one user");
       }
-      if (kill(pid, 0) != 0 && errno == ESRCH) return UnavailableError("shm: peer " + who + " died");
+      if (err == ESRCH || PeerExited(pidfd, pid)) return UnavailableError("shm: peer " + who + " died");
       return UnavailableError("shm: segment fd " + std::to_string(d.fd) + " of " + who +
                               " is gone (" + Errno(err2) + "): it closed the connection or "
                               "released the region");

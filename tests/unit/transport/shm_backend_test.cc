@@ -759,6 +759,11 @@ TEST(ShmBackendTest, CleanCloseDrainsThenUnavailable) {
       EXPECT_NE(end.status().message().find("peer rank 1 closed the connection"), std::string::npos)
           << end.status().message();
       EXPECT_EQ((*c)->PostMessage("x", 1).code(), StatusCode::kUnavailable);
+      // Reported: the closed connection no longer counts as activity, so a
+      // waiting progress loop sleeps instead of spinning.
+      const auto t0 = Clock::now();
+      b->WaitForActivity(milliseconds(20));
+      EXPECT_GE(Clock::now() - t0, milliseconds(20));
       ASSERT_TRUE(store->Set("seen", "1").ok());
     }
   });
