@@ -341,9 +341,10 @@ class ShmBackend final : public Backend {
   void Linger(std::shared_ptr<Segment> ring_seg);
   void AddConnection(ShmConnection* c);
   void RemoveConnection(ShmConnection* c);
-  void SegmentGone(size_t bytes) {
+  void SegmentGone(size_t bytes, bool huge) {
     segments_.fetch_sub(1, std::memory_order_relaxed);
     segment_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+    if (huge) huge_segments_.fetch_sub(1, std::memory_order_relaxed);
   }
 
   const BackendOptions& options() const { return options_; }
@@ -361,6 +362,7 @@ class ShmBackend final : public Backend {
   pid_t pid_;
   std::atomic<size_t> segments_{0};
   std::atomic<size_t> segment_bytes_{0};
+  std::atomic<size_t> huge_segments_{0};
   std::shared_ptr<Segment> doorbell_seg_;
   DoorbellShared* doorbell_ = nullptr;
 
@@ -374,7 +376,7 @@ class ShmBackend final : public Backend {
 Segment::~Segment() {
   if (base != nullptr) munmap(base, bytes);
   if (fd >= 0) close(fd);
-  if (backend != nullptr) backend->SegmentGone(bytes);
+  if (backend != nullptr) backend->SegmentGone(bytes, huge);
 }
 
 // ---------------------------------------------------------------------------
@@ -893,11 +895,12 @@ Status ShmBackend::Init() {
 std::string ShmBackend::Describe() const {
   char buf[256];
   std::snprintf(buf, sizeof(buf),
-                "shm pid=%d rank=%d/%d segments=%zu (%.1f MiB) ring=%ux%zuB cma=process_vm_writev",
+                "shm pid=%d rank=%d/%d segments=%zu (%.1f MiB, %zu on huge pages) ring=%ux%zuB "
+                "cma=process_vm_writev",
                 static_cast<int>(pid_), options_.rank, options_.world_size,
                 segments_.load(std::memory_order_relaxed),
                 static_cast<double>(segment_bytes_.load(std::memory_order_relaxed)) / (1 << 20),
-                kRingEntries, kEntryBytes);
+                huge_segments_.load(std::memory_order_relaxed), kRingEntries, kEntryBytes);
   return buf;
 }
 
@@ -984,6 +987,7 @@ StatusOr<std::shared_ptr<Segment>> ShmBackend::CreateSegment(size_t bytes, const
   seg->backend = this;
   segments_.fetch_add(1, std::memory_order_relaxed);
   segment_bytes_.fetch_add(seg->bytes, std::memory_order_relaxed);
+  if (seg->huge) huge_segments_.fetch_add(1, std::memory_order_relaxed);
   return seg;
 }
 

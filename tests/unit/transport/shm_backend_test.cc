@@ -264,6 +264,22 @@ int CountSelfReferences(const std::string& what) {
   return count;
 }
 
+// Kills and reaps a forked child unless reaped already (release()).
+class ChildGuard {
+ public:
+  explicit ChildGuard(pid_t pid) : pid_(pid) {}
+  ~ChildGuard() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  void release() { pid_ = -1; }
+
+ private:
+  pid_t pid_;
+};
+
 int CountDevShm(const std::string& what) {
   int count = 0;
   std::error_code ec;
@@ -683,6 +699,7 @@ TEST(ShmBackendTest, PeerDeathIsUnavailableNamingTheRank) {
     }
     _exit(0);  // no destructors: the connection is never closed cleanly
   }
+  ChildGuard guard(child);
   {
     auto store = StoreAt(dir.path());
     auto b = OpenOrDie(0, 2, job);
@@ -724,6 +741,7 @@ TEST(ShmBackendTest, PeerDeathIsUnavailableNamingTheRank) {
   }
   int st = 0;
   ASSERT_EQ(waitpid(child, &st, 0), child);
+  guard.release();
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
   EXPECT_EQ(CountDevShm("ciuic"), 0);
   EXPECT_EQ(CountSelfReferences("ciuic-" + job), 0) << "segments left mapped or open";
