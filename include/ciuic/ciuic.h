@@ -90,6 +90,124 @@ ciuic_status_t ciuic_reduce_local_cuda(void* dst, const void* const* srcs, int n
                                        size_t count, ciuic_datatype_t dtype, ciuic_redop_t op,
                                        void* cuda_stream);
 
+
+/* ---- Communicators and collectives --------------------------------------
+ * Every rank of a job creates one communicator (collectively) and issues the
+ * same collectives in the same order. sendbuf == recvbuf means in place.
+ * Errors common to all: CIUIC_ERROR_INVALID_ARGUMENT (null buffer with
+ * count > 0, unknown dtype/op, root/peer out of range, null comm);
+ * CIUIC_ERROR_UNAVAILABLE naming a peer that died or closed;
+ * CIUIC_ERROR_DEADLINE_EXCEEDED after CIUIC_TIMEOUT_MS without progress;
+ * CIUIC_ERROR_ABORTED after ciuic_comm_abort. After a peer failure every
+ * later call on that communicator returns the first error.
+ * Thread contract: one thread at a time per communicator; requests may be
+ * waited on from any thread. */
+typedef struct ciuic_comm* ciuic_comm_t;
+typedef struct ciuic_request* ciuic_request_t;
+
+/* Rank, size and rendezvous from the environment: CIUIC_RANK,
+ * CIUIC_WORLD_SIZE, CIUIC_STORE_ADDR (host:port; rank 0 serves it unless
+ * CIUIC_STORE_EXTERNAL=1), or the variables of Open MPI, Slurm or PMI. */
+ciuic_status_t ciuic_comm_init_from_env(ciuic_comm_t* comm);
+/* Explicit rank, size and store address "host:port" (rank 0 serves it unless
+ * CIUIC_STORE_EXTERNAL=1); every other knob from the environment. */
+ciuic_status_t ciuic_comm_init(ciuic_comm_t* comm, int rank, int size, const char* store_addr);
+ciuic_status_t ciuic_comm_rank(ciuic_comm_t comm, int* rank);
+ciuic_status_t ciuic_comm_size(ciuic_comm_t comm, int* size);
+/* Waits for nothing: pending requests fail with CIUIC_ERROR_ABORTED. */
+ciuic_status_t ciuic_comm_destroy(ciuic_comm_t comm);
+/* Fails every pending and later operation of `comm` with ABORTED; returns at
+ * once (then destroy it). */
+ciuic_status_t ciuic_comm_abort(ciuic_comm_t comm);
+
+ciuic_status_t ciuic_allreduce(const void* sendbuf, void* recvbuf, size_t count,
+                               ciuic_datatype_t dtype, ciuic_redop_t op, ciuic_comm_t comm);
+ciuic_status_t ciuic_broadcast(void* buf, size_t count, ciuic_datatype_t dtype, int root,
+                               ciuic_comm_t comm);
+/* recvbuf is used at the root only. */
+ciuic_status_t ciuic_reduce(const void* sendbuf, void* recvbuf, size_t count,
+                            ciuic_datatype_t dtype, ciuic_redop_t op, int root, ciuic_comm_t comm);
+/* recvbuf holds size * sendcount elements, rank r's at r * sendcount. */
+ciuic_status_t ciuic_allgather(const void* sendbuf, void* recvbuf, size_t sendcount,
+                               ciuic_datatype_t dtype, ciuic_comm_t comm);
+/* recvcounts[size]; rank r contributes recvcounts[r] elements, placed after
+ * the blocks of ranks < r. */
+ciuic_status_t ciuic_allgatherv(const void* sendbuf, void* recvbuf, const size_t* recvcounts,
+                                ciuic_datatype_t dtype, ciuic_comm_t comm);
+/* sendbuf holds size * recvcount elements; rank r gets block r reduced. */
+ciuic_status_t ciuic_reduce_scatter(const void* sendbuf, void* recvbuf, size_t recvcount,
+                                    ciuic_datatype_t dtype, ciuic_redop_t op, ciuic_comm_t comm);
+ciuic_status_t ciuic_reduce_scatterv(const void* sendbuf, void* recvbuf, const size_t* recvcounts,
+                                     ciuic_datatype_t dtype, ciuic_redop_t op, ciuic_comm_t comm);
+/* sendbuf holds size blocks of count elements; block p goes to rank p. */
+ciuic_status_t ciuic_alltoall(const void* sendbuf, void* recvbuf, size_t count,
+                              ciuic_datatype_t dtype, ciuic_comm_t comm);
+ciuic_status_t ciuic_barrier(ciuic_comm_t comm);
+ciuic_status_t ciuic_send(const void* buf, size_t count, ciuic_datatype_t dtype, int peer,
+                          ciuic_comm_t comm);
+ciuic_status_t ciuic_recv(void* buf, size_t count, ciuic_datatype_t dtype, int peer,
+                          ciuic_comm_t comm);
+
+/* Async forms: return at once with a request; the operation runs on the
+ * progress thread (CIUIC_PROGRESS=thread) while the caller computes, or
+ * inside wait/test (CIUIC_PROGRESS=caller). Several may be outstanding;
+ * they complete in call order. Buffers must stay valid until completion. */
+ciuic_status_t ciuic_iallreduce(const void* sendbuf, void* recvbuf, size_t count,
+                                ciuic_datatype_t dtype, ciuic_redop_t op, ciuic_comm_t comm,
+                                ciuic_request_t* req);
+ciuic_status_t ciuic_ibroadcast(void* buf, size_t count, ciuic_datatype_t dtype, int root,
+                                ciuic_comm_t comm, ciuic_request_t* req);
+ciuic_status_t ciuic_ireduce(const void* sendbuf, void* recvbuf, size_t count,
+                             ciuic_datatype_t dtype, ciuic_redop_t op, int root, ciuic_comm_t comm,
+                             ciuic_request_t* req);
+ciuic_status_t ciuic_iallgather(const void* sendbuf, void* recvbuf, size_t sendcount,
+                                ciuic_datatype_t dtype, ciuic_comm_t comm, ciuic_request_t* req);
+ciuic_status_t ciuic_iallgatherv(const void* sendbuf, void* recvbuf, const size_t* recvcounts,
+                                 ciuic_datatype_t dtype, ciuic_comm_t comm, ciuic_request_t* req);
+ciuic_status_t ciuic_ireduce_scatter(const void* sendbuf, void* recvbuf, size_t recvcount,
+                                     ciuic_datatype_t dtype, ciuic_redop_t op, ciuic_comm_t comm,
+                                     ciuic_request_t* req);
+ciuic_status_t ciuic_ireduce_scatterv(const void* sendbuf, void* recvbuf,
+                                      const size_t* recvcounts, ciuic_datatype_t dtype,
+                                      ciuic_redop_t op, ciuic_comm_t comm, ciuic_request_t* req);
+ciuic_status_t ciuic_ialltoall(const void* sendbuf, void* recvbuf, size_t count,
+                               ciuic_datatype_t dtype, ciuic_comm_t comm, ciuic_request_t* req);
+ciuic_status_t ciuic_ibarrier(ciuic_comm_t comm, ciuic_request_t* req);
+ciuic_status_t ciuic_isend(const void* buf, size_t count, ciuic_datatype_t dtype, int peer,
+                           ciuic_comm_t comm, ciuic_request_t* req);
+ciuic_status_t ciuic_irecv(void* buf, size_t count, ciuic_datatype_t dtype, int peer,
+                           ciuic_comm_t comm, ciuic_request_t* req);
+/* Blocks until done, returns the operation's status and frees the request. */
+ciuic_status_t ciuic_wait(ciuic_request_t req);
+/* *done = 1 when finished (then the status is the operation's and the
+ * request is freed), 0 otherwise. */
+ciuic_status_t ciuic_test(ciuic_request_t req, int* done);
+
+/* ---- Fusion buckets ------------------------------------------------------
+ * Many small tensors of one dtype packed into one all-reduce. Adding a
+ * tensor copies it into the bucket; when the bucket reaches its capacity
+ * (bytes; 0 = CIUIC_BUFFER_SIZE) it is all-reduced asynchronously; flush
+ * sends what is pending; wait scatters every result back into the tensors
+ * (which must stay valid until then). Every rank must add the same tensor
+ * sizes in the same order. A tensor larger than the capacity gets an
+ * all-reduce of its own. */
+typedef struct ciuic_bucket* ciuic_bucket_t;
+ciuic_status_t ciuic_bucket_create(ciuic_comm_t comm, ciuic_datatype_t dtype, ciuic_redop_t op,
+                                   size_t capacity_bytes, ciuic_bucket_t* bucket);
+ciuic_status_t ciuic_bucket_add(ciuic_bucket_t bucket, void* tensor, size_t count);
+ciuic_status_t ciuic_bucket_flush(ciuic_bucket_t bucket);
+/* Flushes, waits for every all-reduce of the bucket and writes the results
+ * back into the tensors; the bucket is empty and reusable afterwards. */
+ciuic_status_t ciuic_bucket_wait(ciuic_bucket_t bucket);
+ciuic_status_t ciuic_bucket_destroy(ciuic_bucket_t bucket);
+
+/* ---- Balanced partition --------------------------------------------------
+ * Splits items 0..n-1 with costs[i] >= 0 into `parts` contiguous ranges
+ * minimising the largest range's total cost; bounds[0..parts] receives the
+ * boundaries (range p is [bounds[p], bounds[p+1])). Use it to give ranks
+ * uneven but balanced work (with the v-collectives). */
+ciuic_status_t ciuic_partition(const double* costs, size_t n, int parts, size_t* bounds);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -1,0 +1,262 @@
+// The C ABI of the collectives (include/ciuic/ciuic.h) over ciuic::Communicator.
+#include <memory>
+#include <new>
+
+#include "ciuic/ciuic.h"
+#include "ciuic/collectives.h"
+#include "common/c_api.h"
+
+struct ciuic_comm {
+  std::unique_ptr<ciuic::Communicator> comm;
+};
+struct ciuic_request {
+  ciuic::Request request;
+};
+struct ciuic_bucket {
+  std::unique_ptr<ciuic::FusionBucket> bucket;
+};
+
+namespace {
+
+using ciuic::DataType;
+using ciuic::InvalidArgumentError;
+using ciuic::ReduceOp;
+using ciuic::Status;
+using ciuic::ToCStatus;
+
+DataType T(ciuic_datatype_t t) { return static_cast<DataType>(t); }
+ReduceOp O(ciuic_redop_t o) { return static_cast<ReduceOp>(o); }
+
+ciuic_status_t NullComm() { return ToCStatus(InvalidArgumentError("comm is null")); }
+
+ciuic_status_t Issue(ciuic::StatusOr<ciuic::Request> r, ciuic_request_t* req) {
+  if (!r.ok()) return ToCStatus(r.status());
+  auto* h = new (std::nothrow) ciuic_request{std::move(*r)};
+  if (h == nullptr) return ToCStatus(ciuic::ResourceExhaustedError("out of memory for a request"));
+  *req = h;
+  return ToCStatus(Status::Ok());
+}
+
+}  // namespace
+
+#define CIUIC_COMM_OR_FAIL(c) \
+  if ((c) == nullptr || (c)->comm == nullptr) return NullComm()
+#define CIUIC_REQ_OR_FAIL(r) \
+  if ((r) == nullptr) return ToCStatus(InvalidArgumentError("req is null"))
+
+extern "C" {
+
+ciuic_status_t ciuic_comm_init_from_env(ciuic_comm_t* comm) {
+  if (comm == nullptr) return ToCStatus(InvalidArgumentError("comm is null"));
+  auto c = ciuic::Communicator::CreateFromEnv();
+  if (!c.ok()) return ToCStatus(c.status());
+  *comm = new ciuic_comm{std::move(*c)};
+  return ToCStatus(Status::Ok());
+}
+
+ciuic_status_t ciuic_comm_init(ciuic_comm_t* comm, int rank, int size, const char* store_addr) {
+  if (comm == nullptr) return ToCStatus(InvalidArgumentError("comm is null"));
+  if (store_addr == nullptr) return ToCStatus(InvalidArgumentError("store_addr is null"));
+  auto config = ciuic::Config::FromEnv();
+  if (!config.ok()) return ToCStatus(config.status());
+  auto c = ciuic::Communicator::Create(rank, size, store_addr, *config);
+  if (!c.ok()) return ToCStatus(c.status());
+  *comm = new ciuic_comm{std::move(*c)};
+  return ToCStatus(Status::Ok());
+}
+
+ciuic_status_t ciuic_comm_rank(ciuic_comm_t comm, int* rank) {
+  CIUIC_COMM_OR_FAIL(comm);
+  if (rank == nullptr) return ToCStatus(InvalidArgumentError("rank is null"));
+  *rank = comm->comm->rank();
+  return ToCStatus(Status::Ok());
+}
+
+ciuic_status_t ciuic_comm_size(ciuic_comm_t comm, int* size) {
+  CIUIC_COMM_OR_FAIL(comm);
+  if (size == nullptr) return ToCStatus(InvalidArgumentError("size is null"));
+  *size = comm->comm->size();
+  return ToCStatus(Status::Ok());
+}
+
+ciuic_status_t ciuic_comm_destroy(ciuic_comm_t comm) {
+  CIUIC_COMM_OR_FAIL(comm);
+  delete comm;
+  return ToCStatus(Status::Ok());
+}
+
+ciuic_status_t ciuic_comm_abort(ciuic_comm_t comm) {
+  CIUIC_COMM_OR_FAIL(comm);
+  comm->comm->Abort();
+  return ToCStatus(Status::Ok());
+}
+
+ciuic_status_t ciuic_iallreduce(const void* s, void* r, size_t n, ciuic_datatype_t t, ciuic_redop_t o,
+                                ciuic_comm_t comm, ciuic_request_t* req) {
+  CIUIC_COMM_OR_FAIL(comm);
+  CIUIC_REQ_OR_FAIL(req);
+  return Issue(comm->comm->IAllReduce(s, r, n, T(t), O(o)), req);
+}
+ciuic_status_t ciuic_ibroadcast(void* b, size_t n, ciuic_datatype_t t, int root, ciuic_comm_t comm,
+                                ciuic_request_t* req) {
+  CIUIC_COMM_OR_FAIL(comm);
+  CIUIC_REQ_OR_FAIL(req);
+  return Issue(comm->comm->IBroadcast(b, n, T(t), root), req);
+}
+ciuic_status_t ciuic_ireduce(const void* s, void* r, size_t n, ciuic_datatype_t t, ciuic_redop_t o, int root,
+                             ciuic_comm_t comm, ciuic_request_t* req) {
+  CIUIC_COMM_OR_FAIL(comm);
+  CIUIC_REQ_OR_FAIL(req);
+  return Issue(comm->comm->IReduce(s, r, n, T(t), O(o), root), req);
+}
+ciuic_status_t ciuic_iallgather(const void* s, void* r, size_t n, ciuic_datatype_t t, ciuic_comm_t comm,
+                                ciuic_request_t* req) {
+  CIUIC_COMM_OR_FAIL(comm);
+  CIUIC_REQ_OR_FAIL(req);
+  return Issue(comm->comm->IAllGather(s, r, n, T(t)), req);
+}
+ciuic_status_t ciuic_iallgatherv(const void* s, void* r, const size_t* c, ciuic_datatype_t t,
+                                 ciuic_comm_t comm, ciuic_request_t* req) {
+  CIUIC_COMM_OR_FAIL(comm);
+  CIUIC_REQ_OR_FAIL(req);
+  return Issue(comm->comm->IAllGatherV(s, r, c, T(t)), req);
+}
+ciuic_status_t ciuic_ireduce_scatter(const void* s, void* r, size_t n, ciuic_datatype_t t, ciuic_redop_t o,
+                                     ciuic_comm_t comm, ciuic_request_t* req) {
+  CIUIC_COMM_OR_FAIL(comm);
+  CIUIC_REQ_OR_FAIL(req);
+  return Issue(comm->comm->IReduceScatter(s, r, n, T(t), O(o)), req);
+}
+ciuic_status_t ciuic_ireduce_scatterv(const void* s, void* r, const size_t* c, ciuic_datatype_t t,
+                                      ciuic_redop_t o, ciuic_comm_t comm, ciuic_request_t* req) {
+  CIUIC_COMM_OR_FAIL(comm);
+  CIUIC_REQ_OR_FAIL(req);
+  return Issue(comm->comm->IReduceScatterV(s, r, c, T(t), O(o)), req);
+}
+ciuic_status_t ciuic_ialltoall(const void* s, void* r, size_t n, ciuic_datatype_t t, ciuic_comm_t comm,
+                               ciuic_request_t* req) {
+  CIUIC_COMM_OR_FAIL(comm);
+  CIUIC_REQ_OR_FAIL(req);
+  return Issue(comm->comm->IAllToAll(s, r, n, T(t)), req);
+}
+ciuic_status_t ciuic_ibarrier(ciuic_comm_t comm, ciuic_request_t* req) {
+  CIUIC_COMM_OR_FAIL(comm);
+  CIUIC_REQ_OR_FAIL(req);
+  return Issue(comm->comm->IBarrier(), req);
+}
+ciuic_status_t ciuic_isend(const void* b, size_t n, ciuic_datatype_t t, int peer, ciuic_comm_t comm,
+                           ciuic_request_t* req) {
+  CIUIC_COMM_OR_FAIL(comm);
+  CIUIC_REQ_OR_FAIL(req);
+  return Issue(comm->comm->ISend(b, n, T(t), peer), req);
+}
+ciuic_status_t ciuic_irecv(void* b, size_t n, ciuic_datatype_t t, int peer, ciuic_comm_t comm,
+                           ciuic_request_t* req) {
+  CIUIC_COMM_OR_FAIL(comm);
+  CIUIC_REQ_OR_FAIL(req);
+  return Issue(comm->comm->IRecv(b, n, T(t), peer), req);
+}
+
+ciuic_status_t ciuic_wait(ciuic_request_t req) {
+  CIUIC_REQ_OR_FAIL(req);
+  Status s = req->request.Wait();
+  delete req;
+  return ToCStatus(s);
+}
+
+ciuic_status_t ciuic_test(ciuic_request_t req, int* done) {
+  CIUIC_REQ_OR_FAIL(req);
+  if (done == nullptr) return ToCStatus(InvalidArgumentError("done is null"));
+  auto r = req->request.Test();
+  if (r.ok() && !*r) {
+    *done = 0;
+    return ToCStatus(Status::Ok());
+  }
+  *done = 1;
+  delete req;
+  return ToCStatus(r.ok() ? Status::Ok() : r.status());
+}
+
+// Blocking forms: the async form, then wait.
+#define CIUIC_BLOCKING_C(call)                  \
+  do {                                          \
+    ciuic_request_t _req = nullptr;             \
+    ciuic_status_t _s = call;                   \
+    if (_s != CIUIC_SUCCESS) return _s;         \
+    return ciuic_wait(_req);                    \
+  } while (0)
+
+ciuic_status_t ciuic_allreduce(const void* s, void* r, size_t n, ciuic_datatype_t t, ciuic_redop_t o,
+                               ciuic_comm_t comm) {
+  CIUIC_BLOCKING_C(ciuic_iallreduce(s, r, n, t, o, comm, &_req));
+}
+ciuic_status_t ciuic_broadcast(void* b, size_t n, ciuic_datatype_t t, int root, ciuic_comm_t comm) {
+  CIUIC_BLOCKING_C(ciuic_ibroadcast(b, n, t, root, comm, &_req));
+}
+ciuic_status_t ciuic_reduce(const void* s, void* r, size_t n, ciuic_datatype_t t, ciuic_redop_t o, int root,
+                            ciuic_comm_t comm) {
+  CIUIC_BLOCKING_C(ciuic_ireduce(s, r, n, t, o, root, comm, &_req));
+}
+ciuic_status_t ciuic_allgather(const void* s, void* r, size_t n, ciuic_datatype_t t, ciuic_comm_t comm) {
+  CIUIC_BLOCKING_C(ciuic_iallgather(s, r, n, t, comm, &_req));
+}
+ciuic_status_t ciuic_allgatherv(const void* s, void* r, const size_t* c, ciuic_datatype_t t, ciuic_comm_t comm) {
+  CIUIC_BLOCKING_C(ciuic_iallgatherv(s, r, c, t, comm, &_req));
+}
+ciuic_status_t ciuic_reduce_scatter(const void* s, void* r, size_t n, ciuic_datatype_t t, ciuic_redop_t o,
+                                    ciuic_comm_t comm) {
+  CIUIC_BLOCKING_C(ciuic_ireduce_scatter(s, r, n, t, o, comm, &_req));
+}
+ciuic_status_t ciuic_reduce_scatterv(const void* s, void* r, const size_t* c, ciuic_datatype_t t,
+                                     ciuic_redop_t o, ciuic_comm_t comm) {
+  CIUIC_BLOCKING_C(ciuic_ireduce_scatterv(s, r, c, t, o, comm, &_req));
+}
+ciuic_status_t ciuic_alltoall(const void* s, void* r, size_t n, ciuic_datatype_t t, ciuic_comm_t comm) {
+  CIUIC_BLOCKING_C(ciuic_ialltoall(s, r, n, t, comm, &_req));
+}
+ciuic_status_t ciuic_barrier(ciuic_comm_t comm) { CIUIC_BLOCKING_C(ciuic_ibarrier(comm, &_req)); }
+ciuic_status_t ciuic_send(const void* b, size_t n, ciuic_datatype_t t, int peer, ciuic_comm_t comm) {
+  CIUIC_BLOCKING_C(ciuic_isend(b, n, t, peer, comm, &_req));
+}
+ciuic_status_t ciuic_recv(void* b, size_t n, ciuic_datatype_t t, int peer, ciuic_comm_t comm) {
+  CIUIC_BLOCKING_C(ciuic_irecv(b, n, t, peer, comm, &_req));
+}
+
+ciuic_status_t ciuic_bucket_create(ciuic_comm_t comm, ciuic_datatype_t dtype, ciuic_redop_t op,
+                                   size_t capacity_bytes, ciuic_bucket_t* bucket) {
+  CIUIC_COMM_OR_FAIL(comm);
+  if (bucket == nullptr) return ToCStatus(InvalidArgumentError("bucket is null"));
+  if (static_cast<int>(dtype) < 0 || dtype >= CIUIC_NUM_DATATYPES) return ToCStatus(InvalidArgumentError("dtype: unknown datatype"));
+  if (static_cast<int>(op) < 0 || op >= CIUIC_NUM_REDOPS) return ToCStatus(InvalidArgumentError("op: unknown reduction"));
+  *bucket = new ciuic_bucket{std::make_unique<ciuic::FusionBucket>(*comm->comm, T(dtype), O(op), capacity_bytes)};
+  return ToCStatus(Status::Ok());
+}
+ciuic_status_t ciuic_bucket_add(ciuic_bucket_t bucket, void* tensor, size_t count) {
+  if (bucket == nullptr) return ToCStatus(InvalidArgumentError("bucket is null"));
+  return ToCStatus(bucket->bucket->Add(tensor, count));
+}
+ciuic_status_t ciuic_bucket_flush(ciuic_bucket_t bucket) {
+  if (bucket == nullptr) return ToCStatus(InvalidArgumentError("bucket is null"));
+  return ToCStatus(bucket->bucket->Flush());
+}
+ciuic_status_t ciuic_bucket_wait(ciuic_bucket_t bucket) {
+  if (bucket == nullptr) return ToCStatus(InvalidArgumentError("bucket is null"));
+  return ToCStatus(bucket->bucket->Wait());
+}
+ciuic_status_t ciuic_bucket_destroy(ciuic_bucket_t bucket) {
+  if (bucket == nullptr) return ToCStatus(InvalidArgumentError("bucket is null"));
+  delete bucket;
+  return ToCStatus(Status::Ok());
+}
+
+ciuic_status_t ciuic_partition(const double* costs, size_t n, int parts, size_t* bounds) {
+  if (costs == nullptr && n > 0) return ToCStatus(InvalidArgumentError("costs is null"));
+  if (bounds == nullptr) return ToCStatus(InvalidArgumentError("bounds is null"));
+  std::vector<double> c(costs, costs + n);
+  auto b = ciuic::PartitionByCost(c, parts);
+  if (!b.ok()) return ToCStatus(b.status());
+  for (size_t i = 0; i < b->size(); ++i) bounds[i] = (*b)[i];
+  return ToCStatus(Status::Ok());
+}
+
+}  // extern "C"

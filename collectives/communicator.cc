@@ -1,0 +1,619 @@
+// Communicator: transport choice, lazy links, the operation queue, the
+// progress thread, and the public C++ API (include/ciuic/collectives.h).
+#include <sched.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include "ciuic/collectives.h"
+#include "ciuic/topology.h"
+#include "ciuic/transport.h"
+#include "collectives/executor.h"
+#include "collectives/partition.h"
+#include "collectives/plan.h"
+#include "common/log.h"
+
+namespace ciuic {
+namespace collectives {
+
+using Clock = std::chrono::steady_clock;
+using transport::Backend;
+using transport::BackendKind;
+
+struct OpState {
+  OpDesc desc;
+  std::atomic<bool> done{false};
+  Status status;  // written before `done` is set
+  std::mutex mu;
+  std::condition_variable cv;
+};
+
+class CommImpl {
+ public:
+  int rank = 0;
+  int size = 1;
+  Config config;
+  std::shared_ptr<transport::Store> store;
+  std::unique_ptr<transport::TcpStoreServer> server;  // rank 0 when it serves the store
+  std::string prefix;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<transport::BufferPool> pool;
+  std::map<std::pair<int, int>, std::unique_ptr<transport::Link>> links;
+  std::optional<kernels::Reducer> reducer;
+  transport::LinkOptions link_options;
+  std::vector<char> scratch;
+  std::vector<char> staging;  // input copy for unsupported overlaps
+  std::string last_algorithm;
+
+  // Queue and progress thread.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::shared_ptr<OpState>> queue;
+  bool stop = false;
+  std::thread thread;
+  std::mutex exec_mu;  // one operation runs at a time (caller mode)
+  std::atomic<bool> aborted{false};
+  Status error;  // first failure; sticky (guarded by exec_mu)
+
+  ~CommImpl() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    if (thread.joinable()) thread.join();
+    for (auto& op : queue) Complete(*op, AbortedError("communicator destroyed"));
+    links.clear();
+    pool.reset();
+    backend.reset();
+  }
+
+  Status Init();
+  StatusOr<std::shared_ptr<OpState>> Submit(OpDesc desc);
+  void RunOne(OpState& op);
+  Status Execute(const OpDesc& d);
+  void ProgressLoop();
+  Status WaitFor(OpState& op);
+  void Complete(OpState& op, Status s) {
+    {
+      std::lock_guard<std::mutex> lock(op.mu);
+      op.status = std::move(s);
+      op.done.store(true, std::memory_order_release);
+    }
+    op.cv.notify_all();
+  }
+};
+
+namespace {
+
+std::atomic<int> g_comm_counter{0};
+
+std::string HostName() {
+  char buf[256] = {};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+std::string RandomHex(int bytes) {
+  std::random_device rd;
+  static const char* kHex = "0123456789abcdef";
+  std::string s;
+  for (int i = 0; i < bytes; ++i) {
+    const unsigned v = rd() & 0xff;
+    s += kHex[v >> 4];
+    s += kHex[v & 15];
+  }
+  return s;
+}
+
+// AVG = sum over ranks, then divide once here.
+Status DivideInPlace(const kernels::Reducer& reducer, void* buf, size_t count,
+                     DataType dtype, int n) {
+  switch (dtype) {
+    case DataType::kFloat32: {
+      auto* p = static_cast<float*>(buf);
+      for (size_t i = 0; i < count; ++i) p[i] /= static_cast<float>(n);
+      return Status::Ok();
+    }
+    case DataType::kFloat64: {
+      auto* p = static_cast<double*>(buf);
+      for (size_t i = 0; i < count; ++i) p[i] /= n;
+      return Status::Ok();
+    }
+    case DataType::kFloat16:
+    case DataType::kBFloat16: {
+      auto* p = static_cast<uint16_t*>(buf);
+      std::vector<float> tmp(std::min<size_t>(count, 4096));
+      for (size_t at = 0; at < count; at += tmp.size()) {
+        const size_t m = std::min(tmp.size(), count - at);
+        if (dtype == DataType::kFloat16) {
+          CIUIC_RETURN_IF_ERROR(reducer.ConvertF16ToF32(p + at, tmp.data(), m));
+        } else {
+          CIUIC_RETURN_IF_ERROR(reducer.ConvertBF16ToF32(p + at, tmp.data(), m));
+        }
+        for (size_t i = 0; i < m; ++i) tmp[i] /= static_cast<float>(n);
+        if (dtype == DataType::kFloat16) {
+          CIUIC_RETURN_IF_ERROR(reducer.ConvertF32ToF16(tmp.data(), p + at, m));
+        } else {
+          CIUIC_RETURN_IF_ERROR(reducer.ConvertF32ToBF16(tmp.data(), p + at, m));
+        }
+      }
+      return Status::Ok();
+    }
+#define CIUIC_DIV_INT(T)                                      \
+  {                                                           \
+    auto* p = static_cast<T*>(buf);                           \
+    for (size_t i = 0; i < count; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(n)); \
+    return Status::Ok();                                      \
+  }
+    case DataType::kInt8: CIUIC_DIV_INT(int8_t)
+    case DataType::kUint8: CIUIC_DIV_INT(uint8_t)
+    case DataType::kInt32: CIUIC_DIV_INT(int32_t)
+    case DataType::kUint32: CIUIC_DIV_INT(uint32_t)
+    case DataType::kInt64: CIUIC_DIV_INT(int64_t)
+    case DataType::kUint64: CIUIC_DIV_INT(uint64_t)
+#undef CIUIC_DIV_INT
+  }
+  return InvalidArgumentError("unknown datatype");
+}
+
+}  // namespace
+
+Status CommImpl::Init() {
+  const auto timeout = std::chrono::milliseconds(config.timeout_ms);
+  prefix = "ciuic/comm" + std::to_string(g_comm_counter.fetch_add(1));
+  CIUIC_ASSIGN_OR_RETURN(link_options, transport::LinkOptions::FromConfig(config));
+  CIUIC_ASSIGN_OR_RETURN(kernels::Reducer red, kernels::Reducer::Create(config, kernels::CacheSizes::FromSystem()));
+  reducer.emplace(red);
+
+  // Transport: rank 0 decides from every rank's host name, so all agree.
+  CIUIC_RETURN_IF_ERROR(store->Set(prefix + "/host/" + std::to_string(rank), HostName()));
+  std::string choice;
+  if (rank == 0) {
+    bool one_host = true;
+    for (int r = 1; r < size; ++r) {
+      CIUIC_ASSIGN_OR_RETURN(std::string h, store->Get(prefix + "/host/" + std::to_string(r), timeout));
+      one_host &= h == HostName();
+    }
+    transport::BackendOptions probe;
+    probe.config = config;
+    probe.world_size = size;
+    if (config.transport != "auto") {
+      choice = config.transport;
+    } else if (one_host) {
+      choice = "shm";
+    } else {
+      std::string why;
+      choice = transport::BackendAvailable(BackendKind::kVerbs, probe, &why) ? "verbs" : "tcp";
+    }
+    CIUIC_RETURN_IF_ERROR(store->Set(prefix + "/transport", choice + " " + RandomHex(8)));
+  }
+  CIUIC_ASSIGN_OR_RETURN(std::string decided, store->Get(prefix + "/transport", timeout));
+  const size_t sp = decided.find(' ');
+  choice = decided.substr(0, sp);
+  CIUIC_ASSIGN_OR_RETURN(BackendKind kind, transport::ParseBackendKind(choice));
+  transport::BackendOptions bo;
+  bo.rank = rank;
+  bo.world_size = size;
+  bo.job_id = sp == std::string::npos ? prefix : decided.substr(sp + 1);
+  bo.config = config;
+  StatusOr<std::unique_ptr<Backend>> be = transport::OpenBackend(kind, bo);
+  if (!be.ok()) {
+    return Status(be.status().code(), "rank " + std::to_string(rank) + ": transport " + choice +
+                                          " (CIUIC_TRANSPORT=" + config.transport +
+                                          "): " + be.status().message());
+  }
+  backend = std::move(*be);
+  pool = std::make_unique<transport::BufferPool>(*backend, 16u << 20);
+  CIUIC_LOG(kInfo, "communicator rank %d/%d on %s", rank, size, backend->Describe().c_str());
+  if (config.progress == "thread") {
+    thread = std::thread([this] { ProgressLoop(); });
+  }
+  return Status::Ok();
+}
+
+Status CommImpl::Execute(const OpDesc& d) {
+  CIUIC_ASSIGN_OR_RETURN(Plan plan, MakePlan(d, rank, size, config.nchannels, config.algo,
+                                             link_options.slot_size));
+  last_algorithm = plan.why;
+  CIUIC_LOG(kInfo, "%s count=%zu: %s", CollectiveName(d.coll), d.count, plan.why.c_str());
+  const size_t es = DataTypeSize(d.dtype);
+  if (scratch.size() < plan.schedule.scratch_count * es) scratch.resize(plan.schedule.scratch_count * es);
+  ExecBuffers bufs;
+  bufs.input = d.send;
+  bufs.input_count = d.send == nullptr ? 0 : plan.layout.input_count;
+  bufs.output = d.recv;
+  bufs.output_count = d.recv == nullptr ? 0 : plan.layout.output_count;
+  bufs.scratch = scratch.data();
+  bufs.scratch_count = plan.schedule.scratch_count;
+  if (plan.stage_input) {
+    // An overlap of the caller's buffers that the schedule does not support:
+    // run from a copy of the input (staging is reused between operations).
+    if (staging.size() < bufs.input_count * es) staging.resize(bufs.input_count * es);
+    std::memcpy(staging.data(), d.send, bufs.input_count * es);
+    bufs.input = staging.data();
+  }
+  const auto timeout = std::chrono::milliseconds(config.timeout_ms);
+  auto source = [this, timeout](int peer, int channel) -> StatusOr<transport::Link*> {
+    auto key = std::make_pair(peer, channel);
+    auto it = links.find(key);
+    if (it != links.end()) return it->second.get();
+    CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<transport::Link> l,
+                           transport::Link::Create(*backend, *pool, *store, prefix, rank, peer,
+                                                   static_cast<uint32_t>(channel), link_options, timeout));
+    transport::Link* raw = l.get();
+    links.emplace(key, std::move(l));
+    return raw;
+  };
+  const ReduceOp step_op = d.op == ReduceOp::kAvg ? ReduceOp::kSum : d.op;
+  Executor exec(*backend, *reducer);
+  CIUIC_RETURN_IF_ERROR(exec.Run(plan.schedule, bufs, d.dtype, step_op, source, Clock::now() + timeout, &aborted));
+  if (d.op == ReduceOp::kAvg && d.recv != nullptr) {
+    size_t n = 0;
+    switch (d.coll) {
+      case Collective::kAllReduce: n = d.count; break;
+      case Collective::kReduce: n = rank == d.root ? d.count : 0; break;
+      case Collective::kReduceScatter: n = d.count; break;
+      case Collective::kReduceScatterv: n = d.counts[rank]; break;
+      default: break;
+    }
+    if (n > 0) CIUIC_RETURN_IF_ERROR(DivideInPlace(*reducer, d.recv, n, d.dtype, size));
+  }
+  return Status::Ok();
+}
+
+void CommImpl::RunOne(OpState& op) {
+  Status s;
+  {
+    std::lock_guard<std::mutex> lock(exec_mu);
+    if (aborted.load()) {
+      s = AbortedError("communicator aborted");
+    } else if (!error.ok()) {
+      s = Status(error.code(), "communicator failed earlier: " + error.message());
+    } else {
+      s = Execute(op.desc);
+      // Argument errors leave the communicator usable; everything else
+      // (a peer failed, a timeout) poisons it: the ranks are out of step.
+      if (!s.ok() && s.code() != StatusCode::kInvalidArgument) error = s;
+    }
+  }
+  Complete(op, std::move(s));
+}
+
+void CommImpl::ProgressLoop() {
+  if (config.progress_cpu >= 0) (void)topology::BindThisThreadToCpu(config.progress_cpu);
+  for (;;) {
+    std::shared_ptr<OpState> op;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return stop || !queue.empty(); });
+      if (queue.empty()) return;  // stop requested and drained
+      op = queue.front();
+    }
+    RunOne(*op);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      queue.pop_front();
+    }
+  }
+}
+
+StatusOr<std::shared_ptr<OpState>> CommImpl::Submit(OpDesc desc) {
+  auto op = std::make_shared<OpState>();
+  op->desc = std::move(desc);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    queue.push_back(op);
+  }
+  cv.notify_one();
+  return op;
+}
+
+Status CommImpl::WaitFor(OpState& op) {
+  if (!thread.joinable()) {
+    // Caller mode: run queued operations in order up to this one.
+    while (!op.done.load(std::memory_order_acquire)) {
+      std::shared_ptr<OpState> next;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (queue.empty()) break;
+        next = queue.front();
+        queue.pop_front();
+      }
+      RunOne(*next);
+    }
+  } else {
+    // Spin briefly (the op may be about to finish), then sleep.
+    const auto spin_until = Clock::now() + std::chrono::microseconds(50);
+    while (!op.done.load(std::memory_order_acquire) && Clock::now() < spin_until) sched_yield();
+    std::unique_lock<std::mutex> lock(op.mu);
+    op.cv.wait(lock, [&] { return op.done.load(std::memory_order_acquire); });
+  }
+  std::lock_guard<std::mutex> lock(op.mu);
+  return op.status;
+}
+
+}  // namespace collectives
+
+// ---------------------------------------------------------------------------
+// Public API.
+
+using collectives::Collective;
+using collectives::CommImpl;
+using collectives::OpDesc;
+
+Status Request::Wait() {
+  if (state_ == nullptr) return InvalidArgumentError("Request::Wait on an empty request");
+  return comm_->WaitFor(*state_);
+}
+
+StatusOr<bool> Request::Test() {
+  if (state_ == nullptr) return InvalidArgumentError("Request::Test on an empty request");
+  if (!comm_->thread.joinable() && !state_->done.load(std::memory_order_acquire)) {
+    // Caller mode: Test makes progress by running the queue up to this op.
+    CIUIC_RETURN_IF_ERROR(comm_->WaitFor(*state_));
+  }
+  if (!state_->done.load(std::memory_order_acquire)) return false;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  if (!state_->status.ok()) return state_->status;
+  return true;
+}
+
+Communicator::Communicator(std::shared_ptr<CommImpl> impl) : impl_(std::move(impl)) {}
+Communicator::~Communicator() = default;
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::CreateWithStore(
+    int rank, int size, std::shared_ptr<transport::Store> store, const Config& config) {
+  if (size < 1) return InvalidArgumentError("size must be >= 1 (got " + std::to_string(size) + ")");
+  if (rank < 0 || rank >= size) {
+    return InvalidArgumentError("rank " + std::to_string(rank) + " outside [0, " + std::to_string(size) + ")");
+  }
+  if (store == nullptr) return InvalidArgumentError("store is null");
+  auto impl = std::make_shared<CommImpl>();
+  impl->rank = rank;
+  impl->size = size;
+  impl->config = config;
+  impl->store = std::move(store);
+  CIUIC_RETURN_IF_ERROR(impl->Init());
+  return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
+}
+
+namespace {
+StatusOr<std::pair<std::string, uint16_t>> SplitHostPort(const std::string& addr) {
+  const size_t colon = addr.rfind(':');
+  if (colon == std::string::npos || colon == 0) return InvalidArgumentError("store address '" + addr + "': expected host:port");
+  std::string host = addr.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  const std::string port = addr.substr(colon + 1);
+  char* end = nullptr;
+  const long p = std::strtol(port.c_str(), &end, 10);
+  if (port.empty() || *end != '\0' || p < 1 || p > 65535) {
+    return InvalidArgumentError("store address '" + addr + "': port must be 1..65535");
+  }
+  return std::make_pair(host, static_cast<uint16_t>(p));
+}
+}  // namespace
+
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::Create(int rank, int size,
+                                                             const std::string& store_addr,
+                                                             const Config& config) {
+  CIUIC_ASSIGN_OR_RETURN(auto hp, SplitHostPort(store_addr));
+  return CreateTcp(rank, size, hp.first, hp.second, config.store_external, config.secret, config);
+}
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::CreateTcp(int rank, int size, const std::string& host,
+                                                                uint16_t port, bool external,
+                                                                const std::string& secret,
+                                                                const Config& config) {
+  std::unique_ptr<transport::TcpStoreServer> server;
+  if (rank == 0 && !external) {
+    // Listen on every interface unless the address is loopback, so ranks on
+    // other hosts reach it.
+    const bool loop = host == "127.0.0.1" || host == "localhost" || host == "::1";
+    StatusOr<std::unique_ptr<transport::TcpStoreServer>> started =
+        transport::TcpStoreServer::Start(loop ? host : "", port, secret);
+    if (!started.ok()) {
+      return Status(started.status().code(), "rank 0 serving the store at " + host + ":" +
+                                                 std::to_string(port) + " (CIUIC_STORE_ADDR): " +
+                                                 started.status().message());
+    }
+    server = std::move(*started);
+  }
+  CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<transport::TcpStoreClient> client,
+                         transport::TcpStoreClient::Connect(host, port, secret,
+                                                            std::chrono::milliseconds(config.timeout_ms)));
+  CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                         CreateWithStore(rank, size, std::shared_ptr<transport::Store>(std::move(client)), config));
+  comm->impl_->server = std::move(server);
+  return comm;
+}
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::CreateFromEnv() {
+  CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
+  CIUIC_ASSIGN_OR_RETURN(transport::JobInfo job, transport::DiscoverJob(config));
+  if (job.world_size > 1 && job.store_host.empty()) {
+    return InvalidArgumentError("CIUIC_STORE_ADDR is not set (host:port of the rendezvous store; rank 0 serves it)");
+  }
+  config.timeout_ms = job.timeout.count();
+  if (job.world_size == 1 && job.store_host.empty()) {
+    // A single rank needs no rendezvous: an in-process store.
+    CIUIC_ASSIGN_OR_RETURN(auto server, transport::TcpStoreServer::Start("127.0.0.1", 0, ""));
+    CIUIC_ASSIGN_OR_RETURN(auto client, transport::TcpStoreClient::Connect("127.0.0.1", server->port(), "",
+                                                                          std::chrono::milliseconds(config.timeout_ms)));
+    CIUIC_ASSIGN_OR_RETURN(auto comm, CreateWithStore(0, 1, std::shared_ptr<transport::Store>(std::move(client)), config));
+    comm->impl_->server = std::move(server);
+    return comm;
+  }
+  return CreateTcp(job.rank, job.world_size, job.store_host, job.store_port, job.store_external,
+                   job.secret, config);
+}
+
+int Communicator::rank() const { return impl_->rank; }
+int Communicator::size() const { return impl_->size; }
+std::string Communicator::transport_name() const { return transport::BackendName(impl_->backend->kind()); }
+std::string Communicator::last_algorithm() const {
+  std::lock_guard<std::mutex> lock(impl_->exec_mu);
+  return impl_->last_algorithm;
+}
+
+void Communicator::Abort() {
+  impl_->aborted.store(true);
+}
+
+namespace {
+Status CheckBuf(const void* p, size_t count, const char* name) {
+  if (p == nullptr && count > 0) return InvalidArgumentError(std::string(name) + " is null");
+  return Status::Ok();
+}
+Status CheckType(DataType dtype, ReduceOp op) {
+  if (static_cast<int>(dtype) < 0 || static_cast<int>(dtype) > 9) return InvalidArgumentError("dtype: unknown datatype");
+  if (static_cast<int>(op) < 0 || static_cast<int>(op) > 4) return InvalidArgumentError("op: unknown reduction");
+  return Status::Ok();
+}
+}  // namespace
+
+#define CIUIC_SUBMIT(desc)                                                   \
+  do {                                                                       \
+    CIUIC_ASSIGN_OR_RETURN(auto _op, impl_->Submit(std::move(desc)));        \
+    Request _r;                                                              \
+    _r.state_ = std::move(_op);                                              \
+    _r.comm_ = impl_;                                                        \
+    return _r;                                                               \
+  } while (0)
+
+StatusOr<Request> Communicator::IAllReduce(const void* sendbuf, void* recvbuf, size_t count, DataType dtype,
+                                           ReduceOp op) {
+  CIUIC_RETURN_IF_ERROR(CheckType(dtype, op));
+  CIUIC_RETURN_IF_ERROR(CheckBuf(sendbuf, count, "sendbuf"));
+  CIUIC_RETURN_IF_ERROR(CheckBuf(recvbuf, count, "recvbuf"));
+  OpDesc d{Collective::kAllReduce, sendbuf, recvbuf, count, {}, dtype, op, 0};
+  CIUIC_SUBMIT(d);
+}
+
+StatusOr<Request> Communicator::IBroadcast(void* buf, size_t count, DataType dtype, int root) {
+  CIUIC_RETURN_IF_ERROR(CheckType(dtype, ReduceOp::kSum));
+  CIUIC_RETURN_IF_ERROR(CheckBuf(buf, count, "buf"));
+  if (root < 0 || root >= size()) return InvalidArgumentError("root " + std::to_string(root) + " outside [0, " + std::to_string(size()) + ")");
+  OpDesc d{Collective::kBroadcast, buf, buf, count, {}, dtype, ReduceOp::kSum, root};
+  CIUIC_SUBMIT(d);
+}
+
+StatusOr<Request> Communicator::IReduce(const void* sendbuf, void* recvbuf, size_t count, DataType dtype,
+                                        ReduceOp op, int root) {
+  CIUIC_RETURN_IF_ERROR(CheckType(dtype, op));
+  if (root < 0 || root >= size()) return InvalidArgumentError("root " + std::to_string(root) + " outside [0, " + std::to_string(size()) + ")");
+  CIUIC_RETURN_IF_ERROR(CheckBuf(sendbuf, count, "sendbuf"));
+  if (rank() == root) CIUIC_RETURN_IF_ERROR(CheckBuf(recvbuf, count, "recvbuf (at the root)"));
+  OpDesc d{Collective::kReduce, sendbuf, recvbuf, count, {}, dtype, op, root};
+  CIUIC_SUBMIT(d);
+}
+
+StatusOr<Request> Communicator::IAllGather(const void* sendbuf, void* recvbuf, size_t sendcount, DataType dtype) {
+  CIUIC_RETURN_IF_ERROR(CheckType(dtype, ReduceOp::kSum));
+  CIUIC_RETURN_IF_ERROR(CheckBuf(sendbuf, sendcount, "sendbuf"));
+  CIUIC_RETURN_IF_ERROR(CheckBuf(recvbuf, sendcount, "recvbuf"));
+  OpDesc d{Collective::kAllGather, sendbuf, recvbuf, sendcount, {}, dtype, ReduceOp::kSum, 0};
+  CIUIC_SUBMIT(d);
+}
+
+StatusOr<Request> Communicator::IAllGatherV(const void* sendbuf, void* recvbuf, const size_t* recvcounts,
+                                            DataType dtype) {
+  CIUIC_RETURN_IF_ERROR(CheckType(dtype, ReduceOp::kSum));
+  if (recvcounts == nullptr) return InvalidArgumentError("recvcounts is null");
+  std::vector<size_t> counts(recvcounts, recvcounts + size());
+  size_t total = 0;
+  for (size_t c : counts) total += c;
+  CIUIC_RETURN_IF_ERROR(CheckBuf(sendbuf, counts[rank()], "sendbuf"));
+  CIUIC_RETURN_IF_ERROR(CheckBuf(recvbuf, total, "recvbuf"));
+  OpDesc d{Collective::kAllGatherv, sendbuf, recvbuf, counts[rank()], counts, dtype, ReduceOp::kSum, 0};
+  CIUIC_SUBMIT(d);
+}
+
+StatusOr<Request> Communicator::IReduceScatter(const void* sendbuf, void* recvbuf, size_t recvcount,
+                                               DataType dtype, ReduceOp op) {
+  CIUIC_RETURN_IF_ERROR(CheckType(dtype, op));
+  CIUIC_RETURN_IF_ERROR(CheckBuf(sendbuf, recvcount, "sendbuf"));
+  CIUIC_RETURN_IF_ERROR(CheckBuf(recvbuf, recvcount, "recvbuf"));
+  OpDesc d{Collective::kReduceScatter, sendbuf, recvbuf, recvcount, {}, dtype, op, 0};
+  CIUIC_SUBMIT(d);
+}
+
+StatusOr<Request> Communicator::IReduceScatterV(const void* sendbuf, void* recvbuf, const size_t* recvcounts,
+                                                DataType dtype, ReduceOp op) {
+  CIUIC_RETURN_IF_ERROR(CheckType(dtype, op));
+  if (recvcounts == nullptr) return InvalidArgumentError("recvcounts is null");
+  std::vector<size_t> counts(recvcounts, recvcounts + size());
+  size_t total = 0;
+  for (size_t c : counts) total += c;
+  CIUIC_RETURN_IF_ERROR(CheckBuf(sendbuf, total, "sendbuf"));
+  CIUIC_RETURN_IF_ERROR(CheckBuf(recvbuf, counts[rank()], "recvbuf"));
+  OpDesc d{Collective::kReduceScatterv, sendbuf, recvbuf, counts[rank()], counts, dtype, op, 0};
+  CIUIC_SUBMIT(d);
+}
+
+StatusOr<Request> Communicator::IAllToAll(const void* sendbuf, void* recvbuf, size_t count, DataType dtype) {
+  CIUIC_RETURN_IF_ERROR(CheckType(dtype, ReduceOp::kSum));
+  CIUIC_RETURN_IF_ERROR(CheckBuf(sendbuf, count, "sendbuf"));
+  CIUIC_RETURN_IF_ERROR(CheckBuf(recvbuf, count, "recvbuf"));
+  if (sendbuf == recvbuf && count > 0 && size() > 1) return InvalidArgumentError("all-to-all cannot run in place");
+  OpDesc d{Collective::kAllToAll, sendbuf, recvbuf, count, {}, dtype, ReduceOp::kSum, 0};
+  CIUIC_SUBMIT(d);
+}
+
+StatusOr<Request> Communicator::IBarrier() {
+  OpDesc d{Collective::kBarrier, nullptr, nullptr, 0, {}, DataType::kUint8, ReduceOp::kSum, 0};
+  CIUIC_SUBMIT(d);
+}
+
+StatusOr<Request> Communicator::ISend(const void* buf, size_t count, DataType dtype, int peer) {
+  CIUIC_RETURN_IF_ERROR(CheckType(dtype, ReduceOp::kSum));
+  CIUIC_RETURN_IF_ERROR(CheckBuf(buf, count, "buf"));
+  if (peer < 0 || peer >= size() || peer == rank()) return InvalidArgumentError("peer " + std::to_string(peer) + " is not another rank");
+  OpDesc d{Collective::kSend, buf, nullptr, count, {}, dtype, ReduceOp::kSum, peer};
+  CIUIC_SUBMIT(d);
+}
+
+StatusOr<Request> Communicator::IRecv(void* buf, size_t count, DataType dtype, int peer) {
+  CIUIC_RETURN_IF_ERROR(CheckType(dtype, ReduceOp::kSum));
+  CIUIC_RETURN_IF_ERROR(CheckBuf(buf, count, "buf"));
+  if (peer < 0 || peer >= size() || peer == rank()) return InvalidArgumentError("peer " + std::to_string(peer) + " is not another rank");
+  OpDesc d{Collective::kRecv, nullptr, buf, count, {}, dtype, ReduceOp::kSum, peer};
+  CIUIC_SUBMIT(d);
+}
+#undef CIUIC_SUBMIT
+
+#define CIUIC_BLOCKING(call)                                \
+  do {                                                      \
+    CIUIC_ASSIGN_OR_RETURN(Request _r, call);               \
+    return _r.Wait();                                       \
+  } while (0)
+
+Status Communicator::AllReduce(const void* s, void* r, size_t n, DataType t, ReduceOp o) { CIUIC_BLOCKING(IAllReduce(s, r, n, t, o)); }
+Status Communicator::Broadcast(void* b, size_t n, DataType t, int root) { CIUIC_BLOCKING(IBroadcast(b, n, t, root)); }
+Status Communicator::Reduce(const void* s, void* r, size_t n, DataType t, ReduceOp o, int root) { CIUIC_BLOCKING(IReduce(s, r, n, t, o, root)); }
+Status Communicator::AllGather(const void* s, void* r, size_t n, DataType t) { CIUIC_BLOCKING(IAllGather(s, r, n, t)); }
+Status Communicator::AllGatherV(const void* s, void* r, const size_t* c, DataType t) { CIUIC_BLOCKING(IAllGatherV(s, r, c, t)); }
+Status Communicator::ReduceScatter(const void* s, void* r, size_t n, DataType t, ReduceOp o) { CIUIC_BLOCKING(IReduceScatter(s, r, n, t, o)); }
+Status Communicator::ReduceScatterV(const void* s, void* r, const size_t* c, DataType t, ReduceOp o) { CIUIC_BLOCKING(IReduceScatterV(s, r, c, t, o)); }
+Status Communicator::AllToAll(const void* s, void* r, size_t n, DataType t) { CIUIC_BLOCKING(IAllToAll(s, r, n, t)); }
+Status Communicator::Barrier() { CIUIC_BLOCKING(IBarrier()); }
+Status Communicator::Send(const void* b, size_t n, DataType t, int peer) { CIUIC_BLOCKING(ISend(b, n, t, peer)); }
+Status Communicator::Recv(void* b, size_t n, DataType t, int peer) { CIUIC_BLOCKING(IRecv(b, n, t, peer)); }
+#undef CIUIC_BLOCKING
+
+}  // namespace ciuic
+
+namespace ciuic {
+StatusOr<std::vector<size_t>> PartitionByCost(const std::vector<double>& costs, int parts) {
+  return collectives::PartitionMinMax(costs, parts);
+}
+}  // namespace ciuic

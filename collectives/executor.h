@@ -1,0 +1,67 @@
+// The executor: runs one rank's Schedule over transport Links, chunk by
+// chunk, with the reduction kernels. The same schedules run in the
+// simulator (simulator.h); this is the real thing.
+//
+// Chunking: every message and local step is split into chunks of
+// slot_size / element_size elements (the same split on every rank, so the
+// k-th chunk sent is the k-th chunk received). A message of 0 elements is
+// still one empty chunk, so count-0 messages synchronise (barrier).
+// Matching: on each link (peer, channel) the receiving steps consume
+// incoming chunks in step order, and sending steps send in step order.
+// Fusion: kRecvReduceSend reduces the incoming chunk with the local operand
+// straight into the next link's send slot (on shm that slot is the peer's
+// memory), so a pipelined ring touches each byte once per hop.
+//
+// Thread contract: an Executor is used by one thread at a time.
+#ifndef CIUIC_COLLECTIVES_EXECUTOR_H_
+#define CIUIC_COLLECTIVES_EXECUTOR_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <functional>
+
+#include "ciuic/kernels.h"
+#include "ciuic/transport.h"
+#include "collectives/schedule.h"
+
+namespace ciuic::collectives {
+
+// Where the links come from: the communicator creates them on first use.
+// Get is called for every (peer, channel) a schedule uses, in ascending
+// peer order, before the schedule starts (so creation, which waits for the
+// peer, cannot deadlock between ranks that all follow that order).
+using LinkSource = std::function<StatusOr<transport::Link*>(int peer, int channel)>;
+
+struct ExecBuffers {
+  const void* input = nullptr;
+  size_t input_count = 0;  // elements
+  void* output = nullptr;
+  size_t output_count = 0;
+  void* scratch = nullptr;
+  size_t scratch_count = 0;
+};
+
+class Executor {
+ public:
+  Executor(transport::Backend& backend, const kernels::Reducer& reducer)
+      : backend_(backend), reducer_(reducer) {}
+
+  // Runs `schedule` to completion. `op` is the per-step reduction (AVG is
+  // the caller's: sum here, scale after). `abort` (may be null) set by
+  // another thread stops the run with kAborted. Errors: kInvalidArgument (a
+  // range outside its buffer, a malformed schedule), kDeadlineExceeded
+  // naming the step and peer it waited for, kDataLoss (a peer sent a chunk
+  // of the wrong size), the links' errors (which name the peer).
+  Status Run(const Schedule& schedule, const ExecBuffers& buffers, DataType dtype,
+             ReduceOp op, const LinkSource& links,
+             std::chrono::steady_clock::time_point deadline, const std::atomic<bool>* abort);
+
+ private:
+  transport::Backend& backend_;
+  const kernels::Reducer& reducer_;
+};
+
+}  // namespace ciuic::collectives
+
+#endif  // CIUIC_COLLECTIVES_EXECUTOR_H_

@@ -1,0 +1,47 @@
+// From an operation to the schedule this rank runs: which collective, its
+// buffers and counts, and the algorithm chosen for it (forced by
+// CIUIC_ALGO or picked by the cost model).
+#ifndef CIUIC_COLLECTIVES_PLAN_H_
+#define CIUIC_COLLECTIVES_PLAN_H_
+
+#include <string>
+#include <vector>
+
+#include "ciuic/kernels.h"
+#include "ciuic/status.h"
+#include "collectives/algorithms.h"
+#include "collectives/schedule.h"
+
+namespace ciuic::collectives {
+
+// One operation as submitted (pointers are the caller's).
+struct OpDesc {
+  Collective coll = Collective::kAllReduce;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;             // elements: per rank for all-gather/reduce-scatter/all-to-all
+  std::vector<size_t> counts;   // the v-collectives, one per rank
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;                 // broadcast/reduce root; send/recv peer
+};
+
+struct Plan {
+  Schedule schedule;
+  BufferLayout layout;      // element counts of input/output and how they may alias
+  bool stage_input = false; // the caller's buffers overlap in a way the schedule
+                            // does not support: copy the input aside first
+  std::string why;          // which algorithm and why (debug log)
+};
+
+// The schedule of `rank` of `nranks` for `op`. `algo` is "auto" or a name
+// (one that does not implement this collective falls back to auto for it,
+// so CIUIC_ALGO=ring still lets a barrier run).
+// Errors: kInvalidArgument (an unknown algorithm, root out of range, an
+// algorithm that does not implement this collective).
+StatusOr<Plan> MakePlan(const OpDesc& op, int rank, int nranks, int nchannels,
+                        const std::string& algo, size_t slot_bytes);
+
+}  // namespace ciuic::collectives
+
+#endif  // CIUIC_COLLECTIVES_PLAN_H_

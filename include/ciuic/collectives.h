@@ -1,0 +1,182 @@
+// ciuic::Communicator: collectives over the transports (C++ API; the C ABI
+// in ciuic.h wraps it).
+//
+// Every operation has a blocking form and an async form (I-prefix) that
+// returns a Request. Async operations are queued and run in call order by a
+// progress thread (CIUIC_PROGRESS=thread, the default), so the caller's
+// computation overlaps the communication; with CIUIC_PROGRESS=caller they
+// run inside Wait/Test. Every rank must issue the same collectives in the
+// same order (as with MPI/NCCL). sendbuf == recvbuf means in place.
+//
+// Errors: bad arguments are kInvalidArgument naming the argument; a peer
+// that dies or stops responding fails the operation on every surviving rank
+// (kUnavailable naming the peer, or kDeadlineExceeded after CIUIC_TIMEOUT_MS)
+// and the communicator keeps returning that first error (sticky). Nothing
+// aborts the process.
+//
+// Thread contract: a Communicator's methods may be called from one thread
+// at a time (the usual "one thread per communicator"); Request::Wait/Test
+// may be called from any thread.
+#ifndef CIUIC_COLLECTIVES_H_
+#define CIUIC_COLLECTIVES_H_
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ciuic/config.h"
+#include "ciuic/kernels.h"
+#include "ciuic/status.h"
+
+namespace ciuic {
+
+namespace transport {
+class Store;
+}
+
+namespace collectives {
+struct OpState;
+class CommImpl;
+}  // namespace collectives
+
+
+// The handle of an async operation. Copyable (shared state).
+class Request {
+ public:
+  Request() = default;
+  // Blocks until the operation is done; its status. Errors: the operation's.
+  Status Wait();
+  // Whether it is done (without blocking). Errors: the operation's, once done.
+  StatusOr<bool> Test();
+  bool valid() const { return state_ != nullptr; }
+
+ private:
+  friend class collectives::CommImpl;
+  friend class Communicator;
+  std::shared_ptr<collectives::OpState> state_;
+  std::shared_ptr<collectives::CommImpl> comm_;
+};
+
+class Communicator {
+ public:
+  // Rank, size and store from the environment (CIUIC_RANK / CIUIC_WORLD_SIZE
+  // / CIUIC_STORE_ADDR, or Open MPI / Slurm / PMI variables); rank 0 serves
+  // the store unless CIUIC_STORE_EXTERNAL=1. Errors: those of DiscoverJob,
+  // store connection, backend opening.
+  static StatusOr<std::unique_ptr<Communicator>> CreateFromEnv();
+  // Explicit rank/size/store address ("host:port"); other knobs from the
+  // environment (`config`).
+  static StatusOr<std::unique_ptr<Communicator>> Create(int rank, int size,
+                                                        const std::string& store_addr,
+                                                        const Config& config);
+  // Over the TCP store at host:port proving `secret`; rank 0 serves it
+  // unless `external`. Errors: as Create.
+  static StatusOr<std::unique_ptr<Communicator>> CreateTcp(int rank, int size, const std::string& host,
+                                                           uint16_t port, bool external,
+                                                           const std::string& secret,
+                                                           const Config& config);
+  // With a store the caller made (tests, embedding frameworks).
+  static StatusOr<std::unique_ptr<Communicator>> CreateWithStore(
+      int rank, int size, std::shared_ptr<transport::Store> store, const Config& config);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const;
+  int size() const;
+  // "shm", "tcp" or "verbs".
+  std::string transport_name() const;
+
+  Status AllReduce(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, ReduceOp op);
+  Status Broadcast(void* buf, size_t count, DataType dtype, int root);
+  Status Reduce(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, ReduceOp op,
+                int root);
+  Status AllGather(const void* sendbuf, void* recvbuf, size_t sendcount, DataType dtype);
+  // recvcounts[size()]; rank r's block lands at the sum of the counts before r.
+  Status AllGatherV(const void* sendbuf, void* recvbuf, const size_t* recvcounts, DataType dtype);
+  Status ReduceScatter(const void* sendbuf, void* recvbuf, size_t recvcount, DataType dtype,
+                       ReduceOp op);
+  Status ReduceScatterV(const void* sendbuf, void* recvbuf, const size_t* recvcounts,
+                        DataType dtype, ReduceOp op);
+  // sendbuf holds size() blocks of `count`; block p goes to rank p.
+  Status AllToAll(const void* sendbuf, void* recvbuf, size_t count, DataType dtype);
+  Status Barrier();
+  Status Send(const void* buf, size_t count, DataType dtype, int peer);
+  Status Recv(void* buf, size_t count, DataType dtype, int peer);
+
+  StatusOr<Request> IAllReduce(const void* sendbuf, void* recvbuf, size_t count, DataType dtype,
+                               ReduceOp op);
+  StatusOr<Request> IBroadcast(void* buf, size_t count, DataType dtype, int root);
+  StatusOr<Request> IReduce(const void* sendbuf, void* recvbuf, size_t count, DataType dtype,
+                            ReduceOp op, int root);
+  StatusOr<Request> IAllGather(const void* sendbuf, void* recvbuf, size_t sendcount, DataType dtype);
+  StatusOr<Request> IAllGatherV(const void* sendbuf, void* recvbuf, const size_t* recvcounts,
+                                DataType dtype);
+  StatusOr<Request> IReduceScatter(const void* sendbuf, void* recvbuf, size_t recvcount,
+                                   DataType dtype, ReduceOp op);
+  StatusOr<Request> IReduceScatterV(const void* sendbuf, void* recvbuf, const size_t* recvcounts,
+                                    DataType dtype, ReduceOp op);
+  StatusOr<Request> IAllToAll(const void* sendbuf, void* recvbuf, size_t count, DataType dtype);
+  StatusOr<Request> IBarrier();
+  StatusOr<Request> ISend(const void* buf, size_t count, DataType dtype, int peer);
+  StatusOr<Request> IRecv(void* buf, size_t count, DataType dtype, int peer);
+
+  // Fails every pending and later operation with kAborted; returns at once.
+  void Abort();
+
+  // The algorithm the last operation ran and why (for logs and benchmarks).
+  std::string last_algorithm() const;
+
+ private:
+  explicit Communicator(std::shared_ptr<collectives::CommImpl> impl);
+
+  std::shared_ptr<collectives::CommImpl> impl_;
+};
+
+// Fusion: many small tensors of one dtype packed into few all-reduces.
+// Add copies a tensor into the open pack; a pack that would exceed
+// `capacity_bytes` is sent (IAllReduce, in place) and a new one opened;
+// Flush sends the open pack; Wait flushes, waits for every pack and copies
+// the results back into the tensors. A tensor larger than the capacity is
+// all-reduced in place on its own. Every rank must add the same sizes in
+// the same order. Packs are reused, so steady-state training steps allocate
+// nothing. Thread contract: one thread at a time.
+class FusionBucket {
+ public:
+  // capacity_bytes 0 = CIUIC_BUFFER_SIZE. Errors: none at construction; Add
+  // reports bad arguments.
+  FusionBucket(Communicator& comm, DataType dtype, ReduceOp op, size_t capacity_bytes);
+  ~FusionBucket();
+  FusionBucket(const FusionBucket&) = delete;
+  FusionBucket& operator=(const FusionBucket&) = delete;
+
+  // Errors: kInvalidArgument (null tensor with count > 0), the IAllReduce's.
+  Status Add(void* tensor, size_t count);
+  Status Flush();
+  // Errors: the first failed all-reduce's (every tensor is still waited for).
+  Status Wait();
+  // All-reduces issued so far (packs plus oversized tensors).
+  size_t allreduces_issued() const { return issued_; }
+
+ private:
+  struct Pack;
+  Communicator& comm_;
+  DataType dtype_;
+  ReduceOp op_;
+  size_t capacity_;
+  std::vector<std::unique_ptr<Pack>> packs_;  // packs_[0..used_) are in use
+  size_t used_ = 0;
+  std::vector<Request> solo_;  // oversized tensors
+  size_t issued_ = 0;
+};
+
+// Balanced contiguous partition: items with `costs` split into `parts`
+// ranges minimising the largest total; returns parts+1 boundaries.
+// Errors: kInvalidArgument (parts < 1, a negative or non-finite cost).
+StatusOr<std::vector<size_t>> PartitionByCost(const std::vector<double>& costs, int parts);
+
+}  // namespace ciuic
+
+#endif  // CIUIC_COLLECTIVES_H_

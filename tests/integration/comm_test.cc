@@ -1,0 +1,404 @@
+// Collectives end to end: forked ranks build a Communicator over a real
+// transport (shm and tcp here; verbs in the Soft-RoCE guest) and check every
+// collective x algorithm x rank count x count x dtype x op against a
+// reference computed in the test; in place and out of place; determinism;
+// async overlap; fusion; bad input; a rank killed mid-collective.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include "ciuic/collectives.h"
+#include "ciuic/transport.h"
+#include "tests/util/multiproc.h"
+
+namespace ciuic {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::RankResult;
+using testing::RunRanks;
+
+std::string ResultsText(const std::vector<RankResult>& results) {
+  std::string s;
+  for (const auto& r : results) s += r.Describe() + "\n";
+  return s;
+}
+
+struct Param {
+  std::string transport;
+  std::string algo;
+  int nranks;
+};
+std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
+  return info.param.transport + "_" + info.param.algo + "_" + std::to_string(info.param.nranks);
+}
+
+// The communicator of a forked rank.
+StatusOr<std::unique_ptr<Communicator>> MakeComm(int rank, int n, transport::Store& store,
+                                                 const std::string& transport, const std::string& algo,
+                                                 int64_t timeout_ms = 60000) {
+  CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
+  config.transport = transport;
+  config.algo = algo;
+  config.timeout_ms = timeout_ms;
+  config.chunk_size = 16 << 10;  // small slots: many chunks even for small counts
+  config.buffer_size = 64 << 10;
+  std::shared_ptr<transport::Store> s(&store, [](transport::Store*) {});
+  return Communicator::CreateWithStore(rank, n, s, config);
+}
+
+// Input element i of rank r, exact in every dtype (small integers).
+double Input(int r, size_t i, int salt) { return static_cast<double>(((i * 7 + r * 13 + salt) % 11) + 1); }
+
+template <typename T>
+T From(double v) { return static_cast<T>(v); }
+
+template <typename T>
+void Fill(std::vector<T>* v, int r, int salt) {
+  for (size_t i = 0; i < v->size(); ++i) (*v)[i] = From<T>(Input(r, i, salt));
+}
+
+template <typename T>
+double Combine(ReduceOp op, double a, double b) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return a + b;
+    case ReduceOp::kProd: return a * b;
+    case ReduceOp::kMin: return std::min(a, b);
+    case ReduceOp::kMax: return std::max(a, b);
+  }
+  return 0;
+}
+
+// Expected reduction of element i over ranks 0..n-1 (products wrap for the
+// small integer types exactly like the kernels do: compute in T).
+template <typename T>
+T Expected(ReduceOp op, int n, size_t i, int salt) {
+  T acc = From<T>(Input(0, i, salt));
+  for (int r = 1; r < n; ++r) {
+    const T v = From<T>(Input(r, i, salt));
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg: acc = static_cast<T>(acc + v); break;
+      case ReduceOp::kProd: acc = static_cast<T>(acc * v); break;
+      case ReduceOp::kMin: acc = std::min(acc, v); break;
+      case ReduceOp::kMax: acc = std::max(acc, v); break;
+    }
+  }
+  if (op == ReduceOp::kAvg) acc = static_cast<T>(acc / static_cast<T>(n));
+  return acc;
+}
+
+template <typename T>
+constexpr DataType TypeOf();
+template <> constexpr DataType TypeOf<float>() { return DataType::kFloat32; }
+template <> constexpr DataType TypeOf<double>() { return DataType::kFloat64; }
+template <> constexpr DataType TypeOf<int32_t>() { return DataType::kInt32; }
+template <> constexpr DataType TypeOf<int64_t>() { return DataType::kInt64; }
+template <> constexpr DataType TypeOf<uint8_t>() { return DataType::kUint8; }
+
+#define EXPECT_OR_FAIL(cond, what)                                             \
+  do {                                                                         \
+    if (!(cond)) return InternalError(std::string("rank ") + std::to_string(rank) + ": " + (what)); \
+  } while (0)
+
+template <typename T>
+Status CheckAllReduce(Communicator& c, size_t count, ReduceOp op, bool in_place, int salt) {
+  const int rank = c.rank(), n = c.size();
+  std::vector<T> in(count), out(count);
+  Fill(&in, rank, salt);
+  if (in_place) {
+    CIUIC_RETURN_IF_ERROR(c.AllReduce(in.data(), in.data(), count, TypeOf<T>(), op));
+    out = in;
+  } else {
+    CIUIC_RETURN_IF_ERROR(c.AllReduce(in.data(), out.data(), count, TypeOf<T>(), op));
+    for (size_t i = 0; i < count; ++i) EXPECT_OR_FAIL(in[i] == From<T>(Input(rank, i, salt)), "input modified");
+  }
+  for (size_t i = 0; i < count; ++i) {
+    if (out[i] != Expected<T>(op, n, i, salt)) {
+      return InternalError("rank " + std::to_string(rank) + ": allreduce count " + std::to_string(count) +
+                           " op " + std::to_string(static_cast<int>(op)) + (in_place ? " in place" : "") +
+                           ": element " + std::to_string(i) + " is " + std::to_string(static_cast<double>(out[i])) +
+                           ", expected " + std::to_string(static_cast<double>(Expected<T>(op, n, i, salt))));
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckOthers(Communicator& c, size_t count, int salt) {
+  const int rank = c.rank(), n = c.size();
+  using T = float;
+  // Broadcast from each root in turn.
+  for (int root = 0; root < n; root += (n > 3 ? n - 1 : 1)) {
+    std::vector<T> buf(count);
+    Fill(&buf, rank, salt);
+    CIUIC_RETURN_IF_ERROR(c.Broadcast(buf.data(), count, DataType::kFloat32, root));
+    for (size_t i = 0; i < count; ++i) EXPECT_OR_FAIL(buf[i] == Input(root, i, salt), "broadcast from " + std::to_string(root));
+  }
+  // Reduce to the last rank.
+  {
+    const int root = n - 1;
+    std::vector<T> in(count), out(count, -1);
+    Fill(&in, rank, salt);
+    CIUIC_RETURN_IF_ERROR(c.Reduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum, root));
+    if (rank == root) {
+      for (size_t i = 0; i < count; ++i) EXPECT_OR_FAIL(out[i] == Expected<T>(ReduceOp::kSum, n, i, salt), "reduce");
+    }
+  }
+  // All-gather (out of place and in place).
+  {
+    std::vector<T> in(count), out(count * n);
+    Fill(&in, rank, salt);
+    CIUIC_RETURN_IF_ERROR(c.AllGather(in.data(), out.data(), count, DataType::kFloat32));
+    for (int r = 0; r < n; ++r)
+      for (size_t i = 0; i < count; ++i) EXPECT_OR_FAIL(out[r * count + i] == Input(r, i, salt), "allgather");
+    std::vector<T> inplace(count * n, -1);
+    for (size_t i = 0; i < count; ++i) inplace[rank * count + i] = Input(rank, i, salt);
+    CIUIC_RETURN_IF_ERROR(c.AllGather(inplace.data() + rank * count, inplace.data(), count, DataType::kFloat32));
+    EXPECT_OR_FAIL(inplace == out, "allgather in place");
+  }
+  // Reduce-scatter: block r of the sum goes to rank r.
+  {
+    std::vector<T> in(count * n), out(count);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = Input(rank, i, salt);
+    CIUIC_RETURN_IF_ERROR(c.ReduceScatter(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum));
+    for (size_t i = 0; i < count; ++i)
+      EXPECT_OR_FAIL(out[i] == Expected<T>(ReduceOp::kSum, n, rank * count + i, salt), "reduce_scatter");
+  }
+  // V-collectives with uneven counts (rank r has count + r elements, some 0).
+  {
+    std::vector<size_t> counts(n);
+    size_t total = 0;
+    for (int r = 0; r < n; ++r) total += counts[r] = (r % 3 == 1) ? 0 : count + r;
+    std::vector<size_t> off(n, 0);
+    for (int r = 1; r < n; ++r) off[r] = off[r - 1] + counts[r - 1];
+    std::vector<T> mine(counts[rank]), all(total);
+    for (size_t i = 0; i < mine.size(); ++i) mine[i] = Input(rank, i, salt);
+    CIUIC_RETURN_IF_ERROR(c.AllGatherV(mine.data(), all.data(), counts.data(), DataType::kFloat32));
+    for (int r = 0; r < n; ++r)
+      for (size_t i = 0; i < counts[r]; ++i) EXPECT_OR_FAIL(all[off[r] + i] == Input(r, i, salt), "allgatherv");
+    std::vector<T> in(total), out(counts[rank]);
+    for (size_t i = 0; i < total; ++i) in[i] = Input(rank, i, salt);
+    CIUIC_RETURN_IF_ERROR(c.ReduceScatterV(in.data(), out.data(), counts.data(), DataType::kFloat32, ReduceOp::kMax));
+    for (size_t i = 0; i < counts[rank]; ++i)
+      EXPECT_OR_FAIL(out[i] == Expected<T>(ReduceOp::kMax, n, off[rank] + i, salt), "reduce_scatterv");
+  }
+  // All-to-all: block p of rank r holds r*1000 + p*10 + i%10.
+  {
+    std::vector<T> in(count * n), out(count * n, -1);
+    for (int p = 0; p < n; ++p)
+      for (size_t i = 0; i < count; ++i) in[p * count + i] = static_cast<T>(rank * 1000 + p * 10 + i % 10);
+    CIUIC_RETURN_IF_ERROR(c.AllToAll(in.data(), out.data(), count, DataType::kFloat32));
+    for (int p = 0; p < n; ++p)
+      for (size_t i = 0; i < count; ++i)
+        EXPECT_OR_FAIL(out[p * count + i] == static_cast<T>(p * 1000 + rank * 10 + i % 10), "alltoall");
+  }
+  CIUIC_RETURN_IF_ERROR(c.Barrier());
+  // Send/recv around a ring (even ranks send first so nobody waits on a cycle).
+  if (n > 1) {
+    const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    std::vector<T> out(count), in(count, -1);
+    Fill(&out, rank, salt);
+    CIUIC_ASSIGN_OR_RETURN(Request rs, c.ISend(out.data(), count, DataType::kFloat32, next));
+    CIUIC_ASSIGN_OR_RETURN(Request rr, c.IRecv(in.data(), count, DataType::kFloat32, prev));
+    CIUIC_RETURN_IF_ERROR(rs.Wait());
+    CIUIC_RETURN_IF_ERROR(rr.Wait());
+    for (size_t i = 0; i < count; ++i) EXPECT_OR_FAIL(in[i] == Input(prev, i, salt), "send/recv");
+  }
+  return Status::Ok();
+}
+
+class CollectivesTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(CollectivesTest, AllCollectivesAllCounts) {
+  const Param p = GetParam();
+  auto results = RunRanks(p.nranks, [&](int rank, transport::Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, p.nranks, store, p.transport, p.algo));
+    const std::vector<size_t> counts = {0, 1, 7, 1000, (1u << 16) + 3};
+    int salt = 0;
+    for (size_t count : counts) {
+      for (bool in_place : {false, true}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg}) {
+          if (count > 1000 && op != ReduceOp::kSum && op != ReduceOp::kMax) continue;
+          ++salt;
+          CIUIC_RETURN_IF_ERROR(CheckAllReduce<float>(*comm, count, op, in_place, salt));
+        }
+        CIUIC_RETURN_IF_ERROR(CheckAllReduce<double>(*comm, count, ReduceOp::kSum, in_place, ++salt));
+        CIUIC_RETURN_IF_ERROR(CheckAllReduce<int32_t>(*comm, count, ReduceOp::kProd, in_place, ++salt));
+        CIUIC_RETURN_IF_ERROR(CheckAllReduce<int64_t>(*comm, count, ReduceOp::kSum, in_place, ++salt));
+        CIUIC_RETURN_IF_ERROR(CheckAllReduce<uint8_t>(*comm, count, ReduceOp::kMax, in_place, ++salt));
+      }
+      if (p.algo == "auto") CIUIC_RETURN_IF_ERROR(CheckOthers(*comm, count, ++salt));
+    }
+    return Status::Ok();
+  }, milliseconds(240000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+}
+
+std::vector<Param> Params() {
+  std::vector<Param> out;
+  for (const char* t : {"shm", "tcp"}) {
+    for (int n : {1, 2, 3, 4, 5}) out.push_back({t, "auto", n});
+    for (const char* a : {"ring", "tree", "recdoubling", "rabenseifner"}) {
+      for (int n : {2, 3, 4}) out.push_back({t, a, n});
+    }
+  }
+  out.push_back({"shm", "ring", 8});
+  out.push_back({"shm", "auto", 9});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Matrix, CollectivesTest, ::testing::ValuesIn(Params()), ParamName);
+
+// Every rank ends with exactly the same bytes (non-integer floats, whose
+// sum depends on the order of additions).
+TEST(CollectivesDeterminism, SameBytesOnEveryRankAndRun) {
+  for (const char* algo : {"ring", "tree", "recdoubling", "rabenseifner"}) {
+    auto results = RunRanks(4, [&](int rank, transport::Store& store) -> Status {
+      CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, 4, store, "shm", algo));
+      const size_t count = 100003;
+      std::vector<float> in(count), out(count), again(count);
+      for (size_t i = 0; i < count; ++i) in[i] = std::sin(0.001f * i + rank) * 1e3f / (1 + rank);
+      CIUIC_RETURN_IF_ERROR(comm->AllReduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum));
+      CIUIC_RETURN_IF_ERROR(comm->AllReduce(in.data(), again.data(), count, DataType::kFloat32, ReduceOp::kSum));
+      if (std::memcmp(out.data(), again.data(), count * 4) != 0) return InternalError("two runs differ");
+      // Compare with rank 0's bytes through an all-gather of a checksum.
+      uint64_t h = 1469598103934665603ull;
+      const auto* b = reinterpret_cast<const uint8_t*>(out.data());
+      for (size_t i = 0; i < count * 4; ++i) h = (h ^ b[i]) * 1099511628211ull;
+      std::vector<uint64_t> all(4);
+      CIUIC_RETURN_IF_ERROR(comm->AllGather(&h, all.data(), 1, DataType::kUint64));
+      for (uint64_t v : all) {
+        if (v != all[0]) return InternalError(std::string(algo) + ": ranks ended with different bytes");
+      }
+      return Status::Ok();
+    }, milliseconds(120000));
+    for (const auto& r : results) EXPECT_TRUE(r.ok()) << algo << "\n" << ResultsText(results);
+  }
+}
+
+// The progress thread runs the all-reduce while the caller computes: the
+// request completes without the caller waiting on it.
+TEST(CollectivesAsync, OverlapsComputation) {
+  auto results = RunRanks(2, [&](int rank, transport::Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, 2, store, "shm", "auto"));
+    const size_t count = 1 << 20;
+    std::vector<float> a(count, 1.0f + rank), b(count, 2.0f), c(count, 3.0f);
+    CIUIC_ASSIGN_OR_RETURN(Request r1, comm->IAllReduce(a.data(), a.data(), count, DataType::kFloat32, ReduceOp::kSum));
+    CIUIC_ASSIGN_OR_RETURN(Request r2, comm->IAllReduce(b.data(), b.data(), count, DataType::kFloat32, ReduceOp::kSum));
+    CIUIC_ASSIGN_OR_RETURN(Request r3, comm->IAllReduce(c.data(), c.data(), count, DataType::kFloat32, ReduceOp::kMax));
+    // "Compute" without calling into ciuic, then look: all done already.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    bool done = false;
+    while (!done && std::chrono::steady_clock::now() < until) {
+      volatile double x = 0;
+      for (int i = 0; i < 100000; ++i) x = x + i * 0.5;
+      CIUIC_ASSIGN_OR_RETURN(done, r3.Test());
+    }
+    if (!done) return InternalError("the async all-reduce made no progress while the caller computed");
+    // Completed in call order.
+    CIUIC_ASSIGN_OR_RETURN(bool d1, r1.Test());
+    CIUIC_ASSIGN_OR_RETURN(bool d2, r2.Test());
+    if (!d1 || !d2) return InternalError("requests completed out of order");
+    CIUIC_RETURN_IF_ERROR(r1.Wait());
+    CIUIC_RETURN_IF_ERROR(r2.Wait());
+    CIUIC_RETURN_IF_ERROR(r3.Wait());
+    if (a[12345] != 3.0f || b[0] != 4.0f || c[count - 1] != 3.0f) return InternalError("wrong async results");
+    return Status::Ok();
+  }, milliseconds(60000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+}
+
+// Fusion: many small tensors, few all-reduces, results scattered back.
+TEST(CollectivesFusion, BucketRoundTrip) {
+  auto results = RunRanks(3, [&](int rank, transport::Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, 3, store, "shm", "auto"));
+    for (int step = 0; step < 2; ++step) {  // reuse of the packs
+      FusionBucket bucket(*comm, DataType::kFloat32, ReduceOp::kSum, 64 << 10);
+      std::vector<std::vector<float>> tensors;
+      for (int t = 0; t < 200; ++t) tensors.emplace_back(1 + (t * 37) % 300, static_cast<float>(rank + t + step));
+      tensors.emplace_back(100000, 1.0f);  // larger than the bucket: its own all-reduce
+      for (auto& t : tensors) CIUIC_RETURN_IF_ERROR(bucket.Add(t.data(), t.size()));
+      CIUIC_RETURN_IF_ERROR(bucket.Wait());
+      for (int t = 0; t < 200; ++t) {
+        for (float v : tensors[t]) {
+          if (v != static_cast<float>(3 * (t + step) + 3)) return InternalError("tensor " + std::to_string(t) + " wrong");
+        }
+      }
+      if (tensors.back()[99999] != 3.0f) return InternalError("oversized tensor wrong");
+      if (bucket.allreduces_issued() > 10) return InternalError("fusion issued too many all-reduces");
+    }
+    return Status::Ok();
+  }, milliseconds(60000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+}
+
+// Bad input is an error naming the argument; the communicator stays usable.
+TEST(CollectivesErrors, BadInput) {
+  auto results = RunRanks(2, [&](int rank, transport::Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, 2, store, "shm", "auto"));
+    float x[4] = {1, 2, 3, 4};
+    auto expect = [&](Status s, const char* needle) -> Status {
+      if (s.code() != StatusCode::kInvalidArgument || s.message().find(needle) == std::string::npos) {
+        return InternalError(std::string("expected an error naming '") + needle + "', got " + s.ToString());
+      }
+      return Status::Ok();
+    };
+    CIUIC_RETURN_IF_ERROR(expect(comm->AllReduce(nullptr, x, 4, DataType::kFloat32, ReduceOp::kSum), "sendbuf"));
+    CIUIC_RETURN_IF_ERROR(expect(comm->AllReduce(x, nullptr, 4, DataType::kFloat32, ReduceOp::kSum), "recvbuf"));
+    CIUIC_RETURN_IF_ERROR(expect(comm->Broadcast(x, 4, DataType::kFloat32, 2), "root"));
+    CIUIC_RETURN_IF_ERROR(expect(comm->Reduce(x, x, 4, DataType::kFloat32, ReduceOp::kSum, -1), "root"));
+    CIUIC_RETURN_IF_ERROR(expect(comm->AllReduce(x, x, 4, static_cast<DataType>(42), ReduceOp::kSum), "dtype"));
+    CIUIC_RETURN_IF_ERROR(expect(comm->Send(x, 4, DataType::kFloat32, rank), "peer"));
+    CIUIC_RETURN_IF_ERROR(comm->AllReduce(x, x, 4, DataType::kFloat32, ReduceOp::kSum));
+    if (x[0] != 2.0f) return InternalError("the communicator is unusable after refused input");
+    return Status::Ok();
+  }, milliseconds(60000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+}
+
+// Mismatched counts across ranks are detected (chunk sizes disagree) instead
+// of corrupting memory or hanging.
+TEST(CollectivesErrors, MismatchedCountsDetected) {
+  auto results = RunRanks(2, [&](int rank, transport::Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, 2, store, "shm", "ring", 5000));
+    std::vector<float> x(1000, 1.0f);
+    Status s = comm->AllReduce(x.data(), x.data(), rank == 0 ? 1000 : 999, DataType::kFloat32, ReduceOp::kSum);
+    if (s.ok()) return InternalError("mismatched counts were not detected");
+    return Status::Ok();
+  }, milliseconds(60000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+}
+
+// A rank killed in the middle of a collective: every survivor returns an
+// error naming it, well within the timeout.
+TEST(CollectivesErrors, KilledRankNamedBySurvivors) {
+  for (const char* t : {"shm", "tcp"}) {
+    auto results = RunRanks(3, [&](int rank, transport::Store& store) -> Status {
+      CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, 3, store, t, "ring", 20000));
+      std::vector<float> x(1 << 20, 1.0f);
+      CIUIC_RETURN_IF_ERROR(comm->AllReduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum));
+      if (rank == 2) kill(getpid(), SIGKILL);
+      for (int i = 0; i < 1000; ++i) {
+        Status s = comm->AllReduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
+        if (!s.ok()) {
+          if (s.message().find("rank 2") == std::string::npos) return InternalError("error does not name rank 2: " + s.ToString());
+          Status again = comm->Barrier();
+          if (again.ok()) return InternalError("the failed communicator kept working");
+          return Status::Ok();
+        }
+      }
+      return InternalError("no error although rank 2 was killed");
+    }, milliseconds(60000));
+    EXPECT_TRUE(results[0].ok()) << t << "\n" << ResultsText(results);
+    EXPECT_TRUE(results[1].ok()) << t << "\n" << ResultsText(results);
+    EXPECT_EQ(results[2].signal, SIGKILL) << ResultsText(results);
+  }
+}
+
+}  // namespace
+}  // namespace ciuic
