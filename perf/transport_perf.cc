@@ -837,6 +837,21 @@ std::string Key(const std::string& what, BackendKind kind, int rank) {
   return std::string("tperf/") + what + "/" + transport::BackendName(kind) + "/" + std::to_string(rank);
 }
 
+// Store::Get that gives up as soon as the peer is known to be gone (fork
+// mode: the store is a FileStore, which polls, so short slices cost
+// nothing); one Get of the whole idle limit otherwise (a TcpStoreClient
+// closes its connection when a request times out).
+StatusOr<std::string> GetWatching(Store& store, const std::string& key, const Guard& guard) {
+  if (!guard.peer_alive) return store.Get(key, guard.idle_limit);
+  const auto deadline = Clock::now() + guard.idle_limit;
+  for (;;) {
+    StatusOr<std::string> v = store.Get(key, std::chrono::milliseconds(200));
+    if (v.ok() || v.status().code() != StatusCode::kDeadlineExceeded) return v;
+    CIUIC_RETURN_IF_ERROR(guard.peer_alive());
+    if (Clock::now() >= deadline) return store.Get(key, std::chrono::milliseconds(0));
+  }
+}
+
 // Opens, connects and allocates one backend on both ranks. Returns the bench
 // (with `error` set when it cannot be used) and whether it was merely
 // unavailable here (not an error under -t all).
@@ -870,7 +885,7 @@ std::unique_ptr<Bench> SetUp(BackendKind kind, const RankSetup& rs, Store& store
     b->error = s;
     return b;
   }
-  StatusOr<std::string> theirs = store.Get(Key("open", kind, peer), timeout);
+  StatusOr<std::string> theirs = GetWatching(store, Key("open", kind, peer), rs.guard);
   if (!theirs.ok()) {
     b->error = theirs.status().WithContext("waiting for rank " + std::to_string(peer));
     return b;
@@ -909,7 +924,7 @@ std::unique_ptr<Bench> SetUp(BackendKind kind, const RankSetup& rs, Store& store
     b->error = s;
     return b;
   }
-  StatusOr<std::string> blob = store.Get(Key("region", kind, peer), timeout);
+  StatusOr<std::string> blob = GetWatching(store, Key("region", kind, peer), rs.guard);
   if (!blob.ok() || blob->empty() || (*blob)[0] != 'R') {
     b->error = !blob.ok() ? blob.status()
                           : UnavailableError("rank " + std::to_string(peer) + ": " +
