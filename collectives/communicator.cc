@@ -52,6 +52,8 @@ class CommImpl {
   std::vector<char> scratch;
   std::vector<char> staging;  // input copy for unsupported overlaps
   std::string last_algorithm;
+  CostParams cost_params;
+  SelectionCache selections;
 
   // Queue and progress thread.
   std::mutex mu;
@@ -78,8 +80,13 @@ class CommImpl {
 
   Status Init();
   StatusOr<std::shared_ptr<OpState>> Submit(OpDesc desc);
-  void RunOne(OpState& op);
-  Status Execute(const OpDesc& d);
+  // Runs the next queued operation (with the point-to-point ones behind a
+  // point-to-point one); false when the queue is empty.
+  bool RunNext();
+  Status ExecuteBatch(std::vector<std::shared_ptr<OpState>>* batch);
+  StatusOr<ExecJob> Prepare(const OpDesc& d, Plan* plan);
+  Status Finish(const OpDesc& d);
+  StatusOr<transport::Link*> GetLink(int peer, int channel);
   void ProgressLoop();
   Status WaitFor(OpState& op);
   void Complete(OpState& op, Status s) {
@@ -212,6 +219,8 @@ Status CommImpl::Init() {
                                           "): " + be.status().message());
   }
   backend = std::move(*be);
+  cost_params = DefaultCostParams(kind);
+  cost_params.chunk_bytes = link_options.slot_size;
   pool = std::make_unique<transport::BufferPool>(*backend, 16u << 20);
   CIUIC_LOG(kInfo, "communicator rank %d/%d on %s", rank, size, backend->Describe().c_str());
   if (config.progress == "thread") {
@@ -220,57 +229,110 @@ Status CommImpl::Init() {
   return Status::Ok();
 }
 
-Status CommImpl::Execute(const OpDesc& d) {
-  CIUIC_ASSIGN_OR_RETURN(Plan plan, MakePlan(d, rank, size, config.nchannels, config.algo,
-                                             link_options.slot_size));
-  last_algorithm = plan.why;
-  CIUIC_LOG(kInfo, "%s count=%zu: %s", CollectiveName(d.coll), d.count, plan.why.c_str());
+namespace {
+bool IsPointToPoint(const OpDesc& d) { return d.coll == Collective::kSend || d.coll == Collective::kRecv; }
+}  // namespace
+
+StatusOr<transport::Link*> CommImpl::GetLink(int peer, int channel) {
+  auto key = std::make_pair(peer, channel);
+  auto it = links.find(key);
+  if (it != links.end()) return it->second.get();
+  CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<transport::Link> l,
+                         transport::Link::Create(*backend, *pool, *store, prefix, rank, peer,
+                                                 static_cast<uint32_t>(channel), link_options,
+                                                 std::chrono::milliseconds(config.timeout_ms)));
+  transport::Link* raw = l.get();
+  links.emplace(key, std::move(l));
+  return raw;
+}
+
+StatusOr<ExecJob> CommImpl::Prepare(const OpDesc& d, Plan* plan) {
+  CIUIC_ASSIGN_OR_RETURN(*plan, MakePlan(d, rank, size, config.nchannels, config.algo, cost_params, &selections));
+  last_algorithm = plan->why;
+  CIUIC_LOG(kInfo, "%s count=%zu: %s", CollectiveName(d.coll), d.count, plan->why.c_str());
   const size_t es = DataTypeSize(d.dtype);
-  if (scratch.size() < plan.schedule.scratch_count * es) scratch.resize(plan.schedule.scratch_count * es);
-  ExecBuffers bufs;
+  ExecJob job;
+  job.schedule = &plan->schedule;
+  job.dtype = d.dtype;
+  job.op = d.op == ReduceOp::kAvg ? ReduceOp::kSum : d.op;  // AVG: sum, then scale once
+  ExecBuffers& bufs = job.buffers;
   bufs.input = d.send;
-  bufs.input_count = d.send == nullptr ? 0 : plan.layout.input_count;
+  bufs.input_count = d.send == nullptr ? 0 : plan->layout.input_count;
   bufs.output = d.recv;
-  bufs.output_count = d.recv == nullptr ? 0 : plan.layout.output_count;
-  bufs.scratch = scratch.data();
-  bufs.scratch_count = plan.schedule.scratch_count;
-  if (plan.stage_input) {
+  bufs.output_count = d.recv == nullptr ? 0 : plan->layout.output_count;
+  if (plan->schedule.scratch_count > 0) {
+    if (scratch.size() < plan->schedule.scratch_count * es) scratch.resize(plan->schedule.scratch_count * es);
+    bufs.scratch = scratch.data();
+    bufs.scratch_count = plan->schedule.scratch_count;
+  }
+  if (plan->stage_input) {
     // An overlap of the caller's buffers that the schedule does not support:
     // run from a copy of the input (staging is reused between operations).
     if (staging.size() < bufs.input_count * es) staging.resize(bufs.input_count * es);
     std::memcpy(staging.data(), d.send, bufs.input_count * es);
     bufs.input = staging.data();
   }
-  const auto timeout = std::chrono::milliseconds(config.timeout_ms);
-  auto source = [this, timeout](int peer, int channel) -> StatusOr<transport::Link*> {
-    auto key = std::make_pair(peer, channel);
-    auto it = links.find(key);
-    if (it != links.end()) return it->second.get();
-    CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<transport::Link> l,
-                           transport::Link::Create(*backend, *pool, *store, prefix, rank, peer,
-                                                   static_cast<uint32_t>(channel), link_options, timeout));
-    transport::Link* raw = l.get();
-    links.emplace(key, std::move(l));
-    return raw;
-  };
-  const ReduceOp step_op = d.op == ReduceOp::kAvg ? ReduceOp::kSum : d.op;
-  Executor exec(*backend, *reducer);
-  CIUIC_RETURN_IF_ERROR(exec.Run(plan.schedule, bufs, d.dtype, step_op, source, Clock::now() + timeout, &aborted));
-  if (d.op == ReduceOp::kAvg && d.recv != nullptr) {
-    size_t n = 0;
-    switch (d.coll) {
-      case Collective::kAllReduce: n = d.count; break;
-      case Collective::kReduce: n = rank == d.root ? d.count : 0; break;
-      case Collective::kReduceScatter: n = d.count; break;
-      case Collective::kReduceScatterv: n = d.counts[rank]; break;
-      default: break;
-    }
-    if (n > 0) CIUIC_RETURN_IF_ERROR(DivideInPlace(*reducer, d.recv, n, d.dtype, size));
-  }
-  return Status::Ok();
+  return job;
 }
 
-void CommImpl::RunOne(OpState& op) {
+Status CommImpl::Finish(const OpDesc& d) {
+  if (d.op != ReduceOp::kAvg || d.recv == nullptr) return Status::Ok();
+  size_t n = 0;
+  switch (d.coll) {
+    case Collective::kAllReduce: n = d.count; break;
+    case Collective::kReduce: n = rank == d.root ? d.count : 0; break;
+    case Collective::kReduceScatter: n = d.count; break;
+    case Collective::kReduceScatterv: n = d.counts[rank]; break;
+    default: break;
+  }
+  return n > 0 ? DivideInPlace(*reducer, d.recv, n, d.dtype, size) : Status::Ok();
+}
+
+Status CommImpl::ExecuteBatch(std::vector<std::shared_ptr<OpState>>* batch) {
+  auto source = [this](int peer, int channel) { return GetLink(peer, channel); };
+  const auto deadline = Clock::now() + std::chrono::milliseconds(config.timeout_ms);
+  Executor exec(*backend, *reducer);
+  const OpDesc& first = (*batch)[0]->desc;
+  if (!IsPointToPoint(first)) {
+    Plan plan;
+    CIUIC_ASSIGN_OR_RETURN(ExecJob job, Prepare(first, &plan));
+    CIUIC_RETURN_IF_ERROR(exec.RunMany({job}, source, deadline, &aborted, nullptr));
+    return Finish(first);
+  }
+  // Point-to-point: this one and every send/recv queued behind it (also
+  // those posted while it runs) progress together, so ISend + IRecv in
+  // either order between two ranks cannot deadlock on full rings.
+  std::deque<Plan> plans;
+  std::vector<ExecJob> jobs;
+  plans.emplace_back();
+  CIUIC_ASSIGN_OR_RETURN(ExecJob job, Prepare(first, &plans.back()));
+  jobs.push_back(job);
+  Status more_error;
+  auto more = [&](std::vector<ExecJob>* out) {
+    std::lock_guard<std::mutex> lock(mu);
+    while (!queue.empty() && IsPointToPoint(queue.front()->desc)) {
+      plans.emplace_back();
+      StatusOr<ExecJob> j = Prepare(queue.front()->desc, &plans.back());
+      if (!j.ok()) {
+        plans.pop_back();
+        break;  // left in the queue: it fails on its own turn
+      }
+      batch->push_back(queue.front());
+      queue.pop_front();
+      out->push_back(*j);
+    }
+  };
+  return exec.RunMany(jobs, source, deadline, &aborted, more);
+}
+
+bool CommImpl::RunNext() {
+  std::vector<std::shared_ptr<OpState>> batch;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (queue.empty()) return false;
+    batch.push_back(queue.front());
+    queue.pop_front();
+  }
   Status s;
   {
     std::lock_guard<std::mutex> lock(exec_mu);
@@ -279,30 +341,25 @@ void CommImpl::RunOne(OpState& op) {
     } else if (!error.ok()) {
       s = Status(error.code(), "communicator failed earlier: " + error.message());
     } else {
-      s = Execute(op.desc);
+      s = ExecuteBatch(&batch);
       // Argument errors leave the communicator usable; everything else
       // (a peer failed, a timeout) poisons it: the ranks are out of step.
       if (!s.ok() && s.code() != StatusCode::kInvalidArgument) error = s;
     }
   }
-  Complete(op, std::move(s));
+  for (auto& op : batch) Complete(*op, s);
+  return true;
 }
 
 void CommImpl::ProgressLoop() {
   if (config.progress_cpu >= 0) (void)topology::BindThisThreadToCpu(config.progress_cpu);
   for (;;) {
-    std::shared_ptr<OpState> op;
     {
       std::unique_lock<std::mutex> lock(mu);
       cv.wait(lock, [&] { return stop || !queue.empty(); });
       if (queue.empty()) return;  // stop requested and drained
-      op = queue.front();
     }
-    RunOne(*op);
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      queue.pop_front();
-    }
+    RunNext();
   }
 }
 
@@ -320,15 +377,7 @@ StatusOr<std::shared_ptr<OpState>> CommImpl::Submit(OpDesc desc) {
 Status CommImpl::WaitFor(OpState& op) {
   if (!thread.joinable()) {
     // Caller mode: run queued operations in order up to this one.
-    while (!op.done.load(std::memory_order_acquire)) {
-      std::shared_ptr<OpState> next;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        if (queue.empty()) break;
-        next = queue.front();
-        queue.pop_front();
-      }
-      RunOne(*next);
+    while (!op.done.load(std::memory_order_acquire) && RunNext()) {
     }
   } else {
     // Spin briefly (the op may be about to finish), then sleep.

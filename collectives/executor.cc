@@ -12,29 +12,26 @@ namespace {
 
 using transport::Link;
 
-const char* OpName(StepOp op) {
-  switch (op) {
-    case StepOp::kSend: return "send";
-    case StepOp::kRecv: return "recv";
-    case StepOp::kRecvReduce: return "recv-reduce";
-    case StepOp::kRecvReduceSend: return "recv-reduce-send";
-    case StepOp::kRecvCopySend: return "recv-copy-send";
-    case StepOp::kCopy: return "copy";
-    case StepOp::kReduce: return "reduce";
-  }
-  return "?";
-}
+const char* OpName(StepOp op) { return StepOpName(op); }
 
 struct LinkQueues {
   Link* link = nullptr;
-  std::vector<int> sends;  // step indices in order
+  std::vector<int> sends;  // flat step indices in order
   std::vector<int> recvs;
   size_t send_head = 0;    // index into sends of the first unfinished
   size_t recv_head = 0;
+  bool failed = false;     // the link reported an error (see pass)
+  bool needed() const { return send_head < sends.size() || recv_head < recvs.size(); }
 };
 
-struct StepState {
+// One step of one job, with its dependencies as flat indices.
+struct Flat {
+  const Step* step = nullptr;
+  int job = 0;
+  int index = 0;  // within its schedule (for messages)
+  std::vector<int> deps;
   size_t nchunks = 0;
+  size_t chunk_elems = 0;
   size_t done = 0;    // chunks completed (forwarding steps: sent)
   size_t stored = 0;  // forwarding steps: chunks received and stored in dst
   int send_link = -1;
@@ -47,182 +44,218 @@ Status Executor::Run(const Schedule& schedule, const ExecBuffers& buffers, DataT
                      ReduceOp op, const LinkSource& links,
                      std::chrono::steady_clock::time_point deadline,
                      const std::atomic<bool>* abort) {
-  const size_t es = DataTypeSize(dtype);
-  const std::vector<Step>& steps = schedule.steps;
-  const int nsteps = static_cast<int>(steps.size());
-  if (nsteps == 0) return Status::Ok();
+  return RunMany({ExecJob{&schedule, buffers, dtype, op}}, links, deadline, abort, nullptr);
+}
 
+Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& links,
+                         std::chrono::steady_clock::time_point deadline,
+                         const std::atomic<bool>* abort, const MoreJobs& more) {
+  std::vector<ExecJob> jobs = initial;
+  auto where = [&](int job, int j) {
+    return jobs[job].schedule->algorithm + " step " + std::to_string(j);
+  };
   // Validate every range once, so the loop below can trust them.
-  auto check = [&](const Range& r, int j) -> Status {
+  auto check = [&](const Range& r, int job, int j) -> Status {
+    const ExecBuffers& b = jobs[job].buffers;
     size_t cap = 0;
     switch (r.buf) {
-      case BufKind::kInput: cap = buffers.input_count; break;
-      case BufKind::kOutput: cap = buffers.output_count; break;
-      case BufKind::kScratch: cap = buffers.scratch_count; break;
+      case BufKind::kInput: cap = b.input_count; break;
+      case BufKind::kOutput: cap = b.output_count; break;
+      case BufKind::kScratch: cap = b.scratch_count; break;
     }
     if (r.offset > cap || r.count > cap - r.offset) {
-      return InvalidArgumentError(schedule.algorithm + " step " + std::to_string(j) +
-                                  ": range [" + std::to_string(r.offset) + ", +" +
+      return InvalidArgumentError(where(job, j) + ": range [" + std::to_string(r.offset) + ", +" +
                                   std::to_string(r.count) + ") outside a buffer of " +
                                   std::to_string(cap) + " elements");
     }
     return Status::Ok();
   };
-  auto ptr = [&](const Range& r, size_t elem) -> char* {
+  auto ptr = [&](int job, const Range& r, size_t elem) -> char* {
+    const ExecBuffers& b = jobs[job].buffers;
     char* base = nullptr;
     switch (r.buf) {
-      case BufKind::kInput: base = const_cast<char*>(static_cast<const char*>(buffers.input)); break;
-      case BufKind::kOutput: base = static_cast<char*>(buffers.output); break;
-      case BufKind::kScratch: base = static_cast<char*>(buffers.scratch); break;
+      case BufKind::kInput: base = const_cast<char*>(static_cast<const char*>(b.input)); break;
+      case BufKind::kOutput: base = static_cast<char*>(b.output); break;
+      case BufKind::kScratch: base = static_cast<char*>(b.scratch); break;
     }
-    return base + (r.offset + elem) * es;
+    return base + (r.offset + elem) * DataTypeSize(jobs[job].dtype);
   };
 
-  // Links in ascending peer order (see LinkSource), and per-link queues.
+  // Flattened steps of every job; links per (peer, channel), created in
+  // ascending peer order for each new job (see LinkSource).
+  std::vector<Flat> flat;
   std::map<std::pair<int, int>, int> link_index;  // (peer, channel) -> queue
-  for (int j = 0; j < nsteps; ++j) {
-    const Step& s = steps[j];
-    for (int d : s.deps) {
-      if (d < 0 || d >= j) return InvalidArgumentError(schedule.algorithm + " step " + std::to_string(j) + ": bad dependency");
-    }
-    if (StepSends(s.op)) link_index.emplace(std::make_pair(s.send_peer, s.channel), 0);
-    if (StepReceives(s.op)) link_index.emplace(std::make_pair(s.recv_peer, s.channel), 0);
-  }
   std::vector<LinkQueues> queues;
-  size_t chunk_elems = 0;
-  for (auto& [key, idx] : link_index) {
-    if (key.first < 0 || key.first >= schedule.nranks || key.first == schedule.rank) {
-      return InvalidArgumentError(schedule.algorithm + ": bad peer " + std::to_string(key.first));
-    }
-    CIUIC_ASSIGN_OR_RETURN(Link* l, links(key.first, key.second));
-    idx = static_cast<int>(queues.size());
-    queues.push_back(LinkQueues{l, {}, {}, 0, 0});
-    const size_t c = l->slot_size() / es;
-    chunk_elems = chunk_elems == 0 ? c : std::min(chunk_elems, c);
-  }
-  if (queues.empty()) chunk_elems = (512u << 10) / es;  // local-only schedule
-  if (chunk_elems == 0) return InvalidArgumentError("slot size smaller than one element");
-
-  std::vector<StepState> state(nsteps);
-  for (int j = 0; j < nsteps; ++j) {
-    const Step& s = steps[j];
-    StepState& st = state[j];
-    switch (s.op) {
-      case StepOp::kSend: CIUIC_RETURN_IF_ERROR(check(s.src, j)); break;
-      case StepOp::kRecv:
-      case StepOp::kRecvCopySend: CIUIC_RETURN_IF_ERROR(check(s.dst, j)); break;
-      case StepOp::kRecvReduce:
-      case StepOp::kRecvReduceSend:
-      case StepOp::kCopy:
-        CIUIC_RETURN_IF_ERROR(check(s.src, j));
-        CIUIC_RETURN_IF_ERROR(check(s.dst, j));
-        if (s.src.count != s.dst.count) return InvalidArgumentError(schedule.algorithm + " step " + std::to_string(j) + ": src and dst counts differ");
-        break;
-      case StepOp::kReduce:
-        CIUIC_RETURN_IF_ERROR(check(s.dst, j));
-        if (s.inputs.empty() || s.inputs.size() > 64) return InvalidArgumentError(schedule.algorithm + " step " + std::to_string(j) + ": 1..64 inputs");
-        for (const Range& r : s.inputs) {
-          CIUIC_RETURN_IF_ERROR(check(r, j));
-          if (r.count != s.dst.count) return InvalidArgumentError(schedule.algorithm + " step " + std::to_string(j) + ": input count differs");
+  int steps_left = 0;
+  auto add_jobs = [&](size_t from) -> Status {
+    const int first_new = static_cast<int>(flat.size());
+    std::vector<std::pair<int, int>> new_links;
+    for (int job = static_cast<int>(from); job < static_cast<int>(jobs.size()); ++job) {
+      const Schedule& sch = *jobs[job].schedule;
+      const int base = static_cast<int>(flat.size());
+      for (int j = 0; j < static_cast<int>(sch.steps.size()); ++j) {
+        const Step& s = sch.steps[j];
+        Flat f;
+        f.step = &s;
+        f.job = job;
+        f.index = j;
+        for (int d : s.deps) {
+          if (d < 0 || d >= j) return InvalidArgumentError(where(job, j) + ": bad dependency");
+          f.deps.push_back(base + d);
         }
-        break;
+        auto bad_peer = [&](int p) { return p < 0 || p >= sch.nranks || p == sch.rank; };
+        if ((StepSends(s.op) && bad_peer(s.send_peer)) || (StepReceives(s.op) && bad_peer(s.recv_peer))) {
+          return InvalidArgumentError(where(job, j) + ": bad peer");
+        }
+        for (int p : {StepSends(s.op) ? s.send_peer : -1, StepReceives(s.op) ? s.recv_peer : -1}) {
+          if (p >= 0 && link_index.find({p, s.channel}) == link_index.end()) {
+            link_index.emplace(std::make_pair(p, s.channel), -1);
+            new_links.emplace_back(p, s.channel);
+          }
+        }
+        switch (s.op) {
+          case StepOp::kSend: CIUIC_RETURN_IF_ERROR(check(s.src, job, j)); break;
+          case StepOp::kRecv:
+          case StepOp::kRecvCopySend: CIUIC_RETURN_IF_ERROR(check(s.dst, job, j)); break;
+          case StepOp::kRecvReduce:
+          case StepOp::kRecvReduceSend:
+          case StepOp::kCopy:
+            CIUIC_RETURN_IF_ERROR(check(s.src, job, j));
+            CIUIC_RETURN_IF_ERROR(check(s.dst, job, j));
+            if (s.src.count != s.dst.count) return InvalidArgumentError(where(job, j) + ": src and dst counts differ");
+            break;
+          case StepOp::kReduce:
+            CIUIC_RETURN_IF_ERROR(check(s.dst, job, j));
+            if (s.inputs.empty() || s.inputs.size() > 64) return InvalidArgumentError(where(job, j) + ": 1..64 inputs");
+            for (const Range& r : s.inputs) {
+              CIUIC_RETURN_IF_ERROR(check(r, job, j));
+              if (r.count != s.dst.count) return InvalidArgumentError(where(job, j) + ": input count differs");
+            }
+            break;
+        }
+        flat.push_back(std::move(f));
+      }
     }
-    const size_t count = StepCount(s);
-    st.nchunks = std::max<size_t>(1, (count + chunk_elems - 1) / chunk_elems);
-    if (StepSends(s.op)) {
-      st.send_link = link_index[{s.send_peer, s.channel}];
-      queues[st.send_link].sends.push_back(j);
+    std::sort(new_links.begin(), new_links.end());
+    for (const auto& key : new_links) {
+      CIUIC_ASSIGN_OR_RETURN(Link* l, links(key.first, key.second));
+      link_index[key] = static_cast<int>(queues.size());
+      queues.push_back(LinkQueues{l, {}, {}, 0, 0});
     }
-    if (StepReceives(s.op)) {
-      st.recv_link = link_index[{s.recv_peer, s.channel}];
-      queues[st.recv_link].recvs.push_back(j);
+    for (int i = first_new; i < static_cast<int>(flat.size()); ++i) {
+      Flat& f = flat[i];
+      const Step& s = *f.step;
+      // Chunks are cut from the smallest slot of the links in use (all
+      // links of a communicator share one slot size).
+      const size_t slot_bytes = queues.empty() ? (512u << 10) : queues[0].link->slot_size();
+      f.chunk_elems = slot_bytes / DataTypeSize(jobs[f.job].dtype);
+      if (f.chunk_elems == 0) return InvalidArgumentError("slot size smaller than one element");
+      f.nchunks = std::max<size_t>(1, (StepCount(s) + f.chunk_elems - 1) / f.chunk_elems);
+      if (StepSends(s.op)) {
+        f.send_link = link_index[{s.send_peer, s.channel}];
+        queues[f.send_link].sends.push_back(i);
+      }
+      if (StepReceives(s.op)) {
+        f.recv_link = link_index[{s.recv_peer, s.channel}];
+        queues[f.recv_link].recvs.push_back(i);
+      }
+      ++steps_left;
     }
-  }
+    return Status::Ok();
+  };
+  CIUIC_RETURN_IF_ERROR(add_jobs(0));
+  if (flat.empty() && more == nullptr) return Status::Ok();
 
-  int steps_left = nsteps;
 
-  auto chunk_span = [&](const Step& s, size_t k, size_t* first, size_t* n) {
-    const size_t count = StepCount(s);
-    *first = k * chunk_elems;
-    *n = count == 0 ? 0 : std::min(chunk_elems, count - *first);
+
+  auto chunk_span = [&](const Flat& f, size_t k, size_t* first, size_t* n) {
+    const size_t count = StepCount(*f.step);
+    *first = k * f.chunk_elems;
+    *n = count == 0 ? 0 : std::min(f.chunk_elems, count - *first);
   };
 
-  // The receiving half of chunk k of step j (kRecv, kRecvReduce and the
+  // The receiving half of chunk k of step i (kRecv, kRecvReduce and the
   // forwarding steps): the incoming chunk is stored/reduced into dst and its
   // slot released. Returns false when the chunk has not arrived yet.
-  auto try_recv = [&](int j, size_t k) -> StatusOr<bool> {
-    const Step& s = steps[j];
-    LinkQueues& q = queues[state[j].recv_link];
-    if (q.recvs[q.recv_head] != j) return false;  // an earlier message on this link is unfinished
+  auto try_recv = [&](int i, size_t k) -> StatusOr<bool> {
+    Flat& f = flat[i];
+    const Step& s = *f.step;
+    LinkQueues& q = queues[f.recv_link];
+    if (q.recvs[q.recv_head] != i) return false;  // an earlier message on this link is unfinished
     size_t first, n;
-    chunk_span(s, k, &first, &n);
-    const size_t bytes = n * es;
+    chunk_span(f, k, &first, &n);
+    const size_t bytes = n * DataTypeSize(jobs[f.job].dtype);
     size_t got = 0;
     const void* in = q.link->PeekRecv(&got);
     if (in == nullptr) return false;
     if (got != bytes) {
-      return DataLossError(schedule.algorithm + " step " + std::to_string(j) + " (" + OpName(s.op) +
-                           "): rank " + std::to_string(s.recv_peer) + " sent a chunk of " +
-                           std::to_string(got) + " bytes where " + std::to_string(bytes) +
+      return DataLossError(where(f.job, f.index) + " (" + OpName(s.op) + "): rank " +
+                           std::to_string(s.recv_peer) + " sent a chunk of " + std::to_string(got) +
+                           " bytes where " + std::to_string(bytes) +
                            " were expected (mismatched counts or schedules across ranks?)");
     }
     if (n > 0) {
       if (s.op == StepOp::kRecvReduce || s.op == StepOp::kRecvReduceSend) {
-        const void* srcs[2] = {ptr(s.src, first), in};
-        CIUIC_RETURN_IF_ERROR(reducer_.Reduce(ptr(s.dst, first), srcs, 2, n, dtype, op));
+        const void* srcs[2] = {ptr(f.job, s.src, first), in};
+        CIUIC_RETURN_IF_ERROR(reducer_.Reduce(ptr(f.job, s.dst, first), srcs, 2, n, jobs[f.job].dtype, jobs[f.job].op));
       } else {
-        std::memcpy(ptr(s.dst, first), in, bytes);
+        std::memcpy(ptr(f.job, s.dst, first), in, bytes);
       }
     }
     CIUIC_RETURN_IF_ERROR(q.link->ReleaseRecv());
     return true;
   };
 
-  // The sending half of chunk k of step j (kSend from src; forwarding steps
+  // The sending half of chunk k of step i (kSend from src; forwarding steps
   // from dst, after their receive half stored it). False when no slot.
-  auto try_send = [&](int j, size_t k) -> StatusOr<bool> {
-    const Step& s = steps[j];
-    LinkQueues& q = queues[state[j].send_link];
-    if (q.sends[q.send_head] != j) return false;  // an earlier message on this link is unfinished
+  auto try_send = [&](int i, size_t k) -> StatusOr<bool> {
+    Flat& f = flat[i];
+    const Step& s = *f.step;
+    LinkQueues& q = queues[f.send_link];
+    if (q.sends[q.send_head] != i) return false;  // an earlier message on this link is unfinished
     void* slot = q.link->AcquireSend();
     if (slot == nullptr) return false;
     size_t first, n;
-    chunk_span(s, k, &first, &n);
+    chunk_span(f, k, &first, &n);
+    const size_t bytes = n * DataTypeSize(jobs[f.job].dtype);
     const Range& from = s.op == StepOp::kSend ? s.src : s.dst;
-    if (n > 0) std::memcpy(slot, ptr(from, first), n * es);
-    CIUIC_RETURN_IF_ERROR(q.link->CommitSend(n * es));
+    if (n > 0) std::memcpy(slot, ptr(f.job, from, first), bytes);
+    CIUIC_RETURN_IF_ERROR(q.link->CommitSend(bytes));
     return true;
   };
 
   // Local steps: chunk k of kCopy / kReduce.
-  auto do_local = [&](int j, size_t k) -> Status {
-    const Step& s = steps[j];
+  auto do_local = [&](int i, size_t k) -> Status {
+    const Flat& f = flat[i];
+    const Step& s = *f.step;
     size_t first, n;
-    chunk_span(s, k, &first, &n);
+    chunk_span(f, k, &first, &n);
     if (n == 0) return Status::Ok();
-    const size_t bytes = n * es;
+    const size_t bytes = n * DataTypeSize(jobs[f.job].dtype);
+    char* dst = ptr(f.job, s.dst, first);
     if (s.op == StepOp::kCopy) {
-      if (ptr(s.dst, first) != ptr(s.src, first)) std::memmove(ptr(s.dst, first), ptr(s.src, first), bytes);
+      const char* src = ptr(f.job, s.src, first);
+      if (dst != src) std::memmove(dst, src, bytes);
       return Status::Ok();
     }
     const void* srcs[64];
-    for (size_t i = 0; i < s.inputs.size(); ++i) srcs[i] = ptr(s.inputs[i], first);
+    for (size_t x = 0; x < s.inputs.size(); ++x) srcs[x] = ptr(f.job, s.inputs[x], first);
     if (s.inputs.size() == 1) {
-      if (srcs[0] != ptr(s.dst, first)) std::memmove(ptr(s.dst, first), srcs[0], bytes);
+      if (srcs[0] != dst) std::memmove(dst, srcs[0], bytes);
       return Status::Ok();
     }
-    return reducer_.Reduce(ptr(s.dst, first), srcs, static_cast<int>(s.inputs.size()), n, dtype, op);
+    return reducer_.Reduce(dst, srcs, static_cast<int>(s.inputs.size()), n, jobs[f.job].dtype, jobs[f.job].op);
   };
 
-  auto deps_allow = [&](int j, size_t k) {
-    const Step& s = steps[j];
-    for (int d : s.deps) {
-      const StepState& ds = state[d];
-      if (s.dep_mode == DepMode::kPerChunk) {
-        // Chunk k needs chunk k of the dependency (or all of it when the
-        // dependency has fewer chunks, e.g. a count-0 step).
-        if (ds.done < std::min(k + 1, ds.nchunks)) return false;
-      } else if (ds.done < ds.nchunks) {
+  auto deps_allow = [&](int i, size_t k) {
+    const Flat& f = flat[i];
+    for (int d : f.deps) {
+      const Flat& df = flat[d];
+      if (f.step->dep_mode == DepMode::kPerChunk) {
+        // Chunk k needs chunk k of the dependency (all of it when the
+        // dependency has fewer chunks).
+        if (df.done < std::min(k + 1, df.nchunks)) return false;
+      } else if (df.done < df.nchunks) {
         return false;
       }
     }
@@ -231,53 +264,67 @@ Status Executor::Run(const Schedule& schedule, const ExecBuffers& buffers, DataT
 
   auto pass = [&]() -> StatusOr<bool> {
     if (abort != nullptr && abort->load(std::memory_order_relaxed)) {
-      return AbortedError(schedule.algorithm + ": communicator aborted");
+      return AbortedError(jobs[0].schedule->algorithm + ": communicator aborted");
     }
     bool any = false;
+    if (more != nullptr) {
+      const size_t had = jobs.size();
+      more(&jobs);
+      if (jobs.size() > had) {
+        CIUIC_RETURN_IF_ERROR(add_jobs(had));
+        any = true;
+      }
+    }
     for (auto& q : queues) {
       StatusOr<bool> p = q.link->Progress();
-      if (!p.ok()) return p.status();
+      if (!p.ok()) {
+        // A peer that finished its part and closed (or died) only matters
+        // while this run still has messages to exchange with it.
+        if (q.needed()) return p.status();
+        q.failed = true;
+        continue;
+      }
       any |= *p;
     }
-    for (int j = 0; j < nsteps; ++j) {
-      StepState& st = state[j];
-      if (st.done == st.nchunks) continue;
-      const Step& s = steps[j];
+    for (int i = 0; i < static_cast<int>(flat.size()); ++i) {
+      Flat& f = flat[i];
+      if (f.done == f.nchunks) continue;
+      const Step& s = *f.step;
       const bool forwards = s.op == StepOp::kRecvReduceSend || s.op == StepOp::kRecvCopySend;
       if (forwards) {
         // Receive (and store) ahead of sending: the store never waits for
         // the outgoing link, which may still carry earlier messages.
-        while (st.stored < st.nchunks && deps_allow(j, st.stored)) {
-          CIUIC_ASSIGN_OR_RETURN(bool did, try_recv(j, st.stored));
+        while (f.stored < f.nchunks && deps_allow(i, f.stored)) {
+          CIUIC_ASSIGN_OR_RETURN(bool did, try_recv(i, f.stored));
           if (!did) break;
           any = true;
-          if (++st.stored == st.nchunks) ++queues[st.recv_link].recv_head;
+          if (++f.stored == f.nchunks) ++queues[f.recv_link].recv_head;
         }
-        while (st.done < st.stored) {
-          CIUIC_ASSIGN_OR_RETURN(bool did, try_send(j, st.done));
+        while (f.done < f.stored) {
+          CIUIC_ASSIGN_OR_RETURN(bool did, try_send(i, f.done));
           if (!did) break;
           any = true;
-          ++st.done;
+          ++f.done;
         }
       } else {
-        while (st.done < st.nchunks && deps_allow(j, st.done)) {
+        while (f.done < f.nchunks && deps_allow(i, f.done)) {
           bool did = true;
           if (s.op == StepOp::kSend) {
-            CIUIC_ASSIGN_OR_RETURN(did, try_send(j, st.done));
+            CIUIC_ASSIGN_OR_RETURN(did, try_send(i, f.done));
           } else if (StepReceives(s.op)) {
-            CIUIC_ASSIGN_OR_RETURN(did, try_recv(j, st.done));
+            CIUIC_ASSIGN_OR_RETURN(did, try_recv(i, f.done));
           } else {
-            CIUIC_RETURN_IF_ERROR(do_local(j, st.done));
+            CIUIC_RETURN_IF_ERROR(do_local(i, f.done));
           }
           if (!did) break;
           any = true;
-          ++st.done;
+          ++f.done;
         }
-        if (st.done == st.nchunks && st.recv_link >= 0) ++queues[st.recv_link].recv_head;
+        if (f.done == f.nchunks && f.recv_link >= 0) ++queues[f.recv_link].recv_head;
       }
-      if (st.done == st.nchunks) {
+      if (f.done == f.nchunks) {
         --steps_left;
-        if (st.send_link >= 0) ++queues[st.send_link].send_head;
+        if (f.send_link >= 0) ++queues[f.send_link].send_head;
       }
     }
     return any;
@@ -290,22 +337,22 @@ Status Executor::Run(const Schedule& schedule, const ExecBuffers& buffers, DataT
         // by the next operation as soon as the peer releases them).
         if (steps_left != 0) return false;
         for (auto& q : queues) {
-          if (q.link->sends_in_flight() != 0) return false;
+          if (!q.failed && q.link->sends_in_flight() != 0) return false;
         }
         return true;
       },
       deadline, "collective");
   if (s.code() == StatusCode::kDeadlineExceeded) {
     // Name what was pending: the first unfinished step and its peers.
-    for (int j = 0; j < nsteps; ++j) {
-      if (state[j].done == state[j].nchunks) continue;
-      const Step& st = steps[j];
+    for (const Flat& f : flat) {
+      if (f.done == f.nchunks) continue;
+      const Step& st = *f.step;
       std::string peers;
       if (StepReceives(st.op)) peers += " from rank " + std::to_string(st.recv_peer);
       if (StepSends(st.op)) peers += " to rank " + std::to_string(st.send_peer);
-      return DeadlineExceededError(schedule.algorithm + ": timed out in step " + std::to_string(j) + " (" +
-                                   OpName(st.op) + peers + ", chunk " + std::to_string(state[j].done) +
-                                   " of " + std::to_string(state[j].nchunks) + ")");
+      return DeadlineExceededError(where(f.job, f.index) + " timed out (" + OpName(st.op) + peers +
+                                   ", chunk " + std::to_string(f.done) + " of " +
+                                   std::to_string(f.nchunks) + ")");
     }
   }
   return s;

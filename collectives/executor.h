@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <vector>
 
 #include "ciuic/kernels.h"
 #include "ciuic/transport.h"
@@ -42,6 +43,16 @@ struct ExecBuffers {
   size_t scratch_count = 0;
 };
 
+// One schedule with its buffers and element type; RunMany runs several
+// at once (consecutive point-to-point operations, which must progress
+// together: a send and a receive between two ranks posted in either order).
+struct ExecJob {
+  const Schedule* schedule = nullptr;
+  ExecBuffers buffers;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+};
+
 class Executor {
  public:
   Executor(transport::Backend& backend, const kernels::Reducer& reducer)
@@ -56,6 +67,15 @@ class Executor {
   Status Run(const Schedule& schedule, const ExecBuffers& buffers, DataType dtype,
              ReduceOp op, const LinkSource& links,
              std::chrono::steady_clock::time_point deadline, const std::atomic<bool>* abort);
+  // Runs the jobs concurrently; on each link, the messages of job i come
+  // before those of job i+1. `more` (may be empty) is asked on every pass
+  // for jobs to join the run (their schedules must outlive it): posted
+  // sends and receives progress together whatever the order they were
+  // posted in. Errors: as Run.
+  using MoreJobs = std::function<void(std::vector<ExecJob>*)>;
+  Status RunMany(const std::vector<ExecJob>& jobs, const LinkSource& links,
+                 std::chrono::steady_clock::time_point deadline, const std::atomic<bool>* abort,
+                 const MoreJobs& more);
 
  private:
   transport::Backend& backend_;

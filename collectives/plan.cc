@@ -7,61 +7,16 @@ namespace ciuic::collectives {
 
 namespace {
 
-// Interim size thresholds until the measured cost model selects (see
-// cost_model.h): latency-bound sizes take few steps, bandwidth-bound sizes
-// the ring.
-Algorithm DefaultAlgorithm(Collective c, size_t bytes, int nranks, std::string* why) {
-  switch (c) {
-    case Collective::kAllReduce:
-      if (nranks <= 2 || bytes <= (32u << 10)) {
-        *why = "recursive doubling: few ranks or <= 32 KiB (latency-bound)";
-        return Algorithm::kRecursiveDoubling;
-      }
-      if (bytes <= (512u << 10)) {
-        *why = "rabenseifner: medium size";
-        return Algorithm::kRabenseifner;
-      }
-      *why = "ring: bandwidth-bound";
-      return Algorithm::kRing;
-    case Collective::kBroadcast:
-      if (bytes <= (64u << 10)) {
-        *why = "binomial tree: small";
-        return Algorithm::kBinomial;
-      }
-      *why = "pipelined ring: large";
-      return Algorithm::kRing;
-    case Collective::kReduce:
-      if (bytes <= (64u << 10)) {
-        *why = "binomial tree: small";
-        return Algorithm::kBinomial;
-      }
-      *why = "ring reduce-scatter + gather: large";
-      return Algorithm::kRing;
-    case Collective::kAllGather:
-    case Collective::kAllGatherv:
-    case Collective::kReduceScatter:
-    case Collective::kReduceScatterv:
-      *why = "ring";
-      return Algorithm::kRing;
-    case Collective::kAllToAll:
-      *why = "pairwise exchange";
-      return Algorithm::kPairwise;
-    case Collective::kBarrier:
-      *why = "dissemination";
-      return Algorithm::kDissemination;
-    case Collective::kSend:
-    case Collective::kRecv:
-      *why = "direct";
-      return Algorithm::kDirect;
-  }
-  return Algorithm::kRing;
+int SizeClass(size_t bytes) {
+  int c = 0;
+  while ((size_t{1} << c) < bytes && c < 63) ++c;
+  return c;
 }
 
 }  // namespace
 
 StatusOr<Plan> MakePlan(const OpDesc& op, int rank, int nranks, int nchannels, const std::string& algo,
-                        size_t slot_bytes) {
-  (void)slot_bytes;
+                        const CostParams& params, SelectionCache* cache) {
   const size_t es = DataTypeSize(op.dtype);
   CollectiveArgs args;
   args.collective = op.coll;
@@ -78,7 +33,7 @@ StatusOr<Plan> MakePlan(const OpDesc& op, int rank, int nranks, int nchannels, c
   }
 
   Plan plan;
-  Algorithm chosen;
+  Algorithm chosen = Algorithm::kRing;
   std::string why;
   bool forced = false;
   if (algo != "auto") {
@@ -91,7 +46,23 @@ StatusOr<Plan> MakePlan(const OpDesc& op, int rank, int nranks, int nchannels, c
       return Status(a.status().code(), "CIUIC_ALGO: " + a.status().message());
     }
   }
-  if (!forced) chosen = DefaultAlgorithm(op.coll, bytes, nranks, &why);
+  if (!forced) {
+    const auto key = std::make_pair(static_cast<int>(op.coll), SizeClass(bytes));
+    auto it = cache->find(key);
+    if (it == cache->end()) {
+      CostParams p = params;
+      p.elem_size = es;
+      p.nchannels = nchannels;
+      p.root = op.root;
+      // One representative size per class (its upper bound), so every rank
+      // makes the same choice for the same class.
+      const size_t rep = bytes == 0 ? 0 : (size_t{1} << key.second);
+      CIUIC_ASSIGN_OR_RETURN(Selection sel, Select(op.coll, rep, nranks, p, ""));
+      it = cache->emplace(key, std::move(sel)).first;
+    }
+    chosen = it->second.algorithm;
+    why = it->second.reason;
+  }
   CIUIC_ASSIGN_OR_RETURN(plan.schedule, MakeSchedule(chosen, args));
   plan.why = std::string(AlgorithmName(chosen)) + " (" + why + ")";
 

@@ -9,7 +9,10 @@
 
 #include "ciuic/kernels.h"
 #include "ciuic/status.h"
+#include <map>
+
 #include "collectives/algorithms.h"
+#include "collectives/cost_model.h"
 #include "collectives/schedule.h"
 
 namespace ciuic::collectives {
@@ -39,8 +42,12 @@ struct Plan {
 // so CIUIC_ALGO=ring still lets a barrier run).
 // Errors: kInvalidArgument (an unknown algorithm, root out of range, an
 // algorithm that does not implement this collective).
+// Under "auto" the cost model (`params`) picks the algorithm; its choices
+// are remembered in `cache` (keyed by collective and power-of-two size
+// class), so the model runs once per size class, not per call.
+using SelectionCache = std::map<std::pair<int, int>, Selection>;
 StatusOr<Plan> MakePlan(const OpDesc& op, int rank, int nranks, int nchannels,
-                        const std::string& algo, size_t slot_bytes);
+                        const std::string& algo, const CostParams& params, SelectionCache* cache);
 
 }  // namespace ciuic::collectives
 

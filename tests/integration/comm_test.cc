@@ -389,7 +389,14 @@ TEST(CollectivesErrors, KilledRankNamedBySurvivors) {
           if (s.message().find("rank 2") == std::string::npos) return InternalError("error does not name rank 2: " + s.ToString());
           Status again = comm->Barrier();
           if (again.ok()) return InternalError("the failed communicator kept working");
-          return Status::Ok();
+          // Survivors leave together, so neither sees the other close first.
+          CIUIC_RETURN_IF_ERROR(store.Add("survived", 1).status());
+          for (int w = 0; w < 2000; ++w) {
+            auto v = store.Add("survived", 0);
+            if (v.ok() && *v >= 2) return Status::Ok();
+            std::this_thread::sleep_for(milliseconds(5));
+          }
+          return InternalError("the other survivor never reported");
         }
       }
       return InternalError("no error although rank 2 was killed");

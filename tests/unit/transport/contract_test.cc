@@ -379,6 +379,9 @@ TEST_P(ContractTest, PeerDiesMidTransfer) {
       CIUIC_ASSIGN_OR_RETURN(links[p], Link::Create(*be, pool, store, "d", rank, p, 0, lo, kStoreTimeout));
     }
     CIUIC_RETURN_IF_ERROR(store.Add("connected", 1).status());
+    CIUIC_RETURN_IF_ERROR(WaitFor(*be, [&]() -> StatusOr<bool> { return false; },
+                                  [&] { auto v = store.Add("connected", 0); return v.ok() && *v >= 3; },
+                                  Clock::now() + kStoreTimeout, "all connected"));
     if (rank == 2) {
       // Receive a little, then die without any cleanup.
       for (int i = 0; i < 200; ++i) {
@@ -402,13 +405,23 @@ TEST_P(ContractTest, PeerDiesMidTransfer) {
           if (p != 2 || m.find("rank 2") == std::string::npos) {
             return InternalError("unexpected error from the link to rank " + std::to_string(p) + ": " + m);
           }
-          return Status::Ok();  // the expected error, naming the dead rank
+          // The expected error, naming the dead rank; the survivors finish
+          // together so neither sees the other close first.
+          CIUIC_RETURN_IF_ERROR(store.Add("survived", 1).status());
+          return WaitFor(*be, [&]() -> StatusOr<bool> { return false; },
+                         [&] { auto v = store.Add("survived", 0); return v.ok() && *v >= 2; },
+                         Clock::now() + kStoreTimeout, "the other survivor");
         }
         void* slot = links[p]->AcquireSend();
         if (slot != nullptr) {
           std::memset(slot, rank, 1024);
           Status s = links[p]->CommitSend(1024);
-          if (!s.ok() && p == 2 && s.ToString().find("rank 2") != std::string::npos) return Status::Ok();
+          if (!s.ok() && p == 2 && s.ToString().find("rank 2") != std::string::npos) {
+            CIUIC_RETURN_IF_ERROR(store.Add("survived", 1).status());
+            return WaitFor(*be, [&]() -> StatusOr<bool> { return false; },
+                           [&] { auto v = store.Add("survived", 0); return v.ok() && *v >= 2; },
+                           Clock::now() + kStoreTimeout, "the other survivor");
+          }
           if (!s.ok()) return s;
         }
         size_t len;
