@@ -242,7 +242,7 @@ std::string Check(const Case& c, Op op, uint32_t seed) {
       return c.Name() + " " + OpName(op) + ": rank " + std::to_string(r) + " output has " +
              std::to_string((*got)[r].size()) + " elements, expected " + std::to_string(want[r].size());
     }
-    if (std::memcmp((*got)[r].data(), want[r].data(), want[r].size() * sizeof(T)) != 0) {
+    if (!want[r].empty() && std::memcmp((*got)[r].data(), want[r].data(), want[r].size() * sizeof(T)) != 0) {
       size_t i = 0;
       while (std::memcmp(&(*got)[r][i], &want[r][i], sizeof(T)) == 0) ++i;
       return c.Name() + " " + OpName(op) + ": rank " + std::to_string(r) + " element " + std::to_string(i) +
