@@ -648,7 +648,16 @@ StatusOr<std::unique_ptr<ciuic::transport::TcpStoreServer>> StartStore(const std
 std::vector<std::vector<int>> PlanBinding(const Options& o) {
   std::vector<std::vector<int>> out(o.nranks);
   if (o.bind == Bind::kNone) return out;
+  // Placing CPU ranks needs cores and NUMA nodes only: hwloc's I/O
+  // plugins are switched off for this discovery (faster; and the PCI
+  // plugin's library state, unloaded with the plugin, reads as a leak
+  // under LeakSanitizer). The user's HWLOC_COMPONENTS, if any, is kept;
+  // ours is removed again before any rank's environment is built. Called
+  // before any other thread exists (setenv).
+  const bool own_components = std::getenv("HWLOC_COMPONENTS") == nullptr;
+  if (own_components) setenv("HWLOC_COMPONENTS", "-pci,-opencl,-gl,-cuda,-nvml,-rsmi,-levelzero", 1);
   auto topo = ciuic::topology::DiscoverLive();
+  if (own_components) unsetenv("HWLOC_COMPONENTS");
   if (!topo.ok()) {
     Say("cannot discover the topology (" + topo.status().ToString() + "): ranks are not bound");
     return out;
@@ -818,6 +827,10 @@ class Launcher {
       return kExitSetup;
     }
 
+    // First, while this process has one thread (PlanBinding sets
+    // environment variables).
+    const std::vector<std::vector<int>> cpus = PlanBinding(o_);
+
     std::string store_host = "127.0.0.1";
     int store_ns = -1;
     if (o_.hosts > 0) {
@@ -845,7 +858,6 @@ class Launcher {
     store_ = std::move(*store);
     const std::string store_addr = store_host + ":" + std::to_string(store_->port());
 
-    const std::vector<std::vector<int>> cpus = PlanBinding(o_);
     const int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
     if (devnull < 0) {
       Say(std::string("/dev/null: ") + std::strerror(errno));
@@ -853,6 +865,7 @@ class Launcher {
     }
     int rc = 0;
     for (int r = 0; r < o_.nranks && rc == 0; ++r) {
+      if (StopRequested()) break;  // Ctrl-C during setup: start no more ranks
       ChildPlan plan = MakePlan(r, path, store_addr, *secret, cpus[r]);
       rc = Spawn(r, plan, devnull);
     }
@@ -885,6 +898,15 @@ class Launcher {
       return false;
     }
     return true;
+  }
+
+  // True when SIGINT, SIGTERM or SIGHUP is pending (the loop handles it).
+  static bool StopRequested() {
+    sigset_t pending;
+    sigemptyset(&pending);
+    if (sigpending(&pending) != 0) return false;
+    return sigismember(&pending, SIGINT) == 1 || sigismember(&pending, SIGTERM) == 1 ||
+           sigismember(&pending, SIGHUP) == 1;
   }
 
   void RaiseFdLimit() {
@@ -1102,7 +1124,7 @@ class Launcher {
 
   bool AllExited() const {
     for (const RankState& r : ranks_) {
-      if (!r.exited) return false;
+      if (r.pid > 0 && !r.exited) return false;  // pid -1: never started
     }
     return true;
   }

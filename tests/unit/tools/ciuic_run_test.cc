@@ -17,11 +17,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -308,18 +308,26 @@ TEST_F(CiuicRunTest, EnvironmentOfEachRank) {
            {"CIUIC_RANK=7", "CIUIC_SECRET_FILE=/nonexistent", "CIUIC_TRANSPORT=shm", "CIUIC_SECRET=old"});
   const Result r = l.Finish();
   EXPECT_EQ(r.code, 0) << r.err;
-  const std::regex re(
-      R"(\[(\d)\] rank=(\d) size=3 local=(\d) store=127\.0\.0\.1:(\d+) external=1 secret=64 )"
-      R"(secret_file=unset transport=tcp)");
   std::set<int> ranks;
   std::set<std::string> ports, secrets;
   for (const std::string& line : Lines(r.out)) {
-    std::smatch m;
-    if (std::regex_match(line, m, re)) {
-      EXPECT_EQ(m[1], m[2]);
-      EXPECT_EQ(m[2], m[3]);
-      ranks.insert(std::stoi(m[2]));
-      ports.insert(m[4]);
+    int tag = -1, rank = -1, size = -1, local = -1, port = -1, external = -1, secret_len = -1, end = 0;
+    char secret_file[64] = {}, transport[16] = {};
+    if (std::sscanf(line.c_str(),
+                    "[%d] rank=%d size=%d local=%d store=127.0.0.1:%d external=%d secret=%d "
+                    "secret_file=%63s transport=%15s%n",
+                    &tag, &rank, &size, &local, &port, &external, &secret_len, secret_file, transport,
+                    &end) == 9 &&
+        end == static_cast<int>(line.size())) {
+      EXPECT_EQ(tag, rank) << line;
+      EXPECT_EQ(local, rank) << line;
+      EXPECT_EQ(size, 3) << line;
+      EXPECT_EQ(external, 1) << line;
+      EXPECT_EQ(secret_len, 64) << line;
+      EXPECT_STREQ(secret_file, "unset") << line;
+      EXPECT_STREQ(transport, "tcp") << line;
+      ranks.insert(rank);
+      ports.insert(std::to_string(port));
     } else if (line.find("S=") != std::string::npos) {
       secrets.insert(line.substr(line.find("S=") + 2));
     } else {
@@ -330,7 +338,8 @@ TEST_F(CiuicRunTest, EnvironmentOfEachRank) {
   EXPECT_EQ(ports.size(), 1u) << "every rank sees the same store";
   ASSERT_EQ(secrets.size(), 1u) << "every rank sees the same secret";
   EXPECT_NE(*secrets.begin(), "old");
-  EXPECT_TRUE(std::regex_match(*secrets.begin(), std::regex("[0-9a-f]{64}")));
+  EXPECT_EQ(secrets.begin()->size(), 64u);
+  EXPECT_EQ(secrets.begin()->find_first_not_of("0123456789abcdef"), std::string::npos) << *secrets.begin();
 }
 
 TEST_F(CiuicRunTest, SecretIsFreshPerJob) {
@@ -479,6 +488,17 @@ TEST_F(CiuicRunTest, MissingProgramExits127) {
     EXPECT_EQ(r.code, 127);
     EXPECT_NE(r.err.find("cannot run '" + file + "': Permission denied"), std::string::npos) << r.err;
   }
+  {
+    // Executable but not a program: execve itself fails in the first rank.
+    const std::string file = dir_ + "/garbage";
+    std::ofstream(file) << std::string("\x01\x02\x03\x04 not an executable\n");
+    chmod(file.c_str(), 0755);
+    Launch l({"-n", "3", "--bind", "none", "--", file});
+    const Result r = l.Finish();
+    EXPECT_EQ(r.code, 127);
+    EXPECT_EQ(r.err, "ciuic-run: cannot run '" + file + "': Exec format error\n");
+    EXPECT_LT(r.seconds, 10);
+  }
 }
 
 TEST_F(CiuicRunTest, PartialLinesAreFlushedOnTheirOwnStream) {
@@ -508,10 +528,12 @@ std::vector<int> ParseCpuList(const std::string& text) {
 // rank -> CPUs from "[r] Cpus_allowed_list:\t0-1" lines.
 std::map<int, std::vector<int>> AllowedCpus(const std::string& out) {
   std::map<int, std::vector<int>> m;
-  const std::regex re(R"(\[(\d+)\] Cpus_allowed_list:\s*(\S+))");
   for (const std::string& line : Lines(out)) {
-    std::smatch s;
-    if (std::regex_match(line, s, re)) m[std::stoi(s[1])] = ParseCpuList(s[2]);
+    int rank = -1;
+    char list[256] = {};
+    if (std::sscanf(line.c_str(), "[%d] Cpus_allowed_list: %255s", &rank, list) == 2) {
+      m[rank] = ParseCpuList(list);
+    }
   }
   return m;
 }
