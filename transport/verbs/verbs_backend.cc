@@ -783,6 +783,8 @@ Status VerbsConnection::Init() {
     max_inline_ = std::min(max_inline_, inl);
     q.psn = backend_->NextPsn();
     q.ring.resize(kSendDepth);
+    q.pending.reserve(kSendDepth);
+    q.reposts.reserve(q.recv_depth);
     CIUIC_RETURN_IF_ERROR(ToInit(q.qp));
     std::vector<uint64_t> ids(q.recv_depth);
     for (uint32_t k = 0; k < q.recv_depth; ++k) ids[k] = i == 0 ? k : 0;
@@ -1036,22 +1038,32 @@ size_t VerbsConnection::WrsFor(uint64_t len) const {
 
 void VerbsConnection::QueuePart(int q, uint64_t op, uint64_t laddr, uint32_t lkey, uint64_t raddr, uint32_t rkey,
                                 uint64_t len, uint32_t last_imm) {
-  const std::vector<uint64_t> chunks = verbs::ChunkPart(len, backend_->max_wr_bytes());
-  uint64_t off = 0;
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    PendingWr w;
-    w.op = op;
-    const bool last = i + 1 == chunks.size();
-    w.opcode = last ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
-    w.laddr = laddr + off;
-    w.lkey = lkey;
-    w.len = static_cast<uint32_t>(chunks[i]);
-    w.raddr = raddr + off;
-    w.rkey = rkey;
-    w.imm = last ? last_imm : 0;
-    qps_[q].pending.push_back(w);
-    off += chunks[i];
+  PendingWr w;
+  w.op = op;
+  w.lkey = lkey;
+  w.rkey = rkey;
+  const uint64_t max = backend_->max_wr_bytes();
+  if (len > max) {  // rare: several WRs, the immediate on the last
+    uint64_t off = 0;
+    const std::vector<uint64_t> chunks = verbs::ChunkPart(len, max);
+    for (size_t i = 0; i + 1 < chunks.size(); ++i) {
+      w.opcode = IBV_WR_RDMA_WRITE;
+      w.laddr = laddr + off;
+      w.raddr = raddr + off;
+      w.len = static_cast<uint32_t>(chunks[i]);
+      qps_[q].pending.push_back(w);
+      off += chunks[i];
+    }
+    laddr += off;
+    raddr += off;
+    len -= off;
   }
+  w.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  w.laddr = laddr;
+  w.raddr = raddr;
+  w.len = static_cast<uint32_t>(len);
+  w.imm = last_imm;
+  qps_[q].pending.push_back(w);
 }
 
 void VerbsConnection::MaybeFlush(int q) {
@@ -1064,39 +1076,42 @@ Status VerbsConnection::PostWrite(const MemoryRegion& src, size_t src_offset, Re
   AdoptAsyncError();
   std::lock_guard<std::mutex> lock(mu_);
   if (!error_.ok()) return error_;
-  const std::string who = PeerName(peer());
+  auto who = [this] { return PeerName(peer()); };  // error paths only
   const auto* region = dynamic_cast<const VerbsRegion*>(&src);
   if (region == nullptr || region->owner() != backend_) {
-    return InvalidArgumentError(who + ": PostWrite source is not a region of this verbs backend");
+    return InvalidArgumentError(who() + ": PostWrite source is not a region of this verbs backend");
   }
   if (src_offset > src.size() || len > src.size() - src_offset) {
-    return InvalidArgumentError(who + ": PostWrite source range [" + std::to_string(src_offset) + ", +" +
+    return InvalidArgumentError(who() + ": PostWrite source range [" + std::to_string(src_offset) + ", +" +
                                 std::to_string(len) + ") outside its " + std::to_string(src.size()) + "-byte region");
   }
   if (dst.id >= imports_.size()) {
-    return InvalidArgumentError(who + ": PostWrite to unknown remote region " + std::to_string(dst.id));
+    return InvalidArgumentError(who() + ": PostWrite to unknown remote region " + std::to_string(dst.id));
   }
   const Import& imp = imports_[dst.id];
   if (dst_offset > imp.size || len > imp.size - dst_offset) {
-    return InvalidArgumentError(who + ": PostWrite target range [" + std::to_string(dst_offset) + ", +" +
+    return InvalidArgumentError(who() + ": PostWrite target range [" + std::to_string(dst_offset) + ", +" +
                                 std::to_string(len) + ") outside the peer's " + std::to_string(imp.size) +
                                 "-byte region");
   }
   if (writes_outstanding_ >= kMaxOutstandingWrites) {
-    return ResourceExhaustedError(who + ": " + std::to_string(kMaxOutstandingWrites) +
+    return ResourceExhaustedError(who() + ": " + std::to_string(kMaxOutstandingWrites) +
                                   " writes outstanding (progress and retry)");
   }
-  const std::vector<verbs::WritePart> parts = verbs::SplitWrite(len, nqps_);
-  for (const verbs::WritePart& p : parts) {
+  verbs::WritePart parts_buf[verbs::kMaxQpsPerPeer];
+  const int nparts = verbs::SplitWrite(len, nqps_, parts_buf);
+  const verbs::WritePart* parts = parts_buf;
+  for (int k = 0; k < nparts; ++k) {
+    const verbs::WritePart& p = parts[k];
     const size_t need = WrsFor(p.len);
     if (need > kSendDepth / 2) {
-      return InvalidArgumentError(who + ": a write of " + std::to_string(len) + " bytes needs " +
+      return InvalidArgumentError(who() + ": a write of " + std::to_string(len) + " bytes needs " +
                                   std::to_string(need) + " WRs on one QP; at most " + std::to_string(kSendDepth / 2) +
                                   " of " + std::to_string(backend_->max_wr_bytes()) + " bytes (split it)");
     }
     const Qp& q = qps_[p.qp];
     if (q.inflight() + q.pending.size() + need + 1 > kSendDepth) {  // +1: keepalive
-      return ResourceExhaustedError(who + ": send queue full (progress and retry)");
+      return ResourceExhaustedError(who() + ": send queue full (progress and retry)");
     }
   }
   const uint64_t op = next_op_++;
@@ -1104,13 +1119,14 @@ Status VerbsConnection::PostWrite(const MemoryRegion& src, size_t src_offset, Re
   ++writes_outstanding_;
   const uint64_t laddr = reinterpret_cast<uintptr_t>(src.data()) + src_offset;
   const uint64_t raddr = imp.addr + dst_offset;
-  for (const verbs::WritePart& p : parts) {
+  for (int k = 0; k < nparts; ++k) {
+    const verbs::WritePart& p = parts[k];
     const size_t before = qps_[p.qp].pending.size();
     QueuePart(p.qp, op, laddr + p.offset, region->lkey(), raddr + p.offset, imp.rkey, p.len,
               p.qp == 0 ? imm : static_cast<uint32_t>(op));
     ops_.back().parts_left += static_cast<uint32_t>(qps_[p.qp].pending.size() - before);
   }
-  for (const verbs::WritePart& p : parts) MaybeFlush(p.qp);
+  for (int k = 0; k < nparts; ++k) MaybeFlush(parts[k].qp);
   return error_;
 }
 
@@ -1118,15 +1134,15 @@ Status VerbsConnection::PostMessage(const void* data, size_t len) {
   AdoptAsyncError();
   std::lock_guard<std::mutex> lock(mu_);
   if (!error_.ok()) return error_;
-  const std::string who = PeerName(peer());
+  auto who = [this] { return PeerName(peer()); };  // error paths only
   if (len > kMaxMessageBytes) {
-    return InvalidArgumentError(who + ": message of " + std::to_string(len) + " bytes (at most " +
+    return InvalidArgumentError(who() + ": message of " + std::to_string(len) + " bytes (at most " +
                                 std::to_string(kMaxMessageBytes) + ")");
   }
-  if (data == nullptr && len > 0) return InvalidArgumentError(who + ": PostMessage of null data");
+  if (data == nullptr && len > 0) return InvalidArgumentError(who() + ": PostMessage of null data");
   Qp& q = qps_[0];
   if (free_msg_slots_.empty() || q.inflight() + q.pending.size() + 2 > kSendDepth) {
-    return ResourceExhaustedError(who + ": " + std::to_string(kMessageSlots) + " messages queued (progress and retry)");
+    return ResourceExhaustedError(who() + ": " + std::to_string(kMessageSlots) + " messages queued (progress and retry)");
   }
   const int32_t slot = free_msg_slots_.back();
   free_msg_slots_.pop_back();
@@ -1268,14 +1284,14 @@ void VerbsConnection::DeliverSendDone() {
 
 void VerbsConnection::ProcessRecvWc(int qi, const ibv_wc& wc) {
   Qp& q = qps_[qi];
-  const std::string who = PeerName(peer());
+  auto who = [this] { return PeerName(peer()); };  // error paths only
   q.reposts.push_back(wc.wr_id);
   if (qi == 0) {
     RecvOp op;
     op.seq = recv_seq_++;
     if (wc.opcode == IBV_WC_RECV) {
       if (wc.byte_len > kMaxMessageBytes || wc.wr_id >= q.recv_depth) {
-        Fail(DataLossError(who + ": a " + std::to_string(wc.byte_len) + "-byte message (at most " +
+        Fail(DataLossError(who() + ": a " + std::to_string(wc.byte_len) + "-byte message (at most " +
                            std::to_string(kMaxMessageBytes) + ")"));
         return;
       }
@@ -1287,13 +1303,13 @@ void VerbsConnection::ProcessRecvWc(int qi, const ibv_wc& wc) {
       op.c.imm = ntohl(wc.imm_data);
       op.striped = verbs::HeadIsStriped(wc.byte_len, nqps_);
     } else {
-      Fail(DataLossError(who + ": unexpected receive opcode " + std::to_string(wc.opcode)));
+      Fail(DataLossError(who() + ": unexpected receive opcode " + std::to_string(wc.opcode)));
       return;
     }
     recv_ops_.push_back(op);
   } else {
     if (wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM) {
-      Fail(DataLossError(who + ": unexpected receive opcode " + std::to_string(wc.opcode) + " on stripe QP " +
+      Fail(DataLossError(who() + ": unexpected receive opcode " + std::to_string(wc.opcode) + " on stripe QP " +
                          std::to_string(qi)));
       return;
     }

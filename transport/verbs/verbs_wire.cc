@@ -107,8 +107,11 @@ bool HcaAllows(const HcaSpec& spec, const std::string& name, int port) {
   return spec.exclude ? !listed : listed;
 }
 
-std::vector<WritePart> SplitWrite(uint64_t len, int nqps) {
-  if (nqps <= 1 || len < kStripeMinPart) return {WritePart{0, 0, len}};
+int SplitWrite(uint64_t len, int nqps, WritePart* parts) {
+  if (nqps <= 1 || len < kStripeMinPart) {
+    parts[0] = WritePart{0, 0, len};
+    return 1;
+  }
   const uint64_t n = static_cast<uint64_t>(nqps);
   // Balanced parts when the write is large; otherwise the head keeps
   // kStripeMinPart and the others share what is left.
@@ -116,13 +119,11 @@ std::vector<WritePart> SplitWrite(uint64_t len, int nqps) {
   const uint64_t room = (len - kStripeMinPart) / (n - 1);
   const uint64_t per = std::min(balanced, room) & ~uint64_t{4095};
   const uint64_t head = len - per * (n - 1);
-  std::vector<WritePart> parts;
-  parts.reserve(nqps);
-  parts.push_back(WritePart{0, 0, head});
+  parts[0] = WritePart{0, 0, head};
   for (int q = 1; q < nqps; ++q) {
-    parts.push_back(WritePart{q, head + per * static_cast<uint64_t>(q - 1), per});
+    parts[q] = WritePart{q, head + per * static_cast<uint64_t>(q - 1), per};
   }
-  return parts;
+  return nqps;
 }
 
 std::vector<uint64_t> ChunkPart(uint64_t len, uint64_t max_msg) {

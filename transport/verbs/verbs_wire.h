@@ -70,6 +70,9 @@ bool HcaAllows(const HcaSpec& spec, const std::string& name, int port);
 
 // ---- Striping ---------------------------------------------------------------
 
+// The most QPs one connection stripes over (CIUIC_IB_QPS_PER_PEER).
+inline constexpr size_t kMaxQpsPerPeer = 16;
+
 // With nqps > 1 QPs, a write of at least kStripeMinPart bytes is split over
 // all nqps QPs; anything shorter goes whole on QP 0. Each part is posted as
 // one or more WRs on its QP, the last of them an RDMA WRITE WITH IMMEDIATE
@@ -88,11 +91,12 @@ struct WritePart {
   uint64_t len = 0;
 };
 
-// The parts of a `len`-byte write over `nqps` QPs, head first: one part
-// when unstriped, else nqps parts. Each secondary part is len / nqps
-// rounded down to 4 KiB, but smaller (possibly empty) when that would leave
-// the head shorter than kStripeMinPart; the head takes the rest.
-std::vector<WritePart> SplitWrite(uint64_t len, int nqps);
+// The parts of a `len`-byte write over `nqps` (1..kMaxQpsPerPeer) QPs,
+// head first, written to parts[0..n); returns n: 1 when unstriped, else
+// nqps. Each secondary part is len / nqps rounded down to 4 KiB, but
+// smaller (possibly empty) when that would leave the head shorter than
+// kStripeMinPart; the head takes the rest. No allocation (hot path).
+int SplitWrite(uint64_t len, int nqps, WritePart* parts);
 
 // Whether a head whose last WR carried `last_len` bytes belongs to a
 // striped write, i.e. one part of it arrives on each of the other QPs.
@@ -136,7 +140,6 @@ struct EndpointInfo {
 
 inline constexpr uint8_t kLinkInfiniBand = 1;
 inline constexpr uint8_t kLinkEthernet = 2;
-inline constexpr size_t kMaxQpsPerPeer = 16;
 
 std::string EncodeEndpoint(const EndpointInfo& info);
 // Errors: kInvalidArgument (wrong magic/version/length, no QPs or more than
