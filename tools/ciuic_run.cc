@@ -24,7 +24,9 @@
 // stopping a rank also stops what it started) and dies with ciuic-run
 // (PR_SET_PDEATHSIG). Ranks that exited are observed with WNOWAIT and reaped
 // only at the very end, so their process-group ids cannot be reused while
-// ciuic-run may still signal those groups.
+// ciuic-run may still signal those groups. ciuic-run is also a child
+// subreaper: what a rank started in a session of its own (setsid) becomes
+// ciuic-run's child when the rank dies and is stopped with the job.
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -814,6 +816,9 @@ class Launcher {
 
   int Run() {
     if (!BlockSignals()) return kExitSetup;
+    // What a rank leaves behind in a session of its own comes to us when
+    // the rank dies, so that it can be stopped too.
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
     RaiseFdLimit();
 
     std::string path;
@@ -1018,10 +1023,38 @@ class Launcher {
     return result;
   }
 
+  // Children of ours that are not ranks: what a rank started and left
+  // behind in a session of its own (setsid), reparented to us because
+  // ciuic-run is a child subreaper. Their pids are safe to signal: a child
+  // keeps its pid until we reap it.
+  std::vector<pid_t> Orphans() const {
+    std::vector<pid_t> out;
+    DIR* d = opendir("/proc");
+    if (d == nullptr) return out;
+    const pid_t self = getpid();
+    while (dirent* e = readdir(d)) {
+      long pid = 0;
+      if (!ParseInt(e->d_name, 1, 1L << 30, &pid)) continue;
+      std::ifstream in(std::string("/proc/") + e->d_name + "/stat");
+      std::string stat;
+      std::getline(in, stat);
+      const size_t paren = stat.rfind(')');  // the name may hold spaces and ')'
+      if (paren == std::string::npos || paren + 4 > stat.size()) continue;
+      const long ppid = std::strtol(stat.c_str() + paren + 4, nullptr, 10);
+      if (ppid != self) continue;
+      bool rank = false;
+      for (const RankState& r : ranks_) rank |= r.pid == pid;
+      if (!rank) out.push_back(static_cast<pid_t>(pid));
+    }
+    closedir(d);
+    return out;
+  }
+
   void SignalGroups(int sig) {
     for (const RankState& r : ranks_) {
       if (r.pid > 0) killpg(r.pid, sig);
     }
+    for (pid_t pid : Orphans()) kill(pid, sig);
   }
 
   void BeginStop() {
@@ -1208,6 +1241,17 @@ class Launcher {
     for (RankState& r : ranks_) {
       if (r.pid <= 0) continue;
       while (waitpid(r.pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    }
+    // Now every rank is gone, whatever they left is ours: kill and reap it
+    // (a killed orphan's own children come to us in turn).
+    for (int round = 0; round < 100; ++round) {
+      const std::vector<pid_t> orphans = Orphans();
+      if (orphans.empty()) break;
+      for (pid_t pid : orphans) {
+        kill(pid, SIGKILL);
+        while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+        }
       }
     }
     for (Stream& s : streams_) {

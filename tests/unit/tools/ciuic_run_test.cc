@@ -404,6 +404,16 @@ TEST_F(CiuicRunTest, BackgroundProcessOfARankIsStopped) {
   EXPECT_EQ(Count(r.out, "started"), 2u);
 }
 
+TEST_F(CiuicRunTest, ProcessesThatLeftTheRanksGroupAreStopped) {
+  // setsid: the sleepers leave the rank's process group and session; one
+  // holds the rank's stdout, the other does not.
+  Launch l(Args({"-n", "2"}, Sh("setsid sleep 30 & setsid sleep 31 >/dev/null 2>&1 & echo started")));
+  const Result r = l.Finish();
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_LT(r.seconds, 10);
+  EXPECT_EQ(Count(r.out, "started"), 2u);
+}
+
 TEST_F(CiuicRunTest, SigintStopsEverythingWith130) {
   Launch l(Args({"-n", "3"}, Sh("ready; exec sleep 30")));
   ASSERT_TRUE(WaitReady(3));
@@ -422,6 +432,16 @@ TEST_F(CiuicRunTest, SigtermStopsEverythingWith143) {
   EXPECT_EQ(r.code, 143) << r.err;
   EXPECT_LT(r.seconds, 10);
   EXPECT_EQ(r.out.find("not reached"), std::string::npos);
+}
+
+TEST_F(CiuicRunTest, RanksDieWithAKilledLauncher) {
+  // The PR_SET_PDEATHSIG backstop: ciuic-run gets no chance to clean up.
+  Launch l(Args({"-n", "2"}, Sh("ready; exec sleep 30")));
+  ASSERT_TRUE(WaitReady(2));
+  l.Signal(SIGKILL);
+  const Result r = l.Finish();
+  EXPECT_EQ(r.code, 128 + SIGKILL);
+  // TearDown checks that the ranks (now our children) are gone.
 }
 
 TEST_F(CiuicRunTest, TimeoutStopsTheJobWith124) {
@@ -638,6 +658,22 @@ TEST_F(CiuicRunTest, HostsAreRemovedAfterSigint) {
   const Result r = l.Finish();
   EXPECT_EQ(r.code, 130) << r.err;
   EXPECT_TRUE(Netns(l.NetnsPrefix()).empty());
+}
+
+TEST_F(CiuicRunTest, HostsLeftByAKilledLauncherAreRemovedByTheNext) {
+  SKIP_WITHOUT_NETNS();
+  Launch killed(Args({"-n", "1", "--hosts", "1"}, Sh("ready; exec sleep 30")));
+  Track(killed);
+  ASSERT_TRUE(WaitReady(1));
+  killed.Signal(SIGKILL);
+  EXPECT_EQ(killed.Finish().code, 128 + SIGKILL);
+  EXPECT_EQ(Netns(killed.NetnsPrefix()).size(), 2u) << "nobody removed them yet";
+  Launch next(Args({"-n", "1", "--hosts", "1"}, Sh("true")));
+  Track(next);
+  const Result r = next.Finish();
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("removed stale network namespace " + killed.NetnsPrefix()), std::string::npos) << r.err;
+  EXPECT_TRUE(Netns(killed.NetnsPrefix()).empty());
 }
 
 TEST_F(CiuicRunTest, HostsLinkRateShapesBothEnds) {
