@@ -258,8 +258,12 @@ class VerbsConnection final : public Connection {
   // Backend side. Before WaitForActivity sleeps: posts queued WRs, arms the
   // CQ and moves completions that are already there to the stash. Returns
   // true when the caller should not sleep (something to process).
+  // Takes mu_; the backend calls it holding its own lock (lock order:
+  // backend, then connection; a connection never waits for the backend's
+  // lock while holding mu_).
   bool PrepareToSleep();
-  // Fails the connection from an async event (taken by the next Progress).
+  // Fails the connection from an async event (taken by the next Progress /
+  // Post*). Called by the backend under its lock; takes only async_mu_.
   void PostAsyncError(const Status& status);
   bool OwnsQp(const ibv_qp* qp) const;
   bool OwnsCq(const ibv_cq* cq) const { return cq == cq_; }
@@ -318,6 +322,8 @@ class VerbsConnection final : public Connection {
   Status RestartProbe(uint64_t attempt);
   Status Handshake(Clock::time_point deadline);
 
+  // Both with mu_ held: records the first error (sticky) / takes one that
+  // PostAsyncError left.
   void Fail(const Status& s);
   void AdoptAsyncError();
   Status FlushQp(int q);
@@ -1073,8 +1079,8 @@ void VerbsConnection::MaybeFlush(int q) {
 
 Status VerbsConnection::PostWrite(const MemoryRegion& src, size_t src_offset, RemoteRegion dst, size_t dst_offset,
                                   size_t len, uint32_t imm, uint64_t wr_id) {
-  AdoptAsyncError();
   std::lock_guard<std::mutex> lock(mu_);
+  AdoptAsyncError();
   if (!error_.ok()) return error_;
   auto who = [this] { return PeerName(peer()); };  // error paths only
   const auto* region = dynamic_cast<const VerbsRegion*>(&src);
@@ -1131,8 +1137,8 @@ Status VerbsConnection::PostWrite(const MemoryRegion& src, size_t src_offset, Re
 }
 
 Status VerbsConnection::PostMessage(const void* data, size_t len) {
-  AdoptAsyncError();
   std::lock_guard<std::mutex> lock(mu_);
+  AdoptAsyncError();
   if (!error_.ok()) return error_;
   auto who = [this] { return PeerName(peer()); };  // error paths only
   if (len > kMaxMessageBytes) {
@@ -1360,8 +1366,8 @@ void VerbsConnection::MaybeKeepalive() {
 
 StatusOr<size_t> VerbsConnection::Progress(Completion* out, size_t max) {
   if (++progress_calls_ % kAsyncEvery == 0) backend_->PollAsyncEvents();
-  AdoptAsyncError();
   std::lock_guard<std::mutex> lock(mu_);
+  AdoptAsyncError();
   if (error_.ok()) {
     FlushAll().IgnoreError();  // sticky: seen below
     if (!stash_.empty()) {
@@ -1400,6 +1406,7 @@ StatusOr<size_t> VerbsConnection::Progress(Completion* out, size_t max) {
 
 bool VerbsConnection::PrepareToSleep() {
   std::lock_guard<std::mutex> lock(mu_);
+  AdoptAsyncError();
   if (!error_.ok() || !ready_.empty() || !stash_.empty()) return true;
   if (!FlushAll().ok()) return true;
   if (ibv_req_notify_cq(cq_, 0) != 0) return true;

@@ -911,5 +911,63 @@ INSTANTIATE_TEST_SUITE_P(WhoDies, VerbsPeerExit, ::testing::Values(Dies::kReceiv
                            return std::string(info.param == Dies::kReceiver ? "Receiver" : "Sender");
                          });
 
+// Async events: the port going down fails every connection of the backend
+// with an error naming the peer, although nothing is in flight. Intrusive
+// (takes the device's netdev down and up again, as root), so it runs only
+// where CIUIC_TEST_VERBS_PORT_FLAP=1 (the Soft-RoCE guest); last in the file
+// so the other tests do not see the flap, and it waits for the port to be
+// back before it ends.
+TEST(VerbsZLast, PortDownFailsEveryConnection) {
+  SKIP_WITHOUT_VERBS();
+  const char* flap = getenv("CIUIC_TEST_VERBS_PORT_FLAP");
+  if (flap == nullptr || std::string(flap) != "1") {
+    GTEST_SKIP() << "intrusive: set CIUIC_TEST_VERBS_PORT_FLAP=1 to take the device's netdev down (Soft-RoCE guest)";
+  }
+  Pair p;
+  ASSERT_TRUE(MakePair(&p, JobId(), 0).ok());
+  const std::string d = p.be[0]->Describe();  // "verbs <dev>:<port> ..."
+  const std::string dev = d.substr(6, d.find(':') - 6);
+  const std::string port = d.substr(d.find(':') + 1, d.find(' ', 6) - d.find(':') - 1);
+  // The netdev behind the port: any GID entry's ndevs file names it.
+  std::string netdev;
+  const std::string ndevs = "/sys/class/infiniband/" + dev + "/ports/" + port + "/gid_attrs/ndevs/";
+  for (int i = 0; i < 16 && netdev.empty(); ++i) {
+    FILE* f = std::fopen((ndevs + std::to_string(i)).c_str(), "r");
+    if (f == nullptr) continue;
+    char buf[64] = {};
+    if (std::fgets(buf, sizeof(buf), f) != nullptr) netdev = buf;
+    std::fclose(f);
+    while (!netdev.empty() && (netdev.back() == '\n' || netdev.back() == ' ')) netdev.pop_back();
+  }
+  if (netdev.empty()) GTEST_SKIP() << dev << " port " << port << " has no netdev (InfiniBand?)";
+  ASSERT_EQ(std::system(("ip link set " + netdev + " down").c_str()), 0);
+  Status err[2];
+  const auto until = Clock::now() + milliseconds(15000);
+  while ((err[0].ok() || err[1].ok()) && Clock::now() < until) {
+    for (int r = 0; r < 2; ++r) {
+      Completion buf[4];
+      if (!err[r].ok()) continue;
+      auto n = p.conn[r]->Progress(buf, 4);
+      if (!n.ok()) err[r] = n.status();
+    }
+    p.be[0]->WaitForActivity(std::chrono::microseconds(5000));
+    p.be[1]->WaitForActivity(std::chrono::microseconds(5000));
+  }
+  ASSERT_EQ(std::system(("ip link set " + netdev + " up").c_str()), 0);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(err[r].code(), StatusCode::kUnavailable) << err[r].ToString();
+    EXPECT_NE(err[r].message().find("peer rank " + std::to_string(1 - r)), std::string::npos) << err[r].ToString();
+    EXPECT_NE(err[r].message().find("async event"), std::string::npos) << err[r].ToString();
+  }
+  // Back to normal: the port is active again with its GID.
+  std::string why;
+  const auto back = Clock::now() + milliseconds(20000);
+  bool usable = false;
+  while (!(usable = VerbsUsable(Options(0, 1, "probe"), &why)) && Clock::now() < back) {
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  EXPECT_TRUE(usable) << "the port did not come back: " << why;
+}
+
 }  // namespace
 }  // namespace ciuic::transport
