@@ -86,6 +86,10 @@ constexpr auto kLinger = std::chrono::milliseconds(500);
 // After SIGKILL: how long to wait for the pipes to close before giving up
 // on them (only something that left the rank's process group holds them).
 constexpr auto kKillGrace = std::chrono::milliseconds(1000);
+// What a failed rank's pipes are read for (buffers of 64 KiB) before its
+// failure is announced: all it wrote, unless something it started keeps
+// writing.
+constexpr int kFinalReads = 64;
 // A line longer than this is forwarded in pieces.
 constexpr size_t kMaxLine = 64 * 1024;
 
@@ -1088,18 +1092,29 @@ class Launcher {
       s.partial.clear();
     }
     if (!out.empty() && !dest_broken_[s.dest]) {
-      if (!WriteAll(s.dest, out.data(), out.size())) dest_broken_[s.dest] = true;
+      if (!WriteAll(s.dest, out.data(), out.size())) {
+        dest_broken_[s.dest] = true;
+        // The reader went away (`ciuic-run ... | head`): end the job as a
+        // plain writer would end, by SIGPIPE, instead of draining forever.
+        if (errno == EPIPE && phase_ == Phase::kRunning) {
+          cause_ = 128 + SIGPIPE;
+          BeginStop();
+        }
+      }
     }
   }
 
-  // Reads what `s` has now; closes it at EOF. Returns true at EOF.
-  bool Drain(Stream& s) {
+  // Reads what `s` has now, at most `max_reads` buffers (so that one rank
+  // writing without pause cannot starve the others); closes it at EOF.
+  // Returns true at EOF.
+  bool Drain(Stream& s, int max_reads) {
     char buf[65536];
-    for (;;) {
+    for (int reads = 0; reads < max_reads;) {
       const ssize_t n = read(s.fd, buf, sizeof buf);
       if (n > 0) {
         s.partial.append(buf, static_cast<size_t>(n));
         Emit(s, false);
+        ++reads;
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
@@ -1109,6 +1124,7 @@ class Launcher {
       s.fd = -1;
       return true;
     }
+    return false;
   }
 
   // Notes every rank that has exited (without reaping it).
@@ -1125,7 +1141,7 @@ class Launcher {
       if ((killed || info.si_status != 0) && phase_ == Phase::kRunning) {
         // Its last words first, then why the job stops.
         for (Stream& s : streams_) {
-          if (s.rank == static_cast<int>(r) && s.fd >= 0) Drain(s);
+          if (s.rank == static_cast<int>(r) && s.fd >= 0) Drain(s, kFinalReads);
         }
         if (killed) {
           Say("rank " + std::to_string(r) + " killed by signal " + SignalName(info.si_status));
@@ -1229,7 +1245,7 @@ class Launcher {
       if (n <= 0) continue;
       if (fds[0].revents != 0) OnSignals();
       for (size_t i = 1; i < fds.size(); ++i) {
-        if (fds[i].revents != 0) Drain(*owners[i]);
+        if (fds[i].revents != 0) Drain(*owners[i], 1);
       }
     }
   }

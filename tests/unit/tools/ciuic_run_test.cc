@@ -135,6 +135,24 @@ class Launch {
 
   void Signal(int sig) { kill(pid_, sig); }
 
+  // Reads stdout until `text` appears (10 s at most), then closes it, as
+  // `| head` does. Returns what was read.
+  std::string ReadStdoutUntilThenClose(const std::string& text) {
+    std::string got;
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (got.find(text) == std::string::npos && Clock::now() < deadline) {
+      pollfd p{out_, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      char buf[4096];
+      const ssize_t n = read(out_, buf, sizeof buf);
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+    close(out_);
+    out_ = -1;
+    return got;
+  }
+
   // Reads stdout/stderr to EOF and waits for the exit, killing ciuic-run
   // after `timeout_s`.
   Result Finish(double timeout_s = 30) {
@@ -414,6 +432,14 @@ TEST_F(CiuicRunTest, ProcessesThatLeftTheRanksGroupAreStopped) {
   EXPECT_EQ(Count(r.out, "started"), 2u);
 }
 
+TEST_F(CiuicRunTest, ClosedStdoutEndsTheJobLikeSigpipe) {
+  Launch l(Args({"-n", "2"}, {"yes", "y"}));
+  EXPECT_NE(l.ReadStdoutUntilThenClose("[1] y\n").find("[1] y\n"), std::string::npos);
+  const Result r = l.Finish();
+  EXPECT_EQ(r.code, 128 + SIGPIPE) << r.err;
+  EXPECT_LT(r.seconds, 10);
+}
+
 TEST_F(CiuicRunTest, SigintStopsEverythingWith130) {
   Launch l(Args({"-n", "3"}, Sh("ready; exec sleep 30")));
   ASSERT_TRUE(WaitReady(3));
@@ -528,7 +554,12 @@ TEST_F(CiuicRunTest, PartialLinesAreFlushedOnTheirOwnStream) {
   EXPECT_EQ(r.code, 0);
   for (int k = 0; k < 2; ++k) {
     const std::string p = "[" + std::to_string(k) + "] ";
-    EXPECT_NE(r.out.find(p + "out-partiala\n" + p + "b\n" + p + "\n" + p + "c\n"), std::string::npos) << r.out;
+    std::vector<std::string> mine;  // rank k's lines, in order (ranks interleave)
+    for (const std::string& line : Lines(r.out)) {
+      if (line.rfind(p, 0) == 0) mine.push_back(line);
+    }
+    EXPECT_EQ(mine, (std::vector<std::string>{p + "out-partiala", p + "b", p, p + "c"})) << r.out;
+    EXPECT_EQ(r.out.back(), '\n');
     EXPECT_NE(r.err.find(p + "err-partial\n"), std::string::npos) << r.err;
   }
 }
@@ -590,6 +621,20 @@ TEST_F(CiuicRunTest, BindNoneKeepsTheLaunchersCpus) {
   ASSERT_EQ(cpus.size(), 2u) << r.out;
   for (const auto& [rank, list] : cpus) EXPECT_EQ(list, mine) << "rank " << rank;
   EXPECT_TRUE(r.err.empty()) << r.err;
+}
+
+TEST_F(CiuicRunTest, BindNumaGivesEachRankCpusOfOneNode) {
+  cpu_set_t set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  Launch l(Args({"-n", "2", "--bind", "numa"}, Sh("grep Cpus_allowed_list /proc/self/status")));
+  const Result r = l.Finish();
+  EXPECT_EQ(r.code, 0) << r.err;
+  const auto cpus = AllowedCpus(r.out);
+  ASSERT_EQ(cpus.size(), 2u) << r.out;
+  for (const auto& [rank, list] : cpus) {
+    EXPECT_FALSE(list.empty());
+    for (int c : list) EXPECT_TRUE(CPU_ISSET(c, &set)) << "rank " << rank << " got CPU " << c;
+  }
 }
 
 TEST_F(CiuicRunTest, MoreRanksThanCoresAreNotBoundByDefault) {
