@@ -311,7 +311,6 @@ class VerbsConnection final : public Connection {
   };
   enum class State { kCreated, kConnected, kFailed };
 
-  uint8_t* ctrl() const { return ctrl_; }
   uint64_t CtrlAddr(size_t off) const { return reinterpret_cast<uintptr_t>(ctrl_) + off; }
   StatusOr<ibv_qp*> CreateQp(uint32_t send_depth, uint32_t recv_depth, uint32_t* max_inline);
   Status ToInit(ibv_qp* qp);
