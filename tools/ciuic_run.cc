@@ -436,6 +436,9 @@ int RunHelper(const std::vector<std::string>& args, std::string* err) {
     return -1;
   }
   if (pid == 0) {
+    // A group of its own: a Ctrl-C at the terminal reaches ciuic-run, which
+    // lets a setup or teardown step finish before it stops the job.
+    setpgid(0, 0);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -1187,7 +1190,10 @@ class Launcher {
       const bool exited = AllExited();
       size_t open = 0;
       for (const Stream& s : streams_) open += s.fd >= 0;
-      if (exited && open == 0) return;
+      if (exited && open == 0) {
+        OnSignals();  // a Ctrl-C that came before any rank started still counts
+        return;
+      }
 
       const auto now = Clock::now();
       if (phase_ == Phase::kRunning && job_deadline_ && now >= *job_deadline_) {

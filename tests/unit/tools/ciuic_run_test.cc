@@ -721,6 +721,21 @@ TEST_F(CiuicRunTest, HostsLeftByAKilledLauncherAreRemovedByTheNext) {
   EXPECT_TRUE(Netns(killed.NetnsPrefix()).empty());
 }
 
+TEST_F(CiuicRunTest, HostsSigintAtAnyMomentGives130AndCleansUp) {
+  SKIP_WITHOUT_NETNS();
+  // Whether it lands during namespace setup, the store start, the spawns or
+  // the run, a Ctrl-C ends with 130 and leaves nothing behind.
+  for (int delay_ms : {0, 2, 5, 10, 20, 50}) {
+    Launch l(Args({"-n", "2", "--hosts", "2"}, Sh("exec sleep 30")));
+    Track(l);
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    l.Signal(SIGINT);
+    const Result r = l.Finish();
+    EXPECT_EQ(r.code, 130) << "after " << delay_ms << " ms: " << r.err;
+    EXPECT_TRUE(Netns(l.NetnsPrefix()).empty()) << "after " << delay_ms << " ms";
+  }
+}
+
 TEST_F(CiuicRunTest, HostsLinkRateShapesBothEnds) {
   SKIP_WITHOUT_NETNS();
   Launch l(Args({"-n", "2", "--hosts", "2", "--link-rate", "100mbit"},
