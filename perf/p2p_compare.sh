@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Point-to-point comparison, side by side on this machine:
 #   ciuic shm  vs Open MPI vader (--mca btl self,vader)      [and MPICH, shared memory]
-#   ciuic tcp  vs Open MPI tcp   (--mca btl self,tcp, lo)    [and MPICH, UCX_TLS=tcp]
+#   ciuic tcp  vs Open MPI tcp   (--mca btl self,tcp, lo)    [MPICH, UCX_TLS=tcp: MPICH_TCP=1]
 # over the same sizes and iteration counts, printing per size the ratio
 # ciuic/peer of bandwidth (BW_avg; > 1 = ciuic faster) and of the typical
 # (median) one-way latency (< 1 = ciuic faster), then the issue's goals.
@@ -15,13 +15,16 @@
 #        perf/p2p_compare.sh build-perf -b 1K -e 256M -f 2
 #
 # Environment: ROUNDS=N runs every tool N times, alternating, and keeps the
-# best figure per size (default 1); OUT=DIR keeps the raw CSV there.
+# best figure per size (default 1); OUT=DIR keeps the raw CSV there;
+# MPICH_TCP=1 adds MPICH over UCX's tcp transport (off by default: over
+# loopback here it takes 2+ minutes for the default sizes, half of this
+# script's budget, and trails Open MPI's tcp BTL).
 # ciuic's tcp uses loopback (CIUIC_SOCKET_IFNAME=lo) like the Open MPI run.
 # Exit status: 0 when every run passed its data check, 1 otherwise.
 set -uo pipefail
 
 if [[ $# -lt 1 || "$1" == -h || "$1" == --help ]]; then
-  sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 build=$1
@@ -76,8 +79,10 @@ for ((r = 1; r <= rounds; ++r)); do
           "$ompi" -l ompi-tcp "${sizes[@]}"
         ;;
       mpich)
-        run mpich-shm "$r" "$mpich_run" -np 2 "$mpich" -l mpich-shm "${sizes[@]}"
-        UCX_TLS=tcp,self run mpich-tcp "$r" "$mpich_run" -np 2 "$mpich" -l mpich-tcp "${sizes[@]}"
+        run mpich-shm "$r" "$mpich_run" -np 2 -bind-to core "$mpich" -l mpich-shm "${sizes[@]}"
+        if [[ ${MPICH_TCP:-0} == 1 ]]; then
+          UCX_TLS=tcp,self run mpich-tcp "$r" "$mpich_run" -np 2 -bind-to core "$mpich" -l mpich-tcp "${sizes[@]}"
+        fi
         ;;
     esac
   done
@@ -85,10 +90,11 @@ done
 
 # Every CSV row: transport,test,bytes,iters,bw_peak,bw_avg,rate,memcpy,ratio,
 # t_min,t_max,t_typical,t_avg,t99,t999,wrong. Best of the rounds per size.
-cat "$out"/*.csv 2>/dev/null | awk -F, -v peers="${peers[*]}" '
+cat "$out"/*.csv 2>/dev/null | awk -F, '
   /^#/ || $1 == "transport" || NF < 16 { next }
   {
     k = $1 SUBSEP $3
+    present[$1] = 1
     if (!(($3) in seen)) { seen[$3] = 1; sizes[++ns] = $3 + 0 }
     if ($16 + 0 != 0) wrong += $16
     if ($2 == "bw") {
@@ -125,16 +131,16 @@ cat "$out"/*.csv 2>/dev/null | awk -F, -v peers="${peers[*]}" '
   }
   function goal(text, ok, detail) { printf "%-70s %s (%s)\n", text, ok ? "MET" : "MISSED", detail }
   END {
-    np = split(peers, pl, " ")
-    n = 0
-    for (i = 1; i <= np; ++i) {
-      if (pl[i] == "ompi") { shm_p[++n] = "ompi-vader"; tcp_p[n] = "ompi-tcp" }
-      if (pl[i] == "mpich") { shm_p[++n] = "mpich-shm"; tcp_p[n] = "mpich-tcp" }
-    }
-    table("shm", "shared memory, bandwidth: BW_avg GB/s; ratio = ciuic/peer (> 1: ciuic faster)", n, shm_p, bw, 1)
-    table("shm", "shared memory, latency: typical (median) one-way us; ratio = ciuic/peer (< 1: ciuic faster)", n, shm_p, lat, 0)
-    table("tcp", "tcp over loopback, bandwidth: BW_avg GB/s; ratio = ciuic/peer (> 1: ciuic faster)", n, tcp_p, bw, 0)
-    table("tcp", "tcp over loopback, latency: typical one-way us; ratio = ciuic/peer (< 1: ciuic faster)", n, tcp_p, lat, 0)
+    n = split("ompi-vader mpich-shm", cand_shm, " ")
+    ns_p = 0
+    for (i = 1; i <= n; ++i) if (cand_shm[i] in present) shm_p[++ns_p] = cand_shm[i]
+    n = split("ompi-tcp mpich-tcp", cand_tcp, " ")
+    nt_p = 0
+    for (i = 1; i <= n; ++i) if (cand_tcp[i] in present) tcp_p[++nt_p] = cand_tcp[i]
+    table("shm", "shared memory, bandwidth: BW_avg GB/s; ratio = ciuic/peer (> 1: ciuic faster)", ns_p, shm_p, bw, 1)
+    table("shm", "shared memory, latency: typical (median) one-way us; ratio = ciuic/peer (< 1: ciuic faster)", ns_p, shm_p, lat, 0)
+    table("tcp", "tcp over loopback, bandwidth: BW_avg GB/s; ratio = ciuic/peer (> 1: ciuic faster)", nt_p, tcp_p, bw, 0)
+    table("tcp", "tcp over loopback, latency: typical one-way us; ratio = ciuic/peer (< 1: ciuic faster)", nt_p, tcp_p, lat, 0)
     print ""
     print "## Goals"
     # shm bandwidth >= 0.8 x memcpy at >= 1 MiB.
