@@ -360,20 +360,20 @@ Status TcpConnection::ParseHeader(int s) {
 void TcpConnection::CompleteFrame(int s) {
   RxSocket& r = rx_[s];
   const FrameHeader& h = r.frame;
-  if (h.flags & kFlagLast) {
-    RxEvent& e = r.events.push();
-    e.seq = r.next_seq;
-    Completion& c = e.completion;
-    c.imm = h.imm;
-    c.wr_id = 0;
-    if (h.type == kFrameWrite) {
-      c.kind = Completion::Kind::kWriteReceived;
-      c.len = 0;
-    } else {
-      c.kind = Completion::Kind::kMessage;
-      c.len = h.length;
-      std::memcpy(c.data, r.message, h.length);
-    }
+  // Every piece of a write gives an event (its length adds up to the
+  // write's); messages always complete on their only frame.
+  RxEvent& e = r.events.push();
+  e.seq = r.next_seq;
+  e.last = (h.flags & kFlagLast) != 0;
+  Completion& c = e.completion;
+  c.imm = h.imm;
+  c.wr_id = 0;
+  c.len = h.length;
+  if (h.type == kFrameWrite) {
+    c.kind = Completion::Kind::kWriteReceived;
+  } else {
+    c.kind = Completion::Kind::kMessage;
+    std::memcpy(c.data, r.message, h.length);
   }
   r.in_payload = false;
   r.next_seq += static_cast<uint64_t>(nsocks_);
@@ -461,11 +461,22 @@ size_t TcpConnection::Deliver(Completion* out, size_t max, bool* stuck) {
       *stuck = r.closed;
       break;
     }
-    if (!r.events.empty() && r.events.front().seq == rx_next_) {
+    // Frame rx_next_ has arrived, so it heads its socket's events.
+    CIUIC_CHECK(!r.events.empty() && r.events.front().seq == rx_next_);
+    RxEvent& e = r.events.front();
+    if (!e.last) {
+      rx_write_bytes_ += e.completion.len;
+    } else {
       if (n == max) break;
-      out[n++] = r.events.front().completion;
-      r.events.pop();
+      Completion& c = out[n++];
+      c = e.completion;
+      if (c.kind == Completion::Kind::kWriteReceived) {
+        c.len = static_cast<uint32_t>(
+            std::min<uint64_t>(rx_write_bytes_ + e.completion.len, UINT32_MAX));
+        rx_write_bytes_ = 0;
+      }
     }
+    r.events.pop();
     ++rx_next_;
   }
   return n;

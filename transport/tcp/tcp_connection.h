@@ -7,6 +7,7 @@
 // posting order, frame f going to socket f % nsocks, and hands them to the
 // kernel with one sendmsg of header and payload iovecs per socket; a write
 // is done (kWriteDone, in posting order) when its last frame is handed over.
+// kWriteReceived carries the write's length in `len` (capped at UINT32_MAX).
 // Receive side: each socket is read as header, then payload readv'd into
 // the region together with the next header; every header is validated
 // before its payload is read. Completions are merged back into frame order.
@@ -106,7 +107,8 @@ class TcpConnection final : public Connection {
   };
   struct RxEvent {
     uint64_t seq = 0;
-    Completion completion;
+    bool last = false;  // completes its write or message
+    Completion completion;  // len: of this frame
   };
   struct RxSocket {
     int fd = -1;
@@ -144,8 +146,9 @@ class TcpConnection final : public Connection {
   Status ReceiveSocket(int s, size_t* budget, size_t* bytes_read);
   Status ParseHeader(int s);
   void CompleteFrame(int s);
-  // Moves received completions to `out` in frame order; *stuck = the next
-  // frame can never arrive (its socket was closed by the peer).
+  // Moves received completions to `out` in frame order (adding up the
+  // pieces of each write); *stuck = the next frame can never arrive (its
+  // socket was closed by the peer).
   size_t Deliver(Completion* out, size_t max, bool* stuck);
   Status Fail(Status status);
   Status ClosedError(int s, const std::string& how) const;
@@ -165,6 +168,7 @@ class TcpConnection final : public Connection {
   size_t writes_outstanding_ = 0;
   size_t messages_queued_ = 0;
   uint64_t rx_next_ = 0;    // sequence of the next frame to deliver
+  uint64_t rx_write_bytes_ = 0;  // earlier pieces of the write being delivered
 
   std::vector<Import> imports_;
   Status error_;            // first failure; sticky

@@ -367,7 +367,8 @@ void StripedOrdering(int nsocks) {
           }
           continue;
         }
-        if (c.kind != Completion::Kind::kWriteReceived || c.imm != want) {
+        const uint32_t want_len = kind == 0 ? kBig : kind == 2 ? 0 : 7;
+        if (c.kind != Completion::Kind::kWriteReceived || c.imm != want || c.len != want_len) {
           failure = "item " + std::to_string(want) + " is not its write";
         } else if (kind == 0 && std::memcmp(d + g * kBig, s + g * kBig, kBig) != 0) {
           failure = "big write " + std::to_string(want) + " delivered before all its bytes";
@@ -736,7 +737,9 @@ TEST_F(TcpBackendTest, CraftedValidFramesAreDelivered) {
   EXPECT_EQ(got[0].imm, 1000u);
   EXPECT_EQ(got[1].kind, Completion::Kind::kMessage);
   EXPECT_EQ(std::string(reinterpret_cast<char*>(got[1].data), got[1].len), "abc");
+  EXPECT_EQ(got[0].len, 5u);
   EXPECT_EQ(got[2].imm, 1003u);
+  EXPECT_EQ(got[2].len, 3u);
   const char* d = static_cast<const char*>(c->region->data());
   EXPECT_EQ(std::string(d + 10, 5), "hello");
   EXPECT_EQ(std::string(d + 100, 3), "xyz");
@@ -907,6 +910,7 @@ Status AllPairs(int rank, int n, int nsocks, Store& store, const std::vector<siz
     uint32_t k = 0;
     for (const auto& c : got[idx(p)]) {
       if (c.kind != Completion::Kind::kWriteReceived) continue;
+      if (c.len != sizes[k]) return InternalError("kWriteReceived.len " + std::to_string(c.len));
       if (c.imm != k++) return InternalError("imm out of order from rank " + std::to_string(p));
     }
     const auto* d = static_cast<const uint8_t*>(inbox[p]->data());
