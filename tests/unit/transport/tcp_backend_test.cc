@@ -1091,5 +1091,40 @@ TEST_F(TcpBackendTest, WaitForActivityWakesOnData) {
   EXPECT_EQ(*n, 1u);
 }
 
+// Connections from strangers are taken off the listening socket by
+// WaitForActivity itself, so they cannot turn later waits into busy loops.
+TEST_F(TcpBackendTest, WaitForActivityIsNotBusyWithStrangers) {
+  auto b = Open(Options(1, 2));
+  ASSERT_TRUE(b);
+  auto e = b->CreateEndpoint(0, 0);
+  ASSERT_TRUE(e.ok());
+  auto info = tcp::DecodeEndpoint((*e)->Describe());
+  ASSERT_TRUE(info.ok());
+  std::vector<int> fds;
+  for (const std::string& bytes : {std::string(200, 'x'), std::string()}) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(info->port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    if (!bytes.empty()) {
+      ASSERT_EQ(send(fd, bytes.data(), bytes.size(), 0), 200);
+    }
+    fds.push_back(fd);
+  }
+  b->WaitForActivity(std::chrono::microseconds(50000));  // may return early: it accepts
+  const auto t0 = Clock::now();
+  b->WaitForActivity(std::chrono::microseconds(50000));
+  b->WaitForActivity(std::chrono::microseconds(50000));
+  EXPECT_GE(Clock::now() - t0, milliseconds(90));
+  // The garbage sender was rejected; the silent one still waits for its hello.
+  pollfd p{fds[0], POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 1000), 1);
+  p = pollfd{fds[1], POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 0), 0);
+  for (int fd : fds) close(fd);
+}
+
 }  // namespace
 }  // namespace ciuic::transport
