@@ -3,7 +3,7 @@
 # Gloo). Optional: the build and tests do not need them; perf/ builds the
 # peer drivers only when they are present. Idempotent, non-interactive.
 set -euo pipefail
-packages=(openmpi-bin libopenmpi-dev mpich libmpich-dev libgloo-dev)
+packages=(openmpi-bin libopenmpi-dev mpich libmpich-dev libgloo-dev python3-matplotlib)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

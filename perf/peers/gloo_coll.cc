@@ -41,6 +41,7 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "gloo/algorithm.h"
@@ -216,8 +217,29 @@ struct Row {
   bool capped = false;
 };
 
+// Integer sum and product that wrap: the timed loop reduces the same buffer
+// again and again (as allreduce_perf's does), so integers overflow, and
+// Gloo's plain loops (compiled here, from its header) would make that signed
+// overflow undefined. Same loop otherwise; floats keep Gloo's own.
+template <typename T>
+void WrappingSum(T* x, const T* y, size_t n) {
+  using U = std::make_unsigned_t<T>;
+  for (size_t i = 0; i < n; ++i) x[i] = static_cast<T>(static_cast<U>(x[i]) + static_cast<U>(y[i]));
+}
+template <typename T>
+void WrappingProduct(T* x, const T* y, size_t n) {
+  using U = std::make_unsigned_t<T>;
+  for (size_t i = 0; i < n; ++i) x[i] = static_cast<T>(static_cast<U>(x[i]) * static_cast<U>(y[i]));
+}
+
 template <typename T>
 const gloo::ReductionFunction<T>* Fn(const std::string& op) {
+  if constexpr (std::is_integral_v<T>) {
+    static const gloo::ReductionFunction<T> sum(gloo::SUM, &WrappingSum<T>);
+    static const gloo::ReductionFunction<T> product(gloo::PRODUCT, &WrappingProduct<T>);
+    if (op == "sum") return &sum;
+    if (op == "prod") return &product;
+  }
   if (op == "prod") return gloo::ReductionFunction<T>::product;
   if (op == "min") return gloo::ReductionFunction<T>::min;
   if (op == "max") return gloo::ReductionFunction<T>::max;
