@@ -66,6 +66,7 @@ typedef struct {
   int inplace;
   const char* format;
   const char* label;
+  double cap_s;  // > 0: stop a size after about this long (--cap-s)
 } Options;
 
 static int g_rank = 0, g_size = 1;
@@ -74,9 +75,11 @@ static void Usage(FILE* out) {
   fprintf(out,
           "usage: mpirun -np N mpi_coll [--coll C] [-b minbytes] [-e maxbytes] [-f factor | -i step]\n"
           "          [-n iters] [-w warmup] [-c 0|1] [-o sum|prod|min|max] [-d float|double|int32|int64]\n"
-          "          [-r root] [--no-inplace] [--format table|csv|json] [-l label]\n"
+          "          [-r root] [--no-inplace] [--format table|csv|json] [-l label] [--cap-s S]\n"
           "  --coll C  allreduce (default), broadcast, reduce, allgather, reduce_scatter, alltoall\n"
           "  -l NAME   name in the header and the algo column (default: openmpi or mpich)\n"
+          "  --cap-s S stop each size after about S seconds (default 0: never, as allreduce_perf);\n"
+          "            for oversubscribed runs where a library collapses\n"
           "  sizes take K/M/G suffixes; -n 0 = scaled by size (as allreduce_perf)\n");
 }
 
@@ -134,7 +137,7 @@ static int ParseOptions(int argc, char** argv, Options* o) {
       continue;
     }
     static const char* const kWithValue[] = {"-b", "-e", "-f", "-i", "-n", "-w", "-c", "-o", "-d",
-                                             "-r", "-l", "--coll", "--format", "--label"};
+                                             "-r", "-l", "--coll", "--format", "--label", "--cap-s"};
     int known = 0;
     for (size_t k = 0; k < sizeof(kWithValue) / sizeof(kWithValue[0]); ++k) known |= strcmp(a, kWithValue[k]) == 0;
     if (!known) {
@@ -192,6 +195,10 @@ static int ParseOptions(int argc, char** argv, Options* o) {
         return Bad("--format", v, "table, csv or json");
       }
       o->format = v;
+    } else if (strcmp(a, "--cap-s") == 0) {
+      char* end = NULL;
+      o->cap_s = strtod(v, &end);
+      if (*v == '\0' || *end != '\0' || !(o->cap_s >= 0)) return Bad("--cap-s", v, "seconds >= 0");
     } else {  // -l, --label
       o->label = v;
     }
@@ -355,9 +362,71 @@ static int Check(const Options* o, const Case* c, char* send, char* recv, int in
 
 typedef struct {
   size_t size, count;
-  long iters;
+  long iters[2];
+  int capped;
   double time_us[2], algbw[2], busbw[2], wrong[2];
 } Row;
+
+static double MaxOverRanks(double v) {
+  double m = v;
+  MPI_Allreduce(&v, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return m;
+}
+
+// Warm-up and timed loop of one size and pass; returns the mean time per
+// iteration in microseconds (this rank's) and the iterations run. Without
+// a cap exactly allreduce_perf's loop. With --cap-s the warm-up stops early
+// and the timed loop runs in chunks that double in length, the ranks agreeing
+// between chunks (outside the timing) whether the cap is reached, so that all
+// stop after the same iteration.
+static int TimeLoop(const Options* o, const Case* c, const void* in, void* out, int inplace, long iters,
+                    double* us, long* done_out, int* capped) {
+  int rc = MPI_SUCCESS;
+  if (o->cap_s <= 0) {
+    for (long w = 0; w < o->warmup && rc == MPI_SUCCESS; ++w) rc = RunOnce(o, c, in, out, inplace);
+    if (rc == MPI_SUCCESS) rc = MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = MPI_Wtime();
+    for (long it = 0; it < iters && rc == MPI_SUCCESS; ++it) rc = RunOnce(o, c, in, out, inplace);
+    *us = (MPI_Wtime() - t0) * 1e6 / (double)iters;
+    *done_out = iters;
+    return rc;
+  }
+  double per_iter = 0;
+  if (o->warmup > 0) {
+    double w0 = MPI_Wtime();
+    rc = RunOnce(o, c, in, out, inplace);
+    per_iter = MaxOverRanks(MPI_Wtime() - w0);
+    long left = o->warmup - 1;
+    const long fit = (long)(o->cap_s / 4 / (per_iter > 1e-9 ? per_iter : 1e-9));
+    if (left > fit) left = fit;
+    if (left > 0) {
+      w0 = MPI_Wtime();
+      for (long w = 0; w < left && rc == MPI_SUCCESS; ++w) rc = RunOnce(o, c, in, out, inplace);
+      per_iter = MaxOverRanks((MPI_Wtime() - w0) / (double)left);
+    }
+  }
+  long chunk = (long)(o->cap_s / 4 / (per_iter > 1e-9 ? per_iter : 1e-9));
+  if (chunk < 1) chunk = 1;
+  if (chunk > iters) chunk = iters;
+  long done = 0;
+  double elapsed = 0;
+  if (rc == MPI_SUCCESS) rc = MPI_Barrier(MPI_COMM_WORLD);
+  while (done < iters && rc == MPI_SUCCESS) {
+    if (chunk > iters - done) chunk = iters - done;
+    const double t0 = MPI_Wtime();
+    for (long it = 0; it < chunk && rc == MPI_SUCCESS; ++it) rc = RunOnce(o, c, in, out, inplace);
+    elapsed += MPI_Wtime() - t0;
+    done += chunk;
+    chunk *= 2;
+    if (done < iters && MaxOverRanks(elapsed) >= o->cap_s) {
+      *capped = 1;
+      break;
+    }
+  }
+  *us = elapsed * 1e6 / (double)done;
+  *done_out = done;
+  return rc;
+}
 
 // Characters that would break a JSON string become spaces.
 static void JsonSafe(char* s) {
@@ -432,6 +501,7 @@ int main(int argc, char** argv) {
     printf("# mpi_coll %s  %s  (%s)  %s\n", coll, label, lib, date);
     printf("# host %s  ranks %d  transport %s  dtype %s  redop %s  root %d  check %d\n", host, n, transport,
            o.type.name, o.redop_name, o.root, o.check);
+    if (o.cap_s > 0) printf("# time cap: each size stops after about %.1f s (capped sizes listed at the end)\n", o.cap_s);
     if (csv) {
       printf("size,count,type,redop,root,oop_time_us,oop_algbw,oop_busbw,oop_wrong,ip_time_us,ip_algbw,ip_busbw,ip_wrong,algo\n");
     } else if (!json) {
@@ -458,18 +528,13 @@ int main(int argc, char** argv) {
     if (auto_iters < 5) auto_iters = 5;
     if (auto_iters > 1000) auto_iters = 1000;
     const long iters = o.iters > 0 ? o.iters : (long)auto_iters;
-    row.iters = iters;
     for (int pass = 0; pass < (o.inplace && can_inplace ? 2 : 1); ++pass) {
       const int inplace = pass == 1;
       void* out = inplace ? send : recv;
       const void* in = send;
       if (inplace && o.coll == kAllgather) in = send + (size_t)g_rank * c.count * es;
-      int rc = MPI_SUCCESS;
-      for (long w = 0; w < o.warmup && rc == MPI_SUCCESS; ++w) rc = RunOnce(&o, &c, in, out, inplace);
-      if (rc == MPI_SUCCESS) rc = MPI_Barrier(MPI_COMM_WORLD);
-      const double t0 = MPI_Wtime();
-      for (long it = 0; it < iters && rc == MPI_SUCCESS; ++it) rc = RunOnce(&o, &c, in, out, inplace);
-      const double us = (MPI_Wtime() - t0) * 1e6 / (double)iters;
+      double us = 0;
+      int rc = TimeLoop(&o, &c, in, out, inplace, iters, &us, &row.iters[pass], &row.capped);
       double wrong = 0;
       if (rc == MPI_SUCCESS && o.check) rc = Check(&o, &c, send, recv, inplace, &wrong);
       double maxes[2] = {0, 0};
@@ -532,10 +597,10 @@ int main(int argc, char** argv) {
              coll, n, transport, lib, label, o.type.name, o.redop_name);
       for (size_t i = 0; i < nrows; ++i) {
         const Row* r = &rows[i];
-        printf("%s{\"size\":%zu,\"count\":%zu,\"iters\":%ld,\"oop\":{\"time_us\":%.3f,\"algbw\":%.4f,\"busbw\":%.4f,"
+        printf("%s{\"size\":%zu,\"count\":%zu,\"iters\":%ld,\"iters_inplace\":%ld,\"capped\":%s,\"oop\":{\"time_us\":%.3f,\"algbw\":%.4f,\"busbw\":%.4f,"
                "\"wrong\":%.0f},\"inplace\":{\"time_us\":%.3f,\"algbw\":%.4f,\"busbw\":%.4f,\"wrong\":%.0f},"
                "\"algo\":\"%s\"}",
-               i ? "," : "", r->size, r->count, r->iters, r->time_us[0], r->algbw[0], r->busbw[0], r->wrong[0],
+               i ? "," : "", r->size, r->count, r->iters[0], r->iters[1], r->capped ? "true" : "false", r->time_us[0], r->algbw[0], r->busbw[0], r->wrong[0],
                r->time_us[1], r->algbw[1], r->busbw[1], r->wrong[1], label);
       }
       printf("],\"peak_busbw\":%.4f,\"wrong\":%.0f}\n", peak, total_wrong);
@@ -543,6 +608,12 @@ int main(int argc, char** argv) {
       printf("# Out of bounds values : %.0f %s\n", total_wrong, total_wrong > 0 ? "FAILED" : "OK");
       printf("# Peak busbw : %.2f GB/s at %zu B   small-message latency : %.2f us at %zu B\n", peak, peak_size,
              nrows ? rows[0].time_us[0] : 0.0, nrows ? rows[0].size : (size_t)0);
+      for (size_t i = 0; i < nrows; ++i) {
+        if (rows[i].capped) {
+          printf("# capped at %.1f s: %zu B ran %ld/%ld iterations (out of place/in place)\n", o.cap_s, rows[i].size,
+                 rows[i].iters[0], rows[i].iters[1]);
+        }
+      }
     }
     fflush(stdout);
   }
