@@ -17,7 +17,6 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -27,21 +26,16 @@
 #include <fstream>
 #include <thread>
 
+#include "ciuic/topology.h"
 #include "common/log.h"
 #include "transport/backends.h"
 #include "transport/net.h"
+#include "transport/pinned_memory.h"
 #include "transport/tcp/tcp_connection.h"
-
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
 
 namespace ciuic::transport {
 namespace tcp {
 namespace {
-
-constexpr size_t kPage = 4096;
-constexpr size_t kHugePage = 2u << 20;
 
 std::string IfaceAddress(const Interface& itf, uint16_t port) {
   sockaddr_storage ss = itf.addr;
@@ -66,17 +60,13 @@ int BufferSize(const char* proc_path) {
 
 class TcpRegion final : public MemoryRegion {
  public:
-  TcpRegion(TcpBackend* backend, void* data, size_t size, void* map, size_t map_bytes)
-      : MemoryRegion(data, size), backend_(backend), map_(map), map_bytes_(map_bytes) {
+  // `pool` owns Allocate()d memory; it is empty for Register()ed caller
+  // memory.
+  TcpRegion(TcpBackend* backend, void* data, size_t size, PinnedBuffer pool)
+      : MemoryRegion(data, size), backend_(backend), pool_(std::move(pool)) {
     backend_->AddRegion(static_cast<uint8_t*>(data), size, &id_, &key_);
   }
-  ~TcpRegion() override {
-    backend_->RemoveRegion(id_);
-    if (map_ != nullptr) {
-      munlock(map_, map_bytes_);
-      munmap(map_, map_bytes_);
-    }
-  }
+  ~TcpRegion() override { backend_->RemoveRegion(id_); }
   std::string Describe() const override {
     RegionInfo info;
     info.rank = backend_->rank();
@@ -89,8 +79,7 @@ class TcpRegion final : public MemoryRegion {
 
  private:
   TcpBackend* backend_;
-  void* map_;         // pool memory we own (nullptr: caller memory)
-  size_t map_bytes_;
+  PinnedBuffer pool_;
   uint32_t id_ = 0;
   uint32_t key_ = 0;
 };
@@ -224,6 +213,11 @@ StatusOr<std::unique_ptr<TcpBackend>> TcpBackend::Open(const BackendOptions& opt
     return InvalidArgumentError("tcp: job id of " + std::to_string(options.job_id.size()) +
                                 " bytes (at most " + std::to_string(kMaxJobId) + ")");
   }
+  // Checked here so that a bad value fails Open, not the first Allocate.
+  if (!cfg.numa_policy.empty()) {
+    auto policy = topology::ParseNumaPolicy(cfg.numa_policy);
+    if (!policy.ok()) return InvalidArgumentError("tcp: CIUIC_NUMA_POLICY: " + policy.status().message());
+  }
   CIUIC_ASSIGN_OR_RETURN(std::vector<Interface> seen, ListInterfaces());
   CIUIC_ASSIGN_OR_RETURN(Interface iface, SelectInterface(cfg.socket_ifname, seen));
 
@@ -233,6 +227,16 @@ StatusOr<std::unique_ptr<TcpBackend>> TcpBackend::Open(const BackendOptions& opt
   b->nsocks_ = cfg.socket_nsocks;
   b->job_id_ = options.job_id;
   b->iface_ = iface;
+  b->config_ = cfg;
+  // Pool memory goes on the interface's NUMA node; a virtual interface
+  // (loopback, veth, bridge) has none and the pool is first-touched here.
+  b->numa_node_ = DeviceNumaNode("/sys/class/net/" + iface.name + "/device");
+  if (b->numa_node_ >= 0) {
+    CIUIC_LOG(kInfo, "tcp: pool memory on NUMA node %d, %s's (CIUIC_NUMA_POLICY=%s)", b->numa_node_,
+              iface.name.c_str(), cfg.numa_policy.c_str());
+  } else {
+    CIUIC_LOG(kInfo, "tcp: pool memory on the allocating thread's NUMA node (%s reports none)", iface.name.c_str());
+  }
   b->sndbuf_ = BufferSize("/proc/sys/net/core/wmem_max");
   b->rcvbuf_ = BufferSize("/proc/sys/net/core/rmem_max");
   uint64_t seed[2];
@@ -307,40 +311,13 @@ StatusOr<std::unique_ptr<Endpoint>> TcpBackend::CreateEndpoint(int peer, uint32_
 
 StatusOr<std::unique_ptr<MemoryRegion>> TcpBackend::Allocate(size_t bytes) {
   if (bytes == 0) return InvalidArgumentError("tcp: Allocate(0 bytes)");
-  const bool huge = bytes >= kHugePage;
-  const size_t align = huge ? kHugePage : kPage;
-  if (bytes > (SIZE_MAX >> 2)) return ResourceExhaustedError("tcp: Allocate of an absurd size");
-  const size_t len = (bytes + align - 1) / align * align;
-  // Over-map by one huge page so the region can start on a huge-page
-  // boundary (transparent huge pages only back aligned 2 MiB ranges).
-  const size_t map_len = len + (huge ? kHugePage : 0);
-  void* raw = mmap(nullptr, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) {
-    return ResourceExhaustedError("tcp: cannot map " + std::to_string(bytes) +
-                                  " bytes of pool memory: " + std::strerror(errno));
-  }
-  uint8_t* base = static_cast<uint8_t*>(raw);
-  if (huge) {
-    const uintptr_t a = (reinterpret_cast<uintptr_t>(raw) + kHugePage - 1) & ~(kHugePage - 1);
-    uint8_t* aligned = reinterpret_cast<uint8_t*>(a);
-    if (aligned > base) munmap(base, static_cast<size_t>(aligned - base));
-    const size_t tail = static_cast<size_t>(base + map_len - (aligned + len));
-    if (tail > 0) munmap(aligned + len, tail);
-    base = aligned;
-    madvise(base, len, MADV_HUGEPAGE);  // best effort
-  }
-  // Pre-fault now: a first touch costs ~12 us per 4 KiB page here, which a
-  // receive into fresh memory would otherwise pay inside the kernel.
-  if (madvise(base, len, MADV_POPULATE_WRITE) != 0) {
-    for (size_t off = 0; off < len; off += kPage) {
-      static_cast<volatile uint8_t*>(base)[off] = 0;
-    }
-  }
-  if (mlock(base, len) != 0) {
-    CIUIC_LOG(kInfo, "tcp: mlock of %zu bytes failed (%s); pool memory stays pageable", len,
-              std::strerror(errno));
-  }
-  return std::unique_ptr<MemoryRegion>(new TcpRegion(this, base, bytes, base, len));
+  // Pinned, pre-faulted (a first touch costs ~12 us per 4 KiB page here,
+  // which a receive into fresh memory would otherwise pay inside the
+  // kernel) and on the NUMA node of the interface the sockets use.
+  auto pool = AllocatePinned(bytes, numa_node_, config_);
+  if (!pool.ok()) return Status(pool.status().code(), "tcp: Allocate: " + pool.status().message());
+  void* data = pool->data();
+  return std::unique_ptr<MemoryRegion>(new TcpRegion(this, data, bytes, std::move(*pool)));
 }
 
 StatusOr<std::unique_ptr<MemoryRegion>> TcpBackend::Register(void* addr, size_t bytes) {
@@ -348,7 +325,7 @@ StatusOr<std::unique_ptr<MemoryRegion>> TcpBackend::Register(void* addr, size_t 
     return InvalidArgumentError("tcp: Register needs memory (got " +
                                 std::string(addr == nullptr ? "a null address" : "0 bytes") + ")");
   }
-  return std::unique_ptr<MemoryRegion>(new TcpRegion(this, addr, bytes, nullptr, 0));
+  return std::unique_ptr<MemoryRegion>(new TcpRegion(this, addr, bytes, PinnedBuffer()));
 }
 
 void TcpBackend::AddRegion(uint8_t* base, uint64_t size, uint32_t* id, uint32_t* key) {

@@ -128,6 +128,8 @@ class TcpBackend final : public Backend {
   int nsocks_ = 1;
   std::string job_id_;
   Interface iface_;
+  Config config_;       // CIUIC_NUMA_POLICY for Allocate
+  int numa_node_ = -1;  // OS NUMA node of iface_ (-1: none/unknown)
   int listen_fd_ = -1;
   uint16_t port_ = 0;
   uint64_t instance_ = 0;

@@ -84,6 +84,7 @@
 #include "ciuic/topology.h"
 #include "common/log.h"
 #include "transport/backends.h"
+#include "transport/pinned_memory.h"
 #include "transport/verbs/verbs_device.h"
 #include "transport/verbs/verbs_wire.h"
 
@@ -196,7 +197,6 @@ class VerbsBackend final : public Backend {
   uint64_t max_wr_bytes_ = kMaxWrBytes;
   uint8_t retry_cnt_ = 7;
   Clock::duration keepalive_idle_ = kKeepaliveMax;
-  topology::NumaPolicy numa_policy_ = topology::NumaPolicy::kPreferred;
   std::string describe_;
   std::atomic<bool> relaxed_ordering_{true};
   std::mutex psn_mu_;
@@ -207,7 +207,7 @@ class VerbsBackend final : public Backend {
 
 class VerbsRegion final : public MemoryRegion {
  public:
-  VerbsRegion(const VerbsBackend* owner, ibv_mr* mr, void* data, size_t size, topology::NumaBuffer buffer)
+  VerbsRegion(const VerbsBackend* owner, ibv_mr* mr, void* data, size_t size, PinnedBuffer buffer)
       : MemoryRegion(data, size), owner_(owner), buffer_(std::move(buffer)), mr_(mr) {
     verbs::RegionInfo info;
     info.rkey = mr->rkey;
@@ -227,7 +227,7 @@ class VerbsRegion final : public MemoryRegion {
 
  private:
   const VerbsBackend* owner_;
-  topology::NumaBuffer buffer_;  // empty for Register()ed caller memory
+  PinnedBuffer buffer_;  // empty for Register()ed caller memory
   ibv_mr* mr_;
   std::string blob_;
 };
@@ -423,17 +423,15 @@ StatusOr<std::unique_ptr<Backend>> VerbsBackend::Open(const BackendOptions& opti
   if (c.ib_retry_cnt < 0 || c.ib_retry_cnt > 7) {
     return InvalidArgumentError("CIUIC_IB_RETRY_CNT=" + std::to_string(c.ib_retry_cnt) + ": expected 0..7");
   }
-  topology::NumaPolicy policy = topology::NumaPolicy::kPreferred;
+  // Checked here so that a bad value fails Open, not the first Allocate.
   if (!c.numa_policy.empty()) {
     auto p = topology::ParseNumaPolicy(c.numa_policy);
     if (!p.ok()) return InvalidArgumentError("CIUIC_NUMA_POLICY: " + p.status().message());
-    policy = *p;
   }
   CIUIC_ASSIGN_OR_RETURN(DeviceSelection dev, verbs::OpenDevice(c));
   std::unique_ptr<VerbsBackend> be(new VerbsBackend(options, std::move(dev)));
   be->nqps_ = c.ib_qps_per_peer;
   be->job_hash_ = verbs::JobHash(options.job_id);
-  be->numa_policy_ = policy;
   const uint64_t port_max = be->dev_.port_attr.max_msg_sz;
   be->max_wr_bytes_ = port_max == 0 ? kMaxWrBytes : std::min<uint64_t>(port_max, kMaxWrBytes);
   if (be->max_wr_bytes_ < verbs::kStripeMinPart) {
@@ -481,6 +479,12 @@ StatusOr<std::unique_ptr<Backend>> VerbsBackend::Open(const BackendOptions& opti
                   std::to_string(128 << d.port_attr.active_mtu) + " qps/peer " + std::to_string(be->nqps_) +
                   " timeout " + std::to_string(c.ib_timeout) + " retry " + std::to_string(be->retry_cnt_);
   CIUIC_LOG(kInfo, "%s", be->describe_.c_str());
+  if (d.numa_node >= 0) {
+    CIUIC_LOG(kInfo, "verbs: pool memory on NUMA node %d, %s's (CIUIC_NUMA_POLICY=%s)", d.numa_node,
+              d.name.c_str(), c.numa_policy.c_str());
+  } else {
+    CIUIC_LOG(kInfo, "verbs: pool memory on the allocating thread's NUMA node (%s reports none)", d.name.c_str());
+  }
   return std::unique_ptr<Backend>(std::move(be));
 }
 
@@ -530,22 +534,11 @@ StatusOr<std::unique_ptr<Endpoint>> VerbsBackend::CreateEndpoint(int peer, uint3
 
 StatusOr<std::unique_ptr<MemoryRegion>> VerbsBackend::Allocate(size_t bytes) {
   if (bytes == 0) return InvalidArgumentError("verbs Allocate: 0 bytes");
-  // NUMA-local to the device when /sys says where it is. Pages are not
-  // mlock()ed: ibv_reg_mr pins them, and locking twice would count them
-  // twice against RLIMIT_MEMLOCK.
-  topology::Topology topo;
-  topology::MemoryOptions mo;
-  if (dev_.numa_node >= 0) {
-    topology::NumaNode node;
-    node.os_index = dev_.numa_node;
-    topo.numa_nodes.push_back(node);
-    mo.numa_node = 0;
-  }
-  mo.policy = numa_policy_;
-  mo.huge_pages = true;
-  mo.lock = false;
-  mo.prefault = true;
-  auto buffer = topology::AllocateNumaBuffer(topo, bytes, mo);
+  // NUMA-local to the device when /sys says where it is (dev_.numa_node),
+  // pre-faulted, huge pages where available. Not mlock()ed: ibv_reg_mr pins
+  // the pages, and locking twice would count them twice against
+  // RLIMIT_MEMLOCK.
+  auto buffer = AllocatePinned(bytes, dev_.numa_node, options_.config, /*lock=*/false);
   if (!buffer.ok()) return Status(buffer.status().code(), "verbs Allocate: " + buffer.status().message());
   void* data = buffer->data();
   CIUIC_ASSIGN_OR_RETURN(ibv_mr * mr, RegisterMr(data, bytes, "Allocate"));
@@ -557,7 +550,7 @@ StatusOr<std::unique_ptr<MemoryRegion>> VerbsBackend::Register(void* addr, size_
     return InvalidArgumentError("verbs Register: null address or 0 bytes");
   }
   CIUIC_ASSIGN_OR_RETURN(ibv_mr * mr, RegisterMr(addr, bytes, "Register"));
-  return std::unique_ptr<MemoryRegion>(new VerbsRegion(this, mr, addr, bytes, topology::NumaBuffer()));
+  return std::unique_ptr<MemoryRegion>(new VerbsRegion(this, mr, addr, bytes, PinnedBuffer()));
 }
 
 void VerbsBackend::Attach(VerbsConnection* conn) {
