@@ -10,6 +10,14 @@ ciuic_resolve(CIUIC_WITH_HWLOC HWLOC_FOUND "apt-get install libhwloc-dev")
 pkg_check_modules(IBVERBS IMPORTED_TARGET libibverbs)
 ciuic_resolve(CIUIC_WITH_VERBS IBVERBS_FOUND "apt-get install libibverbs-dev")
 
+# PMIx client: rank, size and the store rendezvous when the launcher (mpirun,
+# srun --mpi=pmix, prterun) runs a PMIx server. Debian's pmix.pc points into
+# a private prefix (pmix2/) and adds an rpath to it.
+if(NOT CIUIC_WITH_PMIX STREQUAL "OFF")
+  pkg_check_modules(PMIX IMPORTED_TARGET pmix)
+endif()
+ciuic_resolve(CIUIC_WITH_PMIX PMIX_FOUND "apt-get install libpmix-dev")
+
 # CUDA: nvcc from PATH or /usr/local/cuda. Architectures: sm_80 and sm_90
 # machine code plus compute_90 PTX for newer GPUs.
 set(_ciuic_nvcc "")

@@ -7,7 +7,7 @@ packages=(
   g++ cmake ninja-build pkg-config git
   libhwy-dev libgtest-dev
   libhwloc-dev hwloc
-  libibverbs-dev librdmacm-dev ibverbs-providers rdma-core
+  libibverbs-dev librdmacm-dev ibverbs-providers rdma-core libpmix-dev
 )
 missing=()
 for p in "${packages[@]}"; do

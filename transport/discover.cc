@@ -8,6 +8,8 @@
 #include <sstream>
 
 #include "ciuic/transport.h"
+#include "common/log.h"
+#include "transport/pmix.h"
 
 namespace ciuic::transport {
 namespace {
@@ -75,7 +77,22 @@ StatusOr<JobInfo> DiscoverJob(const Config& config, const Lookup& lookup) {
     }
   } else {
     job.launcher = "none";
+    // A PMIx server (mpirun, srun --mpi=pmix, prterun) comes first: it also
+    // carries the store rendezvous when CIUIC_STORE_ADDR is not set.
+    Status pmix_status;
+    if (pmix::VariablesPresent(lookup)) {
+      StatusOr<pmix::Identity> id = pmix::Discover(lookup);
+      if (id.ok()) {
+        job.rank = id->rank;
+        job.world_size = id->world_size;
+        job.local_rank = id->local_rank;
+        job.launcher = "pmix";
+      } else {
+        pmix_status = id.status();
+      }
+    }
     for (const Launcher& l : kLaunchers) {
+      if (job.launcher != "none") break;
       if (lookup(l.rank) == nullptr && lookup(l.size) == nullptr) continue;
       CIUIC_ASSIGN_OR_RETURN(job.rank, ReadInt(lookup, l.rank));
       CIUIC_ASSIGN_OR_RETURN(job.world_size, ReadInt(lookup, l.size));
@@ -91,6 +108,16 @@ StatusOr<JobInfo> DiscoverJob(const Config& config, const Lookup& lookup) {
       }
       job.launcher = l.name;
       break;
+    }
+    if (!pmix_status.ok()) {
+      // PMIx variables without a usable server: fine when another launcher
+      // said who we are, an error otherwise (a single rank would be wrong).
+      if (job.launcher == "none") {
+        return Status(pmix_status.code(), "PMIX_RANK and PMIX_NAMESPACE are set but PMIx is not usable (" +
+                                              pmix_status.message() + "); set CIUIC_RANK and CIUIC_WORLD_SIZE");
+      }
+      CIUIC_LOG(kInfo, "PMIx not used (%s); rank and size from %s", pmix_status.message().c_str(),
+                job.launcher.c_str());
     }
   }
 
