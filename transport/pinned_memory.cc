@@ -113,7 +113,7 @@ StatusOr<PinnedBuffer> AllocatePinned(size_t bytes, int numa_node, const Config&
   options.prefault = false;  // below, with MADV_POPULATE_WRITE
 
   auto numa = topology::AllocateNumaBuffer(topo, bytes, options);
-  if (!numa.ok()) return Status(numa.status().code(), numa.status().message());
+  if (!numa.ok()) return numa.status();
   PinnedBuffer b;
   b.buffer_ = std::move(*numa);
   b.numa_node_ = numa_node;
