@@ -308,6 +308,8 @@ const Knob kKnobs[] = {
      [](const Config& c) { return c.secret_file; }},
     {"CIUIC_TIMEOUT_MS", "300000", "timeout of bootstrap operations (store connect, get, wait) in ms",
      ParseTimeoutMs, [](const Config& c) { return std::to_string(c.timeout_ms); }},
+    {"CIUIC_LOCAL_RANK", "-1", "rank among this host's ranks (set by ciuic-run; -1 = unknown)",
+     ParseIntIn<&Config::local_rank, -1, 1 << 20>, PrintInt<&Config::local_rank>},
     {"CIUIC_TRANSPORT", "auto",
      "data transport: auto (shm within a host, else verbs if usable, else tcp), shm, tcp, verbs",
      ParseTransport, [](const Config& c) { return c.transport; }},

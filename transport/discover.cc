@@ -71,6 +71,7 @@ StatusOr<JobInfo> DiscoverJob(const Config& config, const Lookup& lookup) {
     job.rank = config.rank;
     job.world_size = config.world_size;
     job.launcher = "ciuic";
+    job.local_rank = config.local_rank;
     if (job.rank >= job.world_size) {
       return InvalidArgumentError("CIUIC_RANK=" + std::to_string(job.rank) + " is not below CIUIC_WORLD_SIZE=" +
                                   std::to_string(job.world_size));

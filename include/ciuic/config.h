@@ -60,6 +60,9 @@ struct Config {
   // variables are used instead, see ciuic::transport::DiscoverJob).
   int rank = -1;
   int world_size = -1;
+  // CIUIC_LOCAL_RANK: rank among the ranks of this host (set by ciuic-run);
+  // -1 = not set.
+  int local_rank = -1;
   // CIUIC_STORE_ADDR: host:port (or [v6addr]:port) of the rendezvous store.
   std::string store_addr;
   // CIUIC_STORE_EXTERNAL: true = the store is served by someone else; rank 0

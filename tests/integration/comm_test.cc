@@ -10,7 +10,9 @@
 #include <cmath>
 #include <cstring>
 #include <thread>
+#include <type_traits>
 
+#include "ciuic/ciuic.h"
 #include "ciuic/collectives.h"
 #include "ciuic/transport.h"
 #include "tests/util/multiproc.h"
@@ -83,8 +85,20 @@ T Expected(ReduceOp op, int n, size_t i, int salt) {
     const T v = From<T>(Input(r, i, salt));
     switch (op) {
       case ReduceOp::kSum:
-      case ReduceOp::kAvg: acc = static_cast<T>(acc + v); break;
-      case ReduceOp::kProd: acc = static_cast<T>(acc * v); break;
+      case ReduceOp::kAvg:
+        if constexpr (std::is_integral_v<T>) {
+          acc = static_cast<T>(static_cast<uint64_t>(acc) + static_cast<uint64_t>(v));  // wraps
+        } else {
+          acc = static_cast<T>(acc + v);
+        }
+        break;
+      case ReduceOp::kProd:
+        if constexpr (std::is_integral_v<T>) {
+          acc = static_cast<T>(static_cast<uint64_t>(acc) * static_cast<uint64_t>(v));  // wraps
+        } else {
+          acc = static_cast<T>(acc * v);
+        }
+        break;
       case ReduceOp::kMin: acc = std::min(acc, v); break;
       case ReduceOp::kMax: acc = std::max(acc, v); break;
     }
@@ -100,6 +114,9 @@ template <> constexpr DataType TypeOf<double>() { return DataType::kFloat64; }
 template <> constexpr DataType TypeOf<int32_t>() { return DataType::kInt32; }
 template <> constexpr DataType TypeOf<int64_t>() { return DataType::kInt64; }
 template <> constexpr DataType TypeOf<uint8_t>() { return DataType::kUint8; }
+template <> constexpr DataType TypeOf<int8_t>() { return DataType::kInt8; }
+template <> constexpr DataType TypeOf<uint32_t>() { return DataType::kUint32; }
+template <> constexpr DataType TypeOf<uint64_t>() { return DataType::kUint64; }
 
 #define EXPECT_OR_FAIL(cond, what)                                             \
   do {                                                                         \
@@ -212,6 +229,34 @@ Status CheckOthers(Communicator& c, size_t count, int salt) {
   return Status::Ok();
 }
 
+// f16 / bf16 (stored as uint16_t bits): small integers are exact in both,
+// so sums over up to 16 ranks are exact whatever the order.
+Status CheckHalfAllReduce(Communicator& c, size_t count, DataType dtype, int salt) {
+  const int rank = c.rank(), n = c.size();
+  const bool bf = dtype == DataType::kBFloat16;
+  // Whole-array conversions (the C conversions read the environment per call).
+  std::vector<float> f(count), want(count, 0.0f), got(count);
+  for (size_t i = 0; i < count; ++i) f[i] = static_cast<float>(Input(rank, i, salt));
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < count; ++i) want[i] += static_cast<float>(Input(r, i, salt));
+  std::vector<uint16_t> in(count), out(count);
+  if (count > 0) {
+    if (bf ? ciuic_convert_f32_to_bf16(f.data(), in.data(), count) : ciuic_convert_f32_to_f16(f.data(), in.data(), count)) {
+      return InternalError("conversion failed");
+    }
+  }
+  CIUIC_RETURN_IF_ERROR(c.AllReduce(in.data(), out.data(), count, dtype, ReduceOp::kSum));
+  if (count > 0) {
+    if (bf ? ciuic_convert_bf16_to_f32(out.data(), got.data(), count) : ciuic_convert_f16_to_f32(out.data(), got.data(), count)) {
+      return InternalError("conversion failed");
+    }
+  }
+  for (size_t i = 0; i < count; ++i) {
+    EXPECT_OR_FAIL(got[i] == want[i], std::string(bf ? "bf16" : "f16") + " allreduce element " + std::to_string(i));
+  }
+  return Status::Ok();
+}
+
 class CollectivesTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(CollectivesTest, AllCollectivesAllCounts) {
@@ -231,7 +276,12 @@ TEST_P(CollectivesTest, AllCollectivesAllCounts) {
         CIUIC_RETURN_IF_ERROR(CheckAllReduce<int32_t>(*comm, count, ReduceOp::kProd, in_place, ++salt));
         CIUIC_RETURN_IF_ERROR(CheckAllReduce<int64_t>(*comm, count, ReduceOp::kSum, in_place, ++salt));
         CIUIC_RETURN_IF_ERROR(CheckAllReduce<uint8_t>(*comm, count, ReduceOp::kMax, in_place, ++salt));
+        CIUIC_RETURN_IF_ERROR(CheckAllReduce<int8_t>(*comm, count, ReduceOp::kMin, in_place, ++salt));
+        CIUIC_RETURN_IF_ERROR(CheckAllReduce<uint32_t>(*comm, count, ReduceOp::kSum, in_place, ++salt));
+        CIUIC_RETURN_IF_ERROR(CheckAllReduce<uint64_t>(*comm, count, ReduceOp::kProd, in_place, ++salt));
       }
+      CIUIC_RETURN_IF_ERROR(CheckHalfAllReduce(*comm, count, DataType::kFloat16, ++salt));
+      CIUIC_RETURN_IF_ERROR(CheckHalfAllReduce(*comm, count, DataType::kBFloat16, ++salt));
       if (p.algo == "auto") CIUIC_RETURN_IF_ERROR(CheckOthers(*comm, count, ++salt));
     }
     return Status::Ok();
@@ -249,10 +299,41 @@ std::vector<Param> Params() {
   }
   out.push_back({"shm", "ring", 8});
   out.push_back({"shm", "auto", 9});
+  out.push_back({"shm", "auto", 16});
+  out.push_back({"tcp", "auto", 16});
   return out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Matrix, CollectivesTest, ::testing::ValuesIn(Params()), ParamName);
+
+// Verbs: the same checks over real RC queue pairs. Runs in the Soft-RoCE
+// guest (label verbs; CIUIC_TEST_REQUIRE_VERBS=1 there); skips elsewhere
+// with the reason.
+TEST(CollectivesVerbs, TwoAndThreeRanks) {
+  std::string why;
+  transport::BackendOptions probe;
+  if (auto config = Config::FromEnv(); config.ok()) probe.config = *config;
+  if (!transport::BackendAvailable(transport::BackendKind::kVerbs, probe, &why)) {
+    const char* req = getenv("CIUIC_TEST_REQUIRE_VERBS");
+    if (req != nullptr && std::string(req) == "1") FAIL() << "CIUIC_TEST_REQUIRE_VERBS=1 but verbs is unusable: " << why;
+    GTEST_SKIP() << "verbs unavailable: " << why;
+  }
+  for (int n : {2, 3}) {
+    auto results = RunRanks(n, [&](int rank, transport::Store& store) -> Status {
+      CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, n, store, "verbs", "auto", 120000));
+      int salt = 0;
+      for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1000}, size_t{(1u << 16) + 3}}) {
+        for (bool in_place : {false, true}) {
+          CIUIC_RETURN_IF_ERROR(CheckAllReduce<float>(*comm, count, ReduceOp::kSum, in_place, ++salt));
+          CIUIC_RETURN_IF_ERROR(CheckAllReduce<int64_t>(*comm, count, ReduceOp::kMax, in_place, ++salt));
+        }
+        CIUIC_RETURN_IF_ERROR(CheckOthers(*comm, count, ++salt));
+      }
+      return Status::Ok();
+    }, milliseconds(280000));
+    for (const auto& r : results) EXPECT_TRUE(r.ok()) << n << " ranks\n" << ResultsText(results);
+  }
+}
 
 // Every rank ends with exactly the same bytes (non-integer floats, whose
 // sum depends on the order of additions).
