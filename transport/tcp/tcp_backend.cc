@@ -47,13 +47,27 @@ std::string IfaceAddress(const Interface& itf, uint16_t port) {
   return net::ToString(reinterpret_cast<const sockaddr*>(&ss));
 }
 
-// min(kSocketBufferBytes, the kernel's cap), or 0 when the cap is so low
-// that a fixed size would be worse than the kernel's autotuning.
-int BufferSize(const char* proc_path) {
-  std::ifstream f(proc_path);
-  long long cap = 0;
-  if (!(f >> cap) || cap < (1 << 20)) return 0;
-  return static_cast<int>(std::min<long long>(cap, kSocketBufferBytes));
+// The buffer size to set on data sockets, or 0 to leave them to the
+// kernel's autotuning. Autotuning grows each buffer up to
+// net.ipv4.tcp_{w,r}mem[2] as the connection needs; SO_SNDBUF/SO_RCVBUF turn
+// it off and are capped by net.core.{w,r}mem_max. Measured over loopback
+// here, autotuned sockets cost the receiver 0.17-0.19 s of CPU per GB
+// against 0.24-0.28 s with fixed 4 MiB buffers (8 MiB as the kernel
+// doubles them), which keep more bytes in flight than the caches hold. So a
+// size is set only where autotuning could not reach kSocketBufferBytes and
+// the fixed cap allows more than autotuning would.
+int BufferSize(const char* autotune_path, const char* cap_path) {
+  long long lo = 0, def = 0, autotune_max = 0, cap = 0;
+  std::ifstream a(autotune_path);
+  if ((a >> lo >> def >> autotune_max) && autotune_max >= kSocketBufferBytes) return 0;
+  std::ifstream c(cap_path);
+  if (!(c >> cap)) return 0;
+  const long long want = std::min<long long>(cap, kSocketBufferBytes);
+  return want > autotune_max ? static_cast<int>(want) : 0;
+}
+
+std::string BufferText(int bytes) {
+  return bytes == 0 ? "autotuned" : std::to_string(bytes >> 10) + " KiB";
 }
 
 // ------------------------------------------------------------------ regions
@@ -237,8 +251,8 @@ StatusOr<std::unique_ptr<TcpBackend>> TcpBackend::Open(const BackendOptions& opt
   } else {
     CIUIC_LOG(kInfo, "tcp: pool memory on the allocating thread's NUMA node (%s reports none)", iface.name.c_str());
   }
-  b->sndbuf_ = BufferSize("/proc/sys/net/core/wmem_max");
-  b->rcvbuf_ = BufferSize("/proc/sys/net/core/rmem_max");
+  b->sndbuf_ = BufferSize("/proc/sys/net/ipv4/tcp_wmem", "/proc/sys/net/core/wmem_max");
+  b->rcvbuf_ = BufferSize("/proc/sys/net/ipv4/tcp_rmem", "/proc/sys/net/core/rmem_max");
   uint64_t seed[2];
   CIUIC_RETURN_IF_ERROR(net::RandomBytes(seed, sizeof(seed)));
   b->instance_ = seed[0];
@@ -281,7 +295,9 @@ TcpBackend::~TcpBackend() {
 
 std::string TcpBackend::Describe() const {
   return "tcp rank " + std::to_string(rank_) + " on " + iface_.name + " " +
-         IfaceAddress(iface_, port_) + ", " + std::to_string(nsocks_) + " socket(s) per peer";
+         IfaceAddress(iface_, port_) + ", " + std::to_string(nsocks_) +
+         " socket(s) per peer, send/receive buffers " + BufferText(sndbuf_) + "/" +
+         BufferText(rcvbuf_);
 }
 
 void TcpBackend::ConfigureSocket(int fd) const {

@@ -33,8 +33,9 @@ namespace ciuic::transport::tcp {
 
 using Clock = std::chrono::steady_clock;
 
-// Socket buffer size asked for on every data socket (capped by the
-// kernel's net.core.{w,r}mem_max; left to autotuning when that cap is low).
+// Socket buffer size every data socket must be able to reach: left to the
+// kernel's autotuning where that goes this far (it costs less CPU than a
+// fixed size, see BufferSize in tcp_backend.cc), else set explicitly.
 inline constexpr int kSocketBufferBytes = 4 << 20;
 // A socket accepted without a complete hello is dropped after this long.
 inline constexpr std::chrono::seconds kHelloTimeout{30};
