@@ -1091,6 +1091,72 @@ TEST_F(TcpBackendTest, WaitForActivityWakesOnData) {
   EXPECT_EQ(*n, 1u);
 }
 
+// The connecting side over IPv6: rank 0 connects to a "rank 1" that is a
+// raw listener on [::1], which checks the hello and answers with a frame.
+TEST_F(TcpBackendTest, ConnectsOverIpv6) {
+  const int listener = socket(AF_INET6, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in6 a{};
+  a.sin6_family = AF_INET6;
+  a.sin6_addr = in6addr_loopback;
+  if (bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(listener);
+    GTEST_SKIP() << "no IPv6 loopback here: " << std::strerror(errno);
+  }
+  ASSERT_EQ(listen(listener, 4), 0);
+  socklen_t alen = sizeof(a);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&a), &alen), 0);
+  auto b0 = Open(Options(0, 2));
+  ASSERT_TRUE(b0);
+  auto e0 = b0->CreateEndpoint(1, 2);
+  ASSERT_TRUE(e0.ok());
+  tcp::EndpointInfo fake;
+  fake.rank = 1;
+  fake.peer = 0;
+  fake.tag = 2;
+  fake.nsocks = 1;
+  fake.instance = 5;
+  fake.nonce.fill(0x33);
+  fake.family = 6;
+  std::memcpy(fake.address.data(), &in6addr_loopback, 16);
+  fake.port = ntohs(a.sin6_port);
+  fake.job_id = JobId();
+  auto c0 = (*e0)->Connect(tcp::EncodeEndpoint(fake), Clock::now() + kTimeout);
+  ASSERT_TRUE(c0.ok()) << c0.status().ToString();
+  const int raw = accept(listener, nullptr, nullptr);
+  ASSERT_GE(raw, 0);
+  std::string hello(tcp::kHelloFixedBytes + JobId().size(), '\0');
+  ASSERT_EQ(recv(raw, hello.data(), hello.size(), MSG_WAITALL), static_cast<ssize_t>(hello.size()));
+  tcp::Hello h;
+  size_t job_len = 0;
+  ASSERT_TRUE(tcp::DecodeHelloFixed(reinterpret_cast<const uint8_t*>(hello.data()), &h, &job_len).ok());
+  EXPECT_EQ(h.rank, 0);
+  EXPECT_EQ(h.tag, 2u);
+  EXPECT_EQ(h.acceptor_nonce, fake.nonce);
+  EXPECT_EQ(job_len, JobId().size());
+  tcp::FrameHeader m;
+  m.type = tcp::kFrameMessage;
+  m.flags = tcp::kFlagLast;
+  m.length = 2;
+  uint8_t bytes[tcp::kFrameHeaderBytes + 2];
+  tcp::EncodeFrameHeader(m, bytes);
+  bytes[tcp::kFrameHeaderBytes] = 'o';
+  bytes[tcp::kFrameHeaderBytes + 1] = 'k';
+  ASSERT_EQ(send(raw, bytes, sizeof(bytes), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(bytes)));
+  std::vector<std::vector<Completion>> got(1);
+  ASSERT_TRUE(Pump(*b0, {c0->get()}, &got, [&] { return got[0].size() == 1; }).ok());
+  EXPECT_EQ(std::string(reinterpret_cast<char*>(got[0][0].data), 2), "ok");
+  // Errors name the peer by its IPv6 address.
+  close(raw);
+  Completion buf[1];
+  Status st;
+  const auto deadline = Clock::now() + milliseconds(5000);
+  while (st.ok() && Clock::now() < deadline) st = (*c0)->Progress(buf, 1).status();
+  EXPECT_NE(st.message().find("peer rank 1 ([::1]:" + std::to_string(fake.port) + ")"), std::string::npos)
+      << st.ToString();
+  close(listener);
+}
+
 // Connections from strangers are taken off the listening socket by
 // WaitForActivity itself, so they cannot turn later waits into busy loops.
 TEST_F(TcpBackendTest, WaitForActivityIsNotBusyWithStrangers) {
