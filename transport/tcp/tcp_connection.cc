@@ -94,8 +94,7 @@ Status TcpConnection::Fail(Status status) {
   return error_;
 }
 
-Status TcpConnection::ClosedError(int s, const std::string& how) const {
-  (void)s;
+Status TcpConnection::ClosedError(const std::string& how) const {
   return UnavailableError("tcp: " + Who() + " closed the connection" + how);
 }
 
@@ -249,7 +248,7 @@ TcpConnection::SendResult TcpConnection::SendSocket(int s, size_t* sent) {
   if (k < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK) return SendResult::kBlocked;
     const int e = errno;
-    tx_error_ = PeerGone(e) ? ClosedError(s, std::string(" (send: ") + std::strerror(e) + ")")
+    tx_error_ = PeerGone(e) ? ClosedError(std::string(" (send: ") + std::strerror(e) + ")")
                             : UnavailableError("tcp: sending to " + Who() + " failed: " +
                                                std::strerror(e));
     return SendResult::kBlocked;
@@ -429,13 +428,13 @@ Status TcpConnection::ReceiveSocket(int s, size_t* budget, size_t* bytes_read) {
         r.closed = true;  // at a frame boundary; surfaced when the order needs this socket
         break;
       }
-      return ClosedError(s, " in the middle of a frame (the process exited or the link broke)");
+      return ClosedError(" in the middle of a frame (the process exited or the link broke)");
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) break;
     const int e = errno;
     if (PeerGone(e)) {
-      return ClosedError(s, std::string(" (") + std::strerror(e) +
+      return ClosedError(std::string(" (") + std::strerror(e) +
                                 ": the process exited or the link broke)");
     }
     return UnavailableError("tcp: receiving from " + Who() + " failed: " + std::strerror(e));
@@ -494,7 +493,7 @@ StatusOr<size_t> TcpConnection::Progress(Completion* out, size_t max) {
   if (n == 0) {
     if (stuck) {
       const RxSocket& r = rx_[rx_next_ % static_cast<uint64_t>(nsocks_)];
-      return Fail(ClosedError(0, r.goodbye ? " (it destroyed the connection)"
+      return Fail(ClosedError(r.goodbye ? " (it destroyed the connection)"
                                            : " (the process exited or closed the socket)"));
     }
     if (!tx_error_.ok() && bytes_read == 0) return Fail(tx_error_);

@@ -151,7 +151,8 @@ class TcpConnection final : public Connection {
   // socket was closed by the peer).
   size_t Deliver(Completion* out, size_t max, bool* stuck);
   Status Fail(Status status);
-  Status ClosedError(int s, const std::string& how) const;
+  // kUnavailable "tcp: peer rank N (ip:port) closed the connection<how>".
+  Status ClosedError(const std::string& how) const;
   std::string Who() const;
 
   TcpBackend* backend_;
