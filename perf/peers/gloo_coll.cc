@@ -365,8 +365,7 @@ int RunRank(const Options& o, const std::shared_ptr<gloo::Context>& ctx) {
           break;
         }
       }
-      const long todo = done;
-      const double us = elapsed_us / todo;
+      const double us = elapsed_us / static_cast<double>(done);  // done >= 1
       double wrong = 0;
       if (o.check) {
         for (size_t i = 0; i < c.send_elems; ++i) send[i] = static_cast<T>(Value(rank, i));
@@ -385,7 +384,7 @@ int RunRank(const Options& o, const std::shared_ptr<gloo::Context>& ctx) {
             for (size_t i = 0; i < c.count; ++i) expect(p * c.count + i, Value(p, i));
         }
       }
-      row.iters[pass] = todo;
+      row.iters[pass] = done;
       row.time_us[pass] = max_of(us);
       row.algbw[pass] = row.time_us[pass] > 0 ? c.size_bytes / row.time_us[pass] / 1e3 : 0;
       row.busbw[pass] = row.algbw[pass] * c.bus_factor;

@@ -15,6 +15,7 @@
 #include "ciuic/ciuic.h"
 #include "ciuic/collectives.h"
 #include "ciuic/transport.h"
+#include "tests/util/backend_skip.h"
 #include "tests/util/multiproc.h"
 
 namespace ciuic {
@@ -310,14 +311,9 @@ INSTANTIATE_TEST_SUITE_P(Matrix, CollectivesTest, ::testing::ValuesIn(Params()),
 // guest (label verbs; CIUIC_TEST_REQUIRE_VERBS=1 there); skips elsewhere
 // with the reason.
 TEST(CollectivesVerbs, TwoAndThreeRanks) {
-  std::string why;
   transport::BackendOptions probe;
   if (auto config = Config::FromEnv(); config.ok()) probe.config = *config;
-  if (!transport::BackendAvailable(transport::BackendKind::kVerbs, probe, &why)) {
-    const char* req = getenv("CIUIC_TEST_REQUIRE_VERBS");
-    if (req != nullptr && std::string(req) == "1") FAIL() << "CIUIC_TEST_REQUIRE_VERBS=1 but verbs is unusable: " << why;
-    GTEST_SKIP() << "verbs unavailable: " << why;
-  }
+  CIUIC_SKIP_UNLESS_BACKEND(transport::BackendKind::kVerbs, probe);
   for (int n : {2, 3}) {
     auto results = RunRanks(n, [&](int rank, transport::Store& store) -> Status {
       CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, n, store, "verbs", "auto", 120000));

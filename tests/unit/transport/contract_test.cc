@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "ciuic/transport.h"
+#include "tests/util/backend_skip.h"
 #include "tests/util/multiproc.h"
 
 namespace ciuic::transport {
@@ -43,17 +44,7 @@ uint8_t Pattern(int src, int dst, size_t k, size_t i) {
 
 class ContractTest : public ::testing::TestWithParam<BackendKind> {
  protected:
-  void SetUp() override {
-    std::string why;
-    BackendOptions probe = Options(0, 1);
-    if (!BackendAvailable(GetParam(), probe, &why)) {
-      const char* req = getenv("CIUIC_TEST_REQUIRE_VERBS");
-      if (GetParam() == BackendKind::kVerbs && req != nullptr && std::string(req) == "1") {
-        FAIL() << "CIUIC_TEST_REQUIRE_VERBS=1 but verbs is unusable: " << why;
-      }
-      GTEST_SKIP() << BackendName(GetParam()) << " unavailable: " << why;
-    }
-  }
+  void SetUp() override { CIUIC_SKIP_UNLESS_BACKEND(GetParam(), Options(0, 1)); }
 
   static BackendOptions Options(int rank, int n) {
     BackendOptions o;

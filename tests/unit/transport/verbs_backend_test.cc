@@ -22,6 +22,7 @@
 #include "transport/backends.h"
 #if defined(CIUIC_HAVE_VERBS)
 #include "transport/verbs/verbs_wire.h"
+#include "tests/util/backend_skip.h"
 #endif
 
 namespace ciuic::transport {
@@ -34,10 +35,6 @@ using testing::RunRanks;
 
 constexpr milliseconds kTimeout{30000};
 
-bool RequireVerbs() {
-  const char* v = getenv("CIUIC_TEST_REQUIRE_VERBS");
-  return v != nullptr && std::string(v) == "1";
-}
 
 Config BaseConfig() {
   auto c = Config::FromEnv();
@@ -60,14 +57,7 @@ std::string JobId() {
   return std::string("vbt-") + info->name() + "-" + std::to_string(getpid());
 }
 
-#define SKIP_WITHOUT_VERBS()                                                             \
-  do {                                                                                   \
-    std::string why_;                                                                    \
-    if (!VerbsUsable(Options(0, 1, "probe"), &why_)) {                                   \
-      if (RequireVerbs()) FAIL() << "CIUIC_TEST_REQUIRE_VERBS=1 but verbs is unusable: " << why_; \
-      GTEST_SKIP() << "verbs unavailable: " << why_;                                     \
-    }                                                                                    \
-  } while (0)
+#define SKIP_WITHOUT_VERBS() CIUIC_SKIP_UNLESS_BACKEND(BackendKind::kVerbs, Options(0, 1, "probe"))
 
 std::string ResultsText(const std::vector<RankResult>& results) {
   std::string s;
