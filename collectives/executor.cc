@@ -199,7 +199,7 @@ Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& 
         const void* srcs[2] = {ptr(f.job, s.src, first), in};
         CIUIC_RETURN_IF_ERROR(reducer_.Reduce(ptr(f.job, s.dst, first), srcs, 2, n, jobs[f.job].dtype, jobs[f.job].op));
       } else {
-        std::memcpy(ptr(f.job, s.dst, first), in, bytes);
+        reducer_.Copy(ptr(f.job, s.dst, first), in, bytes);
       }
     }
     CIUIC_RETURN_IF_ERROR(q.link->ReleaseRecv());
@@ -219,7 +219,7 @@ Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& 
     chunk_span(f, k, &first, &n);
     const size_t bytes = n * DataTypeSize(jobs[f.job].dtype);
     const Range& from = s.op == StepOp::kSend ? s.src : s.dst;
-    if (n > 0) std::memcpy(slot, ptr(f.job, from, first), bytes);
+    if (n > 0) reducer_.Copy(slot, ptr(f.job, from, first), bytes);
     CIUIC_RETURN_IF_ERROR(q.link->CommitSend(bytes));
     return true;
   };
@@ -235,13 +235,13 @@ Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& 
     char* dst = ptr(f.job, s.dst, first);
     if (s.op == StepOp::kCopy) {
       const char* src = ptr(f.job, s.src, first);
-      if (dst != src) std::memmove(dst, src, bytes);
+      reducer_.Copy(dst, src, bytes);
       return Status::Ok();
     }
     const void* srcs[64];
     for (size_t x = 0; x < s.inputs.size(); ++x) srcs[x] = ptr(f.job, s.inputs[x], first);
     if (s.inputs.size() == 1) {
-      if (srcs[0] != dst) std::memmove(dst, srcs[0], bytes);
+      reducer_.Copy(dst, srcs[0], bytes);
       return Status::Ok();
     }
     return reducer_.Reduce(dst, srcs, static_cast<int>(s.inputs.size()), n, jobs[f.job].dtype, jobs[f.job].op);

@@ -28,6 +28,7 @@ struct ReduceArgs {
 
 using ReduceFn = void (*)(const ReduceArgs& args);
 using ConvertFn = void (*)(const void* src, void* dst, size_t count);
+using CopyFn = void (*)(void* dst, const void* src, size_t bytes, bool nt);
 
 // Slots, best first: AVX3_DL AVX3 AVX2 SSE4 SSSE3 NEON SVE SVE2 fallback.
 constexpr int kNumSlots = 9;
@@ -42,6 +43,7 @@ extern const ConvertFn kF32ToBF16[kNumSlots];
 extern const ConvertFn kBF16ToF32[kNumSlots];
 extern const ConvertFn kF32ToF16[kNumSlots];
 extern const ConvertFn kF16ToF32[kNumSlots];
+extern const CopyFn kCopy[kNumSlots];
 
 }  // namespace ciuic::kernels::internal
 

@@ -164,6 +164,39 @@ StatusOr<Reducer> Reducer::FromEnv() {
   return Create(config, CacheSizes::FromSystem());
 }
 
+namespace {
+bool Overlap(const void* a, const void* b, size_t n) {
+  const auto x = reinterpret_cast<uintptr_t>(a);
+  const auto y = reinterpret_cast<uintptr_t>(b);
+  return x < y + n && y < x + n;
+}
+int BestSlot() {
+  for (int s = 0; s < kNumSlots; ++s) {
+    if (SlotCompiled(s) && SlotSupported(s)) return s;
+  }
+  return kNumSlots - 1;
+}
+}  // namespace
+
+void CopyBytes(void* dst, const void* src, size_t bytes) {
+  static const int slot = BestSlot();
+  if (bytes == 0 || dst == src) return;
+  if (Overlap(dst, src, bytes)) {
+    std::memmove(dst, src, bytes);
+    return;
+  }
+  internal::kCopy[slot](dst, src, bytes, false);
+}
+
+void Reducer::Copy(void* dst, const void* src, size_t bytes) const {
+  if (bytes == 0 || dst == src) return;
+  if (Overlap(dst, src, bytes)) {
+    std::memmove(dst, src, bytes);
+    return;
+  }
+  internal::kCopy[slot_](dst, src, bytes, bytes >= nt_threshold_);
+}
+
 const char* Reducer::target_name() const {
   return hwy::TargetName(internal::SlotTarget(slot_));
 }

@@ -63,6 +63,14 @@ struct TargetInfo {
 // Every SIMD target compiled into this binary, best first.
 std::vector<TargetInfo> CompiledTargets();
 
+// dst = src, `bytes` bytes (the ranges may overlap), with vector loads and
+// stores of the best SIMD target of this CPU. For payloads of a KiB and up
+// use this, not memcpy: glibc's memcpy uses `rep movsb` from 2 KiB, which on
+// some CPUs (AMD Zen here) runs 5-8x slower for unlucky relative alignments
+// of the two buffers, so a run is fast or slow by where the allocator put
+// them. Thread-safe.
+void CopyBytes(void* dst, const void* src, size_t bytes);
+
 class Reducer {
  public:
   // Chooses the SIMD target (best supported, capped by config.simd_target)
@@ -83,6 +91,11 @@ class Reducer {
   Status ConvertBF16ToF32(const uint16_t* src, float* dst, size_t count) const;
   Status ConvertF32ToF16(const float* src, uint16_t* dst, size_t count) const;
   Status ConvertF16ToF32(const uint16_t* src, float* dst, size_t count) const;
+
+  // dst = src, `bytes` bytes (the ranges may overlap), with vector loads and
+  // stores of this Reducer's target, non-temporal from nt_threshold_bytes().
+  // Use it instead of memcpy for payloads (see CopyBytes).
+  void Copy(void* dst, const void* src, size_t bytes) const;
 
   const char* target_name() const;
   // Tile for >4 inputs when the working set fits in L2 (a quarter of L1d),

@@ -60,6 +60,7 @@
 #include <tuple>
 #include <vector>
 
+#include "ciuic/kernels.h"
 #include "common/log.h"
 #include "transport/backends.h"
 #include "transport/net.h"
@@ -636,7 +637,7 @@ Status ShmConnection::PostWrite(const MemoryRegion& src, size_t src_offset, Remo
   if (len > 0) {
     const char* from = static_cast<const char*>(src.data()) + src_offset;
     if (imp.base != nullptr) {
-      std::memcpy(imp.base + dst_offset, from, len);
+      kernels::CopyBytes(imp.base + dst_offset, from, len);  // not memcpy: see CopyBytes
     } else {
       Status s = CmaWrite(from, imp.address + dst_offset, len);
       if (!s.ok()) return Fail(std::move(s));
