@@ -19,6 +19,7 @@
 #include "collectives/executor.h"
 #include "collectives/partition.h"
 #include "collectives/plan.h"
+#include "collectives/shm_direct.h"
 #include "common/log.h"
 #include "transport/pmix.h"
 
@@ -55,6 +56,7 @@ class CommImpl {
   std::string last_algorithm;
   CostParams cost_params;
   SelectionCache selections;
+  std::unique_ptr<ShmDirect> direct;  // the one-host all-reduce, made on first use
 
   // Queue and progress thread.
   std::mutex mu;
@@ -74,6 +76,7 @@ class CommImpl {
     cv.notify_all();
     if (thread.joinable()) thread.join();
     for (auto& op : queue) Complete(*op, AbortedError("communicator destroyed"));
+    direct.reset();
     links.clear();
     pool.reset();
     backend.reset();
@@ -88,8 +91,20 @@ class CommImpl {
   // Queues `desc`, or with `run_inline` and an empty queue runs it now on
   // the calling thread (blocking calls).
   StatusOr<std::shared_ptr<OpState>> SubmitOrRun(OpDesc desc, bool run_inline);
-  bool inline_next = false;  // set by the blocking wrappers (caller's thread only)
+  // A blocking call: with nothing queued, a collective runs right here on
+  // the calling thread (no request object, no hand-off); otherwise, and
+  // for send/recv, through the queue as before.
+  Status RunBlocking(OpDesc desc);
+  // Runs `body` under exec_mu with the sticky-error rules.
+  template <typename F>
+  Status Guarded(F&& body);
   Status ExecuteBatch(std::vector<std::shared_ptr<OpState>>* batch);
+  // One collective (not send/recv).
+  Status ExecuteCollective(const OpDesc& d, Clock::time_point deadline);
+  // Whether `d` runs on the direct shared-memory all-reduce.
+  bool UseDirect(const OpDesc& d) const;
+  size_t direct_logged_bytes = SIZE_MAX;  // the size last_algorithm describes
+  Status RunDirect(const OpDesc& d, Clock::time_point deadline);
   StatusOr<ExecJob> Prepare(const OpDesc& d, Plan* plan);
   Status Finish(const OpDesc& d);
   StatusOr<transport::Link*> GetLink(int peer, int channel);
@@ -298,17 +313,60 @@ Status CommImpl::Finish(const OpDesc& d) {
   return n > 0 ? DivideInPlace(*reducer, d.recv, n, d.dtype, size) : Status::Ok();
 }
 
-Status CommImpl::ExecuteBatch(std::vector<std::shared_ptr<OpState>>* batch) {
-  auto source = [this](int peer, int channel) { return GetLink(peer, channel); };
-  const auto deadline = Clock::now() + std::chrono::milliseconds(config.timeout_ms);
-  Executor exec(*backend, *reducer);
-  const OpDesc& first = (*batch)[0]->desc;
-  if (!IsPointToPoint(first)) {
-    Plan plan;
-    CIUIC_ASSIGN_OR_RETURN(ExecJob job, Prepare(first, &plan));
-    CIUIC_RETURN_IF_ERROR(exec.RunMany({job}, source, deadline, &aborted, nullptr));
-    return Finish(first);
+bool CommImpl::UseDirect(const OpDesc& d) const {
+  if (d.coll != Collective::kAllReduce || size < 2 || backend->kind() != BackendKind::kShm) return false;
+  if (config.algo != "auto" && config.algo != "direct") return false;
+  // Partly overlapping buffers: the schedules stage such input; so do they.
+  const size_t bytes = d.count * DataTypeSize(d.dtype);
+  const auto s = reinterpret_cast<uintptr_t>(d.send);
+  const auto r = reinterpret_cast<uintptr_t>(d.recv);
+  return s == r || s >= r + bytes || r >= s + bytes;
+}
+
+Status CommImpl::RunDirect(const OpDesc& d, Clock::time_point deadline) {
+  if (direct == nullptr) {
+    ShmDirectOptions o;
+    o.slot_bytes = link_options.slot_size;
+    o.nslots = link_options.nslots;
+    CIUIC_ASSIGN_OR_RETURN(direct, ShmDirect::Create(*backend, *store, prefix, rank, size, o,
+                                                     std::chrono::milliseconds(config.timeout_ms)));
   }
+  const ReduceOp op = d.op == ReduceOp::kAvg ? ReduceOp::kSum : d.op;
+  CIUIC_RETURN_IF_ERROR(direct->AllReduce(d.send, d.recv, d.count, d.dtype, op, *reducer, deadline, &aborted));
+  return Finish(d);
+}
+
+Status CommImpl::ExecuteCollective(const OpDesc& d, Clock::time_point deadline) {
+  if (UseDirect(d)) {
+    const size_t bytes = d.count * DataTypeSize(d.dtype);
+    if (bytes != direct_logged_bytes) {
+      // Said once per size, not per call (this is the small-message path).
+      direct_logged_bytes = bytes;
+      const bool one_shot = bytes <= ShmDirectOptions{}.one_shot_max_bytes ||
+                            std::min(bytes, link_options.slot_size) <= ShmDirectOptions{}.one_shot_max_bytes;
+      last_algorithm = std::string("direct (") + (one_shot ? "one-shot" : "two-shot") + ") for allreduce " +
+                       std::to_string(bytes) + " B on " + std::to_string(size) + " ranks: " +
+                       (config.algo == "direct" ? "CIUIC_ALGO=direct"
+                                                : "every rank on this host (shm): reduce from each other's memory, no rings");
+      CIUIC_LOG(kInfo, "allreduce count=%zu: %s", d.count, last_algorithm.c_str());
+    }
+    return RunDirect(d, deadline);
+  }
+  direct_logged_bytes = SIZE_MAX;
+  auto source = [this](int peer, int channel) { return GetLink(peer, channel); };
+  Executor exec(*backend, *reducer);
+  Plan plan;
+  CIUIC_ASSIGN_OR_RETURN(ExecJob job, Prepare(d, &plan));
+  CIUIC_RETURN_IF_ERROR(exec.RunMany({job}, source, deadline, &aborted, nullptr));
+  return Finish(d);
+}
+
+Status CommImpl::ExecuteBatch(std::vector<std::shared_ptr<OpState>>* batch) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(config.timeout_ms);
+  const OpDesc& first = (*batch)[0]->desc;
+  if (!IsPointToPoint(first)) return ExecuteCollective(first, deadline);
+  auto source = [this](int peer, int channel) { return GetLink(peer, channel); };
+  Executor exec(*backend, *reducer);
   // Point-to-point: this one and every send/recv queued behind it (also
   // those posted while it runs) progress together, so ISend + IRecv in
   // either order between two ranks cannot deadlock on full rings.
@@ -335,15 +393,37 @@ Status CommImpl::ExecuteBatch(std::vector<std::shared_ptr<OpState>>* batch) {
   return exec.RunMany(jobs, source, deadline, &aborted, more);
 }
 
-Status CommImpl::RunBatch(std::vector<std::shared_ptr<OpState>>* batch) {
+template <typename F>
+Status CommImpl::Guarded(F&& body) {
   std::lock_guard<std::mutex> lock(exec_mu);
   if (aborted.load()) return AbortedError("communicator aborted");
   if (!error.ok()) return Status(error.code(), "communicator failed earlier: " + error.message());
-  Status s = ExecuteBatch(batch);
+  Status s = body();
   // Argument errors leave the communicator usable; everything else (a peer
   // failed, a timeout) poisons it: the ranks are out of step.
   if (!s.ok() && s.code() != StatusCode::kInvalidArgument) error = s;
   return s;
+}
+
+Status CommImpl::RunBatch(std::vector<std::shared_ptr<OpState>>* batch) {
+  return Guarded([&] { return ExecuteBatch(batch); });
+}
+
+Status CommImpl::RunBlocking(OpDesc desc) {
+  bool empty;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    empty = queue.empty();
+  }
+  // Order is kept: the queue is empty and exec_mu waits for an operation
+  // the progress thread may still be finishing.
+  if (empty && !IsPointToPoint(desc)) {
+    return Guarded([&] {
+      return ExecuteCollective(desc, Clock::now() + std::chrono::milliseconds(config.timeout_ms));
+    });
+  }
+  CIUIC_ASSIGN_OR_RETURN(std::shared_ptr<OpState> op, SubmitOrRun(std::move(desc), true));
+  return WaitFor(*op);
 }
 
 bool CommImpl::RunNext() {
@@ -568,11 +648,23 @@ Status CheckType(DataType dtype, ReduceOp op) {
 }
 }  // namespace
 
+namespace {
+// The blocking wrappers call the i-forms (which check the arguments and
+// build the operation) with t_blocking set: the operation then runs through
+// RunBlocking, its status lands in t_blocking_status and the i-form returns
+// an empty Request.
+thread_local bool t_blocking = false;
+thread_local Status t_blocking_status;
+}  // namespace
+
 #define CIUIC_SUBMIT(desc)                                                   \
   do {                                                                       \
-    const bool _inline = impl_->inline_next;                                 \
-    impl_->inline_next = false;                                              \
-    CIUIC_ASSIGN_OR_RETURN(auto _op, impl_->SubmitOrRun(std::move(desc), _inline)); \
+    if (t_blocking) {                                                        \
+      t_blocking = false;                                                    \
+      t_blocking_status = impl_->RunBlocking(std::move(desc));               \
+      return Request();                                                      \
+    }                                                                        \
+    CIUIC_ASSIGN_OR_RETURN(auto _op, impl_->Submit(std::move(desc)));        \
     Request _r;                                                              \
     _r.state_ = std::move(_op);                                              \
     _r.comm_ = impl_;                                                        \
@@ -682,10 +774,11 @@ StatusOr<Request> Communicator::IRecv(void* buf, size_t count, DataType dtype, i
 
 #define CIUIC_BLOCKING(call)                                \
   do {                                                      \
-    impl_->inline_next = true;                              \
+    t_blocking = true;                                      \
     StatusOr<Request> _rr = call;                           \
-    impl_->inline_next = false;                             \
+    t_blocking = false;                                     \
     if (!_rr.ok()) return _rr.status();                     \
+    if (!_rr->valid()) return std::move(t_blocking_status); \
     return _rr->Wait();                                     \
   } while (0)
 

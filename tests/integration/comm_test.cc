@@ -50,6 +50,14 @@ StatusOr<std::unique_ptr<Communicator>> MakeComm(int rank, int n, transport::Sto
   config.timeout_ms = timeout_ms;
   config.chunk_size = 16 << 10;  // small slots: many chunks even for small counts
   config.buffer_size = 64 << 10;
+  if (algo == "direct") {
+    // The direct shm all-reduce: chunks above 16 KiB run two-shot, so the
+    // 1000-element counts run one-shot and the larger ones two-shot; two
+    // slots make every operation wrap around them. (Under "auto" on shm it
+    // runs one-shot with the 16 KiB chunks above.)
+    config.chunk_size = 64 << 10;
+    config.buffer_size = 128 << 10;
+  }
   std::shared_ptr<transport::Store> s(&store, [](transport::Store*) {});
   return Communicator::CreateWithStore(rank, n, s, config);
 }
@@ -298,6 +306,7 @@ std::vector<Param> Params() {
       for (int n : {2, 3, 4}) out.push_back({t, a, n});
     }
   }
+  for (int n : {2, 3, 4, 5, 7, 9, 16}) out.push_back({"shm", "direct", n});
   out.push_back({"shm", "ring", 8});
   out.push_back({"shm", "auto", 9});
   out.push_back({"shm", "auto", 16});
@@ -441,22 +450,31 @@ TEST(CollectivesErrors, BadInput) {
 // Mismatched counts across ranks are detected (chunk sizes disagree) instead
 // of corrupting memory or hanging.
 TEST(CollectivesErrors, MismatchedCountsDetected) {
-  auto results = RunRanks(2, [&](int rank, transport::Store& store) -> Status {
-    CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, 2, store, "shm", "ring", 5000));
-    std::vector<float> x(1000, 1.0f);
-    Status s = comm->AllReduce(x.data(), x.data(), rank == 0 ? 1000 : 999, DataType::kFloat32, ReduceOp::kSum);
-    if (s.ok()) return InternalError("mismatched counts were not detected");
-    return Status::Ok();
-  }, milliseconds(60000));
-  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+  for (const char* algo : {"ring", "direct"}) {
+    for (size_t count : {size_t{1000}, size_t{100000}}) {  // direct: one-shot, two-shot
+      auto results = RunRanks(2, [&](int rank, transport::Store& store) -> Status {
+        CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, 2, store, "shm", algo, 5000));
+        std::vector<float> x(count, 1.0f);
+        Status s = comm->AllReduce(x.data(), x.data(), rank == 0 ? count : count - 1, DataType::kFloat32,
+                                   ReduceOp::kSum);
+        if (s.ok()) return InternalError("mismatched counts were not detected");
+        const std::string peer = "rank " + std::to_string(1 - rank);
+        if (std::string(algo) == "direct" && s.message().find(peer) == std::string::npos) {
+          return InternalError("the error does not name " + peer + ": " + s.ToString());
+        }
+        return Status::Ok();
+      }, milliseconds(60000));
+      for (const auto& r : results) EXPECT_TRUE(r.ok()) << algo << " count " << count << "\n" << ResultsText(results);
+    }
+  }
 }
 
 // A rank killed in the middle of a collective: every survivor returns an
 // error naming it, well within the timeout.
 TEST(CollectivesErrors, KilledRankNamedBySurvivors) {
-  for (const char* t : {"shm", "tcp"}) {
+  for (const auto& [t, algo] : {std::pair<const char*, const char*>{"shm", "ring"}, {"shm", "direct"}, {"tcp", "ring"}}) {
     auto results = RunRanks(3, [&](int rank, transport::Store& store) -> Status {
-      CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, 3, store, t, "ring", 20000));
+      CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, 3, store, t, algo, 20000));
       std::vector<float> x(1 << 20, 1.0f);
       CIUIC_RETURN_IF_ERROR(comm->AllReduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum));
       if (rank == 2) kill(getpid(), SIGKILL);

@@ -1,0 +1,509 @@
+// ShmDirect: see shm_direct.h.
+#include "collectives/shm_direct.h"
+
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <ctime>
+
+namespace ciuic::collectives {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kMagic = 0x3152446369756963ull;  // "ciuicDR1"
+constexpr uint32_t kVersion = 1;
+constexpr uint32_t kConnectionTag = 0x44495200;    // "DIR\0": apart from channel tags
+constexpr size_t kHeaderBytes = 64;                 // per slot
+constexpr size_t kControlBytes = 1024;
+constexpr size_t kSliceAlign = 64;                  // two-shot slice boundaries, bytes
+
+// Waiting: spin this long, then yield until kYieldFor, then sleep on the
+// peer's futex word in steps of kSleepStep (the same shape as the shm
+// backend's WaitForActivity: a sleeping hand-off costs ~7 us here).
+constexpr auto kSpinFor = std::chrono::microseconds(4);
+constexpr auto kYieldFor = std::chrono::microseconds(60);
+constexpr auto kSleepStep = std::chrono::milliseconds(1);
+constexpr auto kLivenessEvery = std::chrono::milliseconds(1);
+
+struct alignas(64) Counter {
+  std::atomic<uint64_t> v{0};
+};
+
+// The start of every rank's region. Written once by its owner before the
+// region is published (layout fields) and then only through the atomics.
+struct Control {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t rank;
+  uint64_t nslots;
+  uint64_t slot_bytes;
+  alignas(64) Counter reduced;
+  Counter out;
+  alignas(64) std::atomic<uint32_t> bell;      // futex word: bumped when sleepers != 0
+  std::atomic<uint32_t> sleepers;              // peers asleep on `bell`
+  // Set (after `reason`) when the owner's operation failed: it publishes
+  // nothing more, so peers waiting for it stop with its reason instead of
+  // running into the timeout.
+  std::atomic<uint32_t> failed;
+  char reason[256];
+};
+static_assert(sizeof(Control) <= kControlBytes, "control block");
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared atomics must be lock-free");
+
+// What a slot holds, one cache line: the fields, then `stamp` = chunk + 1
+// stored last (release) is the slot's "ready" flag. Chunks of at most
+// kInlineBytes travel in the line itself, so a small all-reduce costs one
+// cache-line transfer per peer.
+constexpr size_t kInlineBytes = 32;
+struct alignas(64) SlotHeader {
+  std::atomic<uint64_t> stamp;  // global chunk index + 1 once the chunk is in
+  uint64_t seq;                 // operation sequence number
+  uint64_t count;               // elements of the whole operation
+  uint32_t dtype;
+  uint32_t op;
+  unsigned char inline_data[kInlineBytes];
+};
+static_assert(sizeof(SlotHeader) == kHeaderBytes, "slot header");
+
+size_t DataOffset(size_t nslots) {
+  const size_t raw = kControlBytes + nslots * kHeaderBytes;
+  return (raw + 4095) / 4096 * 4096;
+}
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+void FutexWait(std::atomic<uint32_t>* word, uint32_t seen, std::chrono::microseconds max) {
+  timespec ts{static_cast<time_t>(max.count() / 1000000), static_cast<long>(max.count() % 1000000) * 1000};
+  // Shared (not FUTEX_PRIVATE): the word lives in a segment other
+  // processes map.
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, seen, &ts, nullptr, 0);
+}
+
+void FutexWakeAll(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+}  // namespace
+
+struct ShmDirect::Impl {
+  int rank = 0;
+  int size = 1;
+  size_t nslots = 0;
+  size_t slot_bytes = 0;
+  std::unique_ptr<transport::MemoryRegion> region;
+  std::vector<std::unique_ptr<transport::Connection>> conns;  // by rank; null for self
+  std::vector<Control*> ctrl;                                 // by rank
+  std::vector<SlotHeader*> headers;                           // by rank: nslots each
+  std::vector<char*> data;                                    // by rank: slot 0
+  uint64_t next_chunk = 0;  // global index of the next operation's first chunk
+  uint64_t seq = 0;         // operations run (with count > 0)
+  Status error;             // sticky
+
+  char* Slot(int r, uint64_t g) const { return data[r] + (g % nslots) * slot_bytes; }
+  SlotHeader& Header(int r, uint64_t g) const { return headers[r][g % nslots]; }
+
+  uint64_t free_upto = 0;  // every rank's `out` was at least this when last read
+
+  // Publishes `v` in this rank's `word` (a counter or a stamp) and wakes
+  // peers asleep on this rank's bell.
+  void Publish(std::atomic<uint64_t>& word, uint64_t v) {
+    Control* me = ctrl[rank];
+    word.store(v, std::memory_order_release);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (me->sleepers.load(std::memory_order_relaxed) != 0) {
+      me->bell.fetch_add(1, std::memory_order_release);
+      FutexWakeAll(&me->bell);
+    }
+  }
+
+  // The first rank whose `which` is below `target` (-1: none).
+  int FirstBelow(Counter Control::*which, uint64_t target) const {
+    for (int r = 0; r < size; ++r) {
+      if ((ctrl[r]->*which).v.load(std::memory_order_acquire) < target) return r;
+    }
+    return -1;
+  }
+  // The first peer whose slot does not hold chunk `g` yet (-1: none).
+  int FirstNotIn(uint64_t g) const {
+    for (int r = 0; r < size; ++r) {
+      if (r != rank && Header(r, g).stamp.load(std::memory_order_acquire) != g + 1) return r;
+    }
+    return -1;
+  }
+  // The word rank `r` publishes `which` in (for Stall).
+  std::atomic<uint64_t>* Word(int r, Counter Control::*which) const { return &(ctrl[r]->*which).v; }
+
+  // Fails this rank's side for good and tells the peers why.
+  Status Fail(Status s) {
+    if (error.ok()) {
+      error = s;
+      Control* me = ctrl[rank];
+      const std::string text = s.ToString();
+      const size_t n = std::min(text.size(), sizeof(me->reason) - 1);
+      std::memcpy(me->reason, text.data(), n);
+      me->reason[n] = '\0';
+      me->failed.store(1, std::memory_order_release);
+      me->bell.fetch_add(1, std::memory_order_release);
+      FutexWakeAll(&me->bell);
+    }
+    return s;
+  }
+
+  // An error when rank `r` failed or its connection reports it gone.
+  Status PeerStatus(int r, bool poll_connection) const {
+    if (ctrl[r]->failed.load(std::memory_order_acquire) != 0) {
+      std::string why(ctrl[r]->reason, strnlen(ctrl[r]->reason, sizeof(ctrl[r]->reason)));
+      return UnavailableError("allreduce (direct shm): rank " + std::to_string(r) + " failed: " + why);
+    }
+    if (poll_connection && conns[r] != nullptr) {
+      transport::Completion c[4];
+      StatusOr<size_t> p = conns[r]->Progress(c, 4);
+      if (!p.ok()) return Status(p.status().code(), "allreduce (direct shm): rank " + std::to_string(r) + ": " + p.status().message());
+    }
+    return Status::Ok();
+  }
+
+  Status CheckHeader(int r, uint64_t g, uint64_t want_seq, size_t count, DataType dtype,
+                     ReduceOp op) const {
+    const SlotHeader& h = Header(r, g);
+    if (h.seq == want_seq && h.count == count &&
+        h.dtype == static_cast<uint32_t>(dtype) && h.op == static_cast<uint32_t>(op)) {
+      return Status::Ok();
+    }
+    return DataLossError("allreduce (direct shm): rank " + std::to_string(r) + " is in another operation (its #" +
+                         std::to_string(h.seq) + ": count " + std::to_string(h.count) + ", dtype " +
+                         std::to_string(h.dtype) + ", op " + std::to_string(h.op) + "; this rank's #" +
+                         std::to_string(want_seq) + ": count " + std::to_string(count) + ", " +
+                         DataTypeName(dtype) + ", " + ReduceOpName(op) +
+                         "): mismatched counts or calls across ranks?");
+  }
+};
+
+// Tracks one stall: spin, then yield, then futex sleep on the awaited
+// peer's bell, with liveness, abort and deadline checks.
+class Stall {
+ public:
+  Stall(ShmDirect::Impl& impl, Clock::time_point deadline, const std::atomic<bool>* abort)
+      : impl_(impl), deadline_(deadline), abort_(abort) {}
+  void Reset() { stalled_ = false; }
+
+  // Waits a little for rank `peer`'s `word` to reach `target`.
+  Status Wait(int peer, const std::atomic<uint64_t>* word, uint64_t target, const char* what) {
+    const Clock::time_point now = Clock::now();
+    if (!stalled_) {
+      stalled_ = true;
+      since_ = now;
+      last_liveness_ = now;
+    }
+    if (abort_ != nullptr && abort_->load(std::memory_order_relaxed)) {
+      return AbortedError("allreduce (direct shm): communicator aborted");
+    }
+    if (now >= deadline_) {
+      return DeadlineExceededError("allreduce (direct shm): timed out waiting for rank " +
+                                   std::to_string(peer) + " (" + what + ", chunk " +
+                                   std::to_string(target - 1) + ")");
+    }
+    if (peer != impl_.rank) CIUIC_RETURN_IF_ERROR(impl_.PeerStatus(peer, false));
+    if (now - last_liveness_ >= kLivenessEvery) {
+      // Every peer, not only the one awaited: that one may be a survivor
+      // waiting, like this rank, for one that died.
+      last_liveness_ = now;
+      for (int r = 0; r < impl_.size; ++r) {
+        if (r != impl_.rank) CIUIC_RETURN_IF_ERROR(impl_.PeerStatus(r, true));
+      }
+    }
+    const auto waited = now - since_;
+    if (waited < kSpinFor) {
+      // One pause per look: on Zen a pause is ~60 cycles, and the hand-off
+      // this waits for takes ~100 ns.
+      CpuRelax();
+      return Status::Ok();
+    }
+    if (waited < kYieldFor) {
+      sched_yield();
+      return Status::Ok();
+    }
+    Control* p = impl_.ctrl[peer];
+    const uint32_t seen = p->bell.load(std::memory_order_acquire);
+    p->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (word->load(std::memory_order_seq_cst) < target) {
+      const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline_ - now);
+      FutexWait(&p->bell, seen, std::min<std::chrono::microseconds>(kSleepStep, left));
+    }
+    p->sleepers.fetch_sub(1, std::memory_order_relaxed);
+    return Status::Ok();
+  }
+
+ private:
+  ShmDirect::Impl& impl_;
+  Clock::time_point deadline_;
+  const std::atomic<bool>* abort_;
+  bool stalled_ = false;
+  Clock::time_point since_;
+  Clock::time_point last_liveness_;
+};
+
+ShmDirect::ShmDirect(std::unique_ptr<Impl> impl, const ShmDirectOptions& options)
+    : impl_(std::move(impl)), options_(options) {}
+
+ShmDirect::~ShmDirect() {
+  if (impl_ == nullptr) return;
+  // Connections and mappings of the peers first, then this rank's region.
+  impl_->conns.clear();
+  impl_->region.reset();
+}
+
+StatusOr<std::unique_ptr<ShmDirect>> ShmDirect::Create(transport::Backend& backend,
+                                                       transport::Store& store,
+                                                       const std::string& prefix, int rank,
+                                                       int size, const ShmDirectOptions& options,
+                                                       std::chrono::milliseconds timeout) {
+  if (options.slot_bytes == 0 || options.nslots < 2) {
+    return InvalidArgumentError("direct shm all-reduce: needs slots of > 0 bytes and at least 2 of them");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->rank = rank;
+  impl->size = size;
+  impl->nslots = options.nslots;
+  impl->slot_bytes = options.slot_bytes;
+  const size_t data_off = DataOffset(options.nslots);
+  const size_t bytes = data_off + options.nslots * options.slot_bytes;
+  CIUIC_ASSIGN_OR_RETURN(impl->region, backend.Allocate(bytes));
+  auto* base = static_cast<char*>(impl->region->data());
+  auto* me = new (base) Control();
+  me->magic = kMagic;
+  me->version = kVersion;
+  me->rank = static_cast<uint32_t>(rank);
+  me->nslots = options.nslots;
+  me->slot_bytes = options.slot_bytes;
+  impl->ctrl.assign(size, nullptr);
+  impl->headers.assign(size, nullptr);
+  impl->data.assign(size, nullptr);
+  impl->conns.resize(size);
+  impl->ctrl[rank] = me;
+  impl->headers[rank] = reinterpret_cast<SlotHeader*>(base + kControlBytes);
+  impl->data[rank] = base + data_off;
+
+  const std::string key = prefix + "/direct/region/";
+  CIUIC_RETURN_IF_ERROR(store.Set(key + std::to_string(rank), impl->region->Describe()));
+  for (int p = 0; p < size; ++p) {  // ascending peer order on every rank: no connect cycle
+    if (p == rank) continue;
+    CIUIC_ASSIGN_OR_RETURN(impl->conns[p], transport::ConnectThroughStore(backend, store, prefix + "/direct", rank, p,
+                                                                          kConnectionTag, timeout));
+    CIUIC_ASSIGN_OR_RETURN(std::string blob, store.Get(key + std::to_string(p), timeout));
+    CIUIC_ASSIGN_OR_RETURN(transport::RemoteRegion remote, impl->conns[p]->ImportRegion(blob));
+    char* pb = static_cast<char*>(impl->conns[p]->DirectPointer(remote, 0));
+    if (pb == nullptr) {
+      return UnimplementedError(std::string("direct shm all-reduce: the ") + transport::BackendName(backend.kind()) +
+                                " backend cannot map rank " + std::to_string(p) + "'s memory");
+    }
+    if (remote.size < bytes) {
+      return InvalidArgumentError("direct shm all-reduce: rank " + std::to_string(p) + "'s region has " +
+                                  std::to_string(remote.size) + " bytes, this rank's " + std::to_string(bytes) +
+                                  " (CIUIC_BUFFER_SIZE / CIUIC_CHUNK_SIZE differ between ranks?)");
+    }
+    auto* pc = reinterpret_cast<Control*>(pb);
+    if (pc->magic != kMagic || pc->version != kVersion || pc->rank != static_cast<uint32_t>(p) ||
+        pc->nslots != options.nslots || pc->slot_bytes != options.slot_bytes) {
+      return InvalidArgumentError("direct shm all-reduce: rank " + std::to_string(p) + " uses " +
+                                  std::to_string(pc->nslots) + " slots of " + std::to_string(pc->slot_bytes) +
+                                  " bytes, this rank " + std::to_string(options.nslots) + " of " +
+                                  std::to_string(options.slot_bytes) +
+                                  " (CIUIC_BUFFER_SIZE / CIUIC_CHUNK_SIZE differ between ranks?)");
+    }
+    impl->ctrl[p] = pc;
+    impl->headers[p] = reinterpret_cast<SlotHeader*>(pb + kControlBytes);
+    impl->data[p] = pb + data_off;
+  }
+  return std::unique_ptr<ShmDirect>(new ShmDirect(std::move(impl), options));
+}
+
+namespace {
+// dst = op over srcs in order, any number of them (the kernel takes up to
+// kMaxSources at once; more are folded in left to right, the same on every
+// rank).
+Status ReduceInOrder(const kernels::Reducer& reducer, void* dst, const void* const* srcs, int n,
+                     size_t count, DataType dtype, ReduceOp op) {
+  if (count == 0) return Status::Ok();
+  int first = std::min(n, kernels::kMaxSources);
+  CIUIC_RETURN_IF_ERROR(reducer.Reduce(dst, srcs, first, count, dtype, op));
+  while (first < n) {
+    const void* more[kernels::kMaxSources];
+    more[0] = dst;
+    int m = 1;
+    while (m < kernels::kMaxSources && first < n) more[m++] = srcs[first++];
+    CIUIC_RETURN_IF_ERROR(reducer.Reduce(dst, more, m, count, dtype, op));
+  }
+  return Status::Ok();
+}
+}  // namespace
+
+Status ShmDirect::AllReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                            const kernels::Reducer& reducer, Clock::time_point deadline,
+                            const std::atomic<bool>* abort) {
+  Impl& m = *impl_;
+  if (!m.error.ok()) return Status(m.error.code(), "direct shm all-reduce failed earlier: " + m.error.message());
+  if (op == ReduceOp::kAvg) return InvalidArgumentError("direct shm all-reduce: AVG is the caller's (sum, then scale)");
+  if (count == 0) return Status::Ok();
+  const size_t es = DataTypeSize(dtype);
+  const size_t chunk_elems = m.slot_bytes / es;
+  if (chunk_elems == 0) return InvalidArgumentError("direct shm all-reduce: slot smaller than one element");
+  const size_t nchunks = (count + chunk_elems - 1) / chunk_elems;
+  const uint64_t g0 = m.next_chunk;
+  const uint64_t seq = m.seq;
+  const int n = m.size;
+  const int me = m.rank;
+  const auto* in_base = static_cast<const char*>(send);
+  auto* out_base = static_cast<char*>(recv);
+  // One-shot for every chunk when the (first) chunk is small.
+  const bool one_shot = std::min(count, chunk_elems) * es <= options_.one_shot_max_bytes;
+  const size_t align_elems = std::max<size_t>(1, kSliceAlign / es);
+
+  auto chunk_len = [&](size_t k) { return std::min(chunk_elems, count - k * chunk_elems); };
+  // Two-shot slice q of a chunk of `len` elements: [Bound(q), Bound(q+1)).
+  auto bound = [&](size_t len, int q) -> size_t {
+    if (q >= n) return len;
+    return len * static_cast<size_t>(q) / static_cast<size_t>(n) / align_elems * align_elems;
+  };
+
+  const void* srcs[256];
+  std::vector<const void*> many;
+  const void** src_list = srcs;
+  if (n > 256) {
+    many.resize(n);
+    src_list = many.data();
+  }
+
+  Stall stall(m, deadline, abort);
+  size_t in = 0, red = 0, out = 0;
+  struct Blocker {
+    int rank = -1;
+    const std::atomic<uint64_t>* word = nullptr;
+    uint64_t target = 0;
+    const char* what = "";
+  };
+  while (out < nchunks) {
+    bool progressed = false;
+    // What each phase waits for; the wait goes to the phase nearest to
+    // completing a chunk (copy-out, then reduce, then copy-in).
+    Blocker wait_in, wait_red, wait_out;
+    // 1. Copy inputs into free slots (ahead of the reductions).
+    while (in < nchunks) {
+      const uint64_t g = g0 + in;
+      if (g >= m.nslots && m.free_upto < g - m.nslots + 1) {
+        const uint64_t need = g - m.nslots + 1;
+        const int r = m.FirstBelow(&Control::out, need);
+        if (r >= 0) {
+          wait_in = {r, m.Word(r, &Control::out), need, "freeing a slot"};
+          break;
+        }
+        uint64_t low = UINT64_MAX;
+        for (int q = 0; q < n; ++q) low = std::min(low, m.ctrl[q]->out.v.load(std::memory_order_acquire));
+        m.free_upto = low;
+      }
+      const size_t len = chunk_len(in);
+      const char* src = in_base + in * chunk_elems * es;
+      SlotHeader& h = m.Header(me, g);
+      if (one_shot && len * es <= kInlineBytes) {
+        std::memcpy(h.inline_data, src, len * es);
+      } else if (one_shot) {
+        reducer.Copy(m.Slot(me, g), src, len * es);
+      } else {
+        // Every slice but this rank's own (reduced straight from the input).
+        char* slot = m.Slot(me, g);
+        const size_t a = bound(len, me), b = bound(len, me + 1);
+        reducer.Copy(slot, src, a * es);
+        reducer.Copy(slot + b * es, src + b * es, (len - b) * es);
+      }
+      h.seq = seq;
+      h.count = count;
+      h.dtype = static_cast<uint32_t>(dtype);
+      h.op = static_cast<uint32_t>(op);
+      m.Publish(h.stamp, g + 1);
+      ++in;
+      progressed = true;
+    }
+    // 2. Reduce once every rank's chunk is in.
+    if (red < in) {
+      const uint64_t g = g0 + red;
+      const int r = m.FirstNotIn(g);
+      if (r < 0) {
+        for (int q = 0; q < n; ++q) {
+          if (q == me) continue;
+          Status bad = m.CheckHeader(q, g, seq, count, dtype, op);
+          if (!bad.ok()) return m.Fail(bad);
+        }
+        const size_t len = chunk_len(red);
+        const size_t off = red * chunk_elems * es;
+        const bool inline_chunk = one_shot && len * es <= kInlineBytes;
+        auto peer_chunk = [&](int q) -> const char* {
+          return inline_chunk ? reinterpret_cast<const char*>(m.Header(q, g).inline_data) : m.Slot(q, g);
+        };
+        Status s;
+        if (one_shot) {
+          for (int q = 0; q < n; ++q) src_list[q] = q == me ? in_base + off : peer_chunk(q);
+          s = ReduceInOrder(reducer, out_base + off, src_list, n, len, dtype, op);
+        } else {
+          const size_t a = bound(len, me), b = bound(len, me + 1);
+          for (int q = 0; q < n; ++q) src_list[q] = (q == me ? in_base + off : m.Slot(q, g)) + a * es;
+          s = ReduceInOrder(reducer, m.Slot(me, g) + a * es, src_list, n, b - a, dtype, op);
+        }
+        if (!s.ok()) return m.Fail(s);
+        ++red;
+        if (one_shot) {
+          m.Publish(m.ctrl[me]->out.v, g + 1);  // done reading every region for this chunk
+          ++out;
+        } else {
+          m.Publish(m.ctrl[me]->reduced.v, g + 1);
+        }
+        progressed = true;
+      } else {
+        wait_red = {r, &m.Header(r, g).stamp, g + 1, "its input"};
+      }
+    }
+    // 3. Two-shot: copy the reduced slices out once every rank reduced.
+    if (!one_shot && out < red) {
+      const uint64_t g = g0 + out;
+      const int r = m.FirstBelow(&Control::reduced, g + 1);
+      if (r < 0) {
+        const size_t len = chunk_len(out);
+        const size_t off = out * chunk_elems * es;
+        for (int q = 0; q < n; ++q) {
+          const size_t a = bound(len, q), b = bound(len, q + 1);
+          reducer.Copy(out_base + off + a * es, m.Slot(q, g) + a * es, (b - a) * es);
+        }
+        m.Publish(m.ctrl[me]->out.v, g + 1);
+        ++out;
+        progressed = true;
+      } else {
+        wait_out = {r, m.Word(r, &Control::reduced), g + 1, "its reduced slice"};
+      }
+    }
+    if (progressed) {
+      stall.Reset();
+      continue;
+    }
+    const Blocker& b = wait_out.rank >= 0 ? wait_out : wait_red.rank >= 0 ? wait_red : wait_in;
+    if (b.rank < 0) continue;  // every phase moved on meanwhile: look again
+    Status s = stall.Wait(b.rank, b.word, b.target, b.what);
+    if (!s.ok()) return m.Fail(s);
+  }
+  m.next_chunk = g0 + nchunks;
+  m.seq = seq + 1;
+  return Status::Ok();
+}
+
+}  // namespace ciuic::collectives

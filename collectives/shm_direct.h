@@ -1,0 +1,94 @@
+// The direct shared-memory all-reduce: ranks of one host reduce straight
+// out of each other's memory, with no message rings and no schedule.
+//
+// Every rank owns one shared region (shm backend pool memory, mapped by all
+// peers): a control block and `nslots` slots of `slot_bytes`. An operation
+// is cut into chunks of at most slot_bytes; chunk g (counted over the life
+// of the communicator, the same on every rank) lives in slot g % nslots of
+// every region. Three counters per rank, each only ever increased by its
+// owner and read by the others, carry the whole protocol:
+//   ready   = chunks whose input this rank has copied into its slot,
+//   reduced = chunks whose slice this rank has reduced (two-shot),
+//   out     = chunks this rank has finished reading from every region.
+// A slot is reused for chunk g + nslots once every rank's `out` passed g.
+//
+// One-shot (small chunks): copy in, wait until every rank is ready, reduce
+// all n slots in rank order straight into the output. Two-shot (the rest,
+// the issue's "each rank reduces its slice of all peers' buffers in one
+// n-ary pass, then everyone copies the slices out"): slice q of a chunk is
+// reduced by rank q from the n regions (its own slice straight from its
+// input, which is why it never copies that slice in) into its own slot,
+// then every rank copies the n reduced slices into its output. Either way
+// each element is reduced once, in rank order, by one kernel call, so all
+// ranks end with identical bytes, run after run.
+//
+// Waiting spins, then yields, then sleeps on a futex word in the awaited
+// peer's control block (woken only when someone sleeps there), checking the
+// peer's liveness (its shm connection), the abort flag and the deadline.
+// Each chunk's slot header records the operation (sequence, count, type,
+// op) so a peer that called with other arguments is named, not trusted.
+//
+// Thread contract: one thread at a time (the communicator's exec lock).
+#ifndef CIUIC_COLLECTIVES_SHM_DIRECT_H_
+#define CIUIC_COLLECTIVES_SHM_DIRECT_H_
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ciuic/kernels.h"
+#include "ciuic/status.h"
+#include "ciuic/transport.h"
+
+namespace ciuic::collectives {
+
+struct ShmDirectOptions {
+  size_t slot_bytes = 512u << 10;  // CIUIC_CHUNK_SIZE
+  size_t nslots = 8;               // CIUIC_BUFFER_SIZE / CIUIC_CHUNK_SIZE
+  // Chunks of at most this many bytes run one-shot (every rank reduces the
+  // whole chunk): one synchronisation instead of two. Measured here with 2
+  // and 4 ranks (perf/RESULTS.md): one-shot wins up to 16-32 KiB.
+  size_t one_shot_max_bytes = 16u << 10;
+};
+
+class ShmDirect {
+ public:
+  // Collective over all `size` ranks: allocates this rank's region, connects
+  // to every peer (through `store` under `prefix`) and maps their regions.
+  // Errors: kUnimplemented (`backend` cannot map peer memory: not shm),
+  // kInvalidArgument (a peer's region has another layout: CIUIC_BUFFER_SIZE
+  // or CIUIC_CHUNK_SIZE differ between ranks), the store's and backend's.
+  static StatusOr<std::unique_ptr<ShmDirect>> Create(transport::Backend& backend,
+                                                     transport::Store& store,
+                                                     const std::string& prefix, int rank,
+                                                     int size, const ShmDirectOptions& options,
+                                                     std::chrono::milliseconds timeout);
+  ~ShmDirect();
+  ShmDirect(const ShmDirect&) = delete;
+  ShmDirect& operator=(const ShmDirect&) = delete;
+
+  // recv = op over every rank's send, `count` elements (send == recv: in
+  // place; other overlaps are the caller's to avoid). `op` must not be
+  // kAvg (sum, then scale). Errors: kDeadlineExceeded / kUnavailable naming
+  // the rank waited for, kAborted, kDataLoss (a peer's operation differs:
+  // mismatched count, type or op). After an error the object is unusable.
+  Status AllReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                   const kernels::Reducer& reducer, std::chrono::steady_clock::time_point deadline,
+                   const std::atomic<bool>* abort);
+
+  // Whether chunks of `bytes` run one-shot (for logs).
+  bool OneShot(size_t bytes) const { return bytes <= options_.one_shot_max_bytes; }
+
+  struct Impl;  // shm_direct.cc's
+
+ private:
+  explicit ShmDirect(std::unique_ptr<Impl> impl, const ShmDirectOptions& options);
+  std::unique_ptr<Impl> impl_;
+  ShmDirectOptions options_;
+};
+
+}  // namespace ciuic::collectives
+
+#endif  // CIUIC_COLLECTIVES_SHM_DIRECT_H_
