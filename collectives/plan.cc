@@ -2,6 +2,8 @@
 #include "collectives/plan.h"
 
 #include <cstdint>
+#include <cstdio>
+#include <optional>
 
 namespace ciuic::collectives {
 
@@ -13,10 +15,37 @@ int SizeClass(size_t bytes) {
   return c;
 }
 
+std::string Micros(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3g us", s * 1e6);
+  return buf;
+}
+
+// The selection a tuning file's rule makes, or nullopt when no rule applies
+// (or it names `direct`, which is not a schedule). `model` is the cost
+// model's selection for the same call: its predictions go into the reason.
+std::optional<Selection> TunedSelection(const Tuning& tuning, transport::BackendKind backend, Collective coll,
+                                        int nranks, size_t bytes, const Selection& model) {
+  const TuningRule* rule = FindRule(tuning, coll, backend, nranks, bytes);
+  if (rule == nullptr) return std::nullopt;
+  StatusOr<Algorithm> a = ParseAlgorithm(coll, rule->algorithm);
+  if (!a.ok()) return std::nullopt;
+  Selection sel = model;
+  sel.algorithm = *a;
+  sel.name = AlgorithmName(*a);
+  sel.reason = "tuned: " + FormatRule(*rule) + " (" + tuning.origin + ":" + std::to_string(rule->line) + ")";
+  for (const auto& [name, seconds] : model.predicted_s) {
+    if (name == sel.name) sel.reason += "; model predicts " + Micros(seconds);
+  }
+  if (model.algorithm != *a) sel.reason += ", model's choice: " + model.reason;
+  return sel;
+}
+
 }  // namespace
 
 StatusOr<Plan> MakePlan(const OpDesc& op, int rank, int nranks, int nchannels, const std::string& algo,
-                        const CostParams& params, SelectionCache* cache) {
+                        const CostParams& params, SelectionCache* cache, const Tuning* tuning,
+                        transport::BackendKind backend) {
   const size_t es = DataTypeSize(op.dtype);
   CollectiveArgs args;
   args.collective = op.coll;
@@ -54,10 +83,22 @@ StatusOr<Plan> MakePlan(const OpDesc& op, int rank, int nranks, int nchannels, c
       p.elem_size = es;
       p.nchannels = nchannels;
       p.root = op.root;
+      if (tuning != nullptr) {
+        // The measured gamma of this dtype and op (alpha, beta and copy are
+        // the caller's: `params`).
+        CostParams tuned = p;
+        ApplyTuning(*tuning, backend, &tuned, op.dtype, op.op);
+        p.gamma_s_per_byte = tuned.gamma_s_per_byte;
+      }
       // One representative size per class (its upper bound), so every rank
       // makes the same choice for the same class.
       const size_t rep = bytes == 0 ? 0 : (size_t{1} << key.second);
       CIUIC_ASSIGN_OR_RETURN(Selection sel, Select(op.coll, rep, nranks, p, ""));
+      if (tuning != nullptr) {
+        if (std::optional<Selection> tuned = TunedSelection(*tuning, backend, op.coll, nranks, rep, sel)) {
+          sel = std::move(*tuned);
+        }
+      }
       it = cache->emplace(key, std::move(sel)).first;
     }
     chosen = it->second.algorithm;

@@ -4,16 +4,17 @@
 #ifndef CIUIC_COLLECTIVES_PLAN_H_
 #define CIUIC_COLLECTIVES_PLAN_H_
 
+#include <map>
 #include <string>
 #include <vector>
 
 #include "ciuic/kernels.h"
 #include "ciuic/status.h"
-#include <map>
-
+#include "ciuic/transport.h"
 #include "collectives/algorithms.h"
 #include "collectives/cost_model.h"
 #include "collectives/schedule.h"
+#include "collectives/tuning.h"
 
 namespace ciuic::collectives {
 
@@ -45,9 +46,20 @@ struct Plan {
 // Under "auto" the cost model (`params`) picks the algorithm; its choices
 // are remembered in `cache` (keyed by collective and power-of-two size
 // class), so the model runs once per size class, not per call.
+// With a `tuning` (CIUIC_TUNING_FILE), "auto" first looks for a rule of the
+// file for (op.coll, `backend`, nranks) at the size class's representative
+// size (its upper bound, the size the model is asked about too, so every
+// rank picks the same): a rule wins over the model, and Plan::why says
+// "tuned: <the rule> (<file>:<line>)" with the model's prediction for it. A
+// rule naming `direct` (the communicator's own shared-memory all-reduce,
+// not a schedule; the communicator handles it before calling MakePlan)
+// leaves the choice to the model. The file's gamma for op's dtype and op,
+// where it has one, replaces params' gamma for the model.
 using SelectionCache = std::map<std::pair<int, int>, Selection>;
 StatusOr<Plan> MakePlan(const OpDesc& op, int rank, int nranks, int nchannels,
-                        const std::string& algo, const CostParams& params, SelectionCache* cache);
+                        const std::string& algo, const CostParams& params, SelectionCache* cache,
+                        const Tuning* tuning = nullptr,
+                        transport::BackendKind backend = transport::BackendKind::kShm);
 
 }  // namespace ciuic::collectives
 

@@ -1,0 +1,387 @@
+// Tuning files: parser, writer, and how their contents reach the cost model
+// and MakePlan (format in tuning.h).
+#include "collectives/tuning.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+namespace ciuic::collectives {
+namespace {
+
+constexpr const char* kMagic = "ciuic-tuning";
+constexpr Collective kAllCollectives[] = {
+    Collective::kAllReduce,     Collective::kBroadcast, Collective::kReduce,  Collective::kAllGather,
+    Collective::kAllGatherv,    Collective::kReduceScatter, Collective::kReduceScatterv,
+    Collective::kAllToAll,      Collective::kBarrier,   Collective::kSend,    Collective::kRecv};
+constexpr transport::BackendKind kAllBackends[] = {transport::BackendKind::kShm, transport::BackendKind::kTcp,
+                                                   transport::BackendKind::kVerbs};
+constexpr const char* kBackendFields = "alpha_us, beta_gbps, copy_gbps";
+
+bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\r'; }
+
+std::vector<std::string> Split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i < s.size()) {
+    while (i < s.size() && IsSpace(s[i])) ++i;
+    size_t j = i;
+    while (j < s.size() && !IsSpace(s[j])) ++j;
+    if (j > i) out.push_back(s.substr(i, j - i));
+    i = j;
+  }
+  return out;
+}
+
+std::string Trim(const std::string& s) {
+  size_t b = 0, e = s.size();
+  while (b < e && IsSpace(s[b])) ++b;
+  while (e > b && IsSpace(s[e - 1])) --e;
+  return s.substr(b, e - b);
+}
+
+// Shortest decimal text that reads back as exactly `v`.
+std::string Number(double v) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
+}
+
+bool ParsePositive(const std::string& s, double* out) {
+  double v = 0;
+  auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (r.ec != std::errc() || r.ptr != s.data() + s.size() || !std::isfinite(v) || v <= 0) return false;
+  *out = v;
+  return true;
+}
+
+template <typename Enum, size_t N>
+bool FindByName(const std::string& name, const Enum (&all)[N], const char* (*name_of)(Enum), Enum* out) {
+  for (Enum e : all) {
+    if (name == name_of(e)) {
+      *out = e;
+      return true;
+    }
+  }
+  return false;
+}
+
+template <typename Enum, size_t N>
+std::string Names(const Enum (&all)[N], const char* (*name_of)(Enum)) {
+  std::string s;
+  for (Enum e : all) s += std::string(s.empty() ? "" : ", ") + name_of(e);
+  return s;
+}
+
+const DataType kAllDataTypes[] = {DataType::kInt8,    DataType::kUint8,    DataType::kInt32,   DataType::kUint32,
+                                  DataType::kInt64,   DataType::kUint64,   DataType::kFloat16, DataType::kBFloat16,
+                                  DataType::kFloat32, DataType::kFloat64};
+const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg};
+
+// Whether `name` may be the algorithm of a rule for (collective, backend);
+// otherwise `why` says what is wrong.
+bool RuleAlgorithmOk(Collective c, transport::BackendKind backend, const std::string& name, std::string* why) {
+  if (name == "direct" && c == Collective::kAllReduce) {
+    if (backend == transport::BackendKind::kShm) return true;
+    *why = "algorithm 'direct' for allreduce is the one-host shared-memory all-reduce: only with backend shm";
+    return false;
+  }
+  StatusOr<Algorithm> a = ParseAlgorithm(c, name);
+  if (a.ok()) return true;
+  *why = a.status().message();
+  if (c == Collective::kAllReduce && backend == transport::BackendKind::kShm) *why += ", direct";
+  return false;
+}
+
+bool MetaKeyOk(const std::string& key) {
+  if (key.empty()) return false;
+  for (char ch : key) {
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_')) return false;
+  }
+  return true;
+}
+
+using RuleGroup = std::tuple<int, int, int>;  // collective, backend, nranks
+struct RuleMark {
+  size_t from_bytes = 0;
+  int line = 0;
+};
+
+// Checks a rule against the previous one of its group in `last` (updated).
+// Returns "" when it is fine, else the problem.
+std::string CheckRuleOrder(const TuningRule& r, std::map<RuleGroup, RuleMark>* last) {
+  const RuleGroup group{static_cast<int>(r.collective), static_cast<int>(r.backend), r.nranks};
+  auto [it, fresh] = last->emplace(group, RuleMark{r.from_bytes, r.line});
+  if (fresh) return "";
+  const RuleMark prev = it->second;
+  const std::string name = std::string(CollectiveName(r.collective)) + " " + transport::BackendName(r.backend) +
+                           " ranks " + std::to_string(r.nranks);
+  const std::string where = " (line " + std::to_string(prev.line) + ")";
+  if (r.from_bytes == prev.from_bytes) {
+    return "duplicate rule for " + name + " from " + std::to_string(r.from_bytes) + where;
+  }
+  if (r.from_bytes < prev.from_bytes) {
+    return "rules for " + name + " are not sorted: from " + std::to_string(r.from_bytes) + " after from " +
+           std::to_string(prev.from_bytes) + where;
+  }
+  it->second = RuleMark{r.from_bytes, r.line};
+  return "";
+}
+
+class Parser {
+ public:
+  explicit Parser(std::string origin) { tuning_.origin = std::move(origin); }
+
+  StatusOr<Tuning> Run(const std::string& text) {
+    std::istringstream in(text);
+    std::string raw;
+    while (std::getline(in, raw)) {
+      ++line_;
+      const size_t hash = raw.find('#');
+      const std::string body = hash == std::string::npos ? raw : raw.substr(0, hash);
+      const std::vector<std::string> f = Split(body);
+      if (f.empty()) continue;
+      if (!seen_magic_) {
+        CIUIC_RETURN_IF_ERROR(Magic(f));
+        continue;
+      }
+      const std::string& kw = f[0];
+      if (kw == "meta") {
+        CIUIC_RETURN_IF_ERROR(MetaLine(f, body));
+      } else if (kw == "backend") {
+        CIUIC_RETURN_IF_ERROR(BackendLine(f));
+      } else if (kw == "gamma") {
+        CIUIC_RETURN_IF_ERROR(GammaLine(f));
+      } else if (kw == "rule") {
+        CIUIC_RETURN_IF_ERROR(RuleLine(f));
+      } else if (kw == kMagic) {
+        return Error("'" + std::string(kMagic) + "' again (only once, first)");
+      } else {
+        return Error("unknown statement '" + kw + "' (expected meta, backend, gamma or rule)");
+      }
+    }
+    if (!seen_magic_) {
+      return InvalidArgumentError(tuning_.origin + ":" + std::to_string(line_ + 1) + ": no '" + kMagic + " " +
+                                  std::to_string(kTuningFormatVersion) + "' line: not a tuning file");
+    }
+    return std::move(tuning_);
+  }
+
+ private:
+  Status Error(const std::string& what) const {
+    return InvalidArgumentError(tuning_.origin + ":" + std::to_string(line_) + ": " + what);
+  }
+
+  Status UnknownBackend(const std::string& name) const {
+    return Error("unknown backend '" + name + "' (valid: " + Names(kAllBackends, &transport::BackendName) + ")");
+  }
+
+  Status Magic(const std::vector<std::string>& f) {
+    if (f[0] != kMagic) {
+      return Error("expected '" + std::string(kMagic) + " " + std::to_string(kTuningFormatVersion) +
+                   "' first, got '" + f[0] + "': not a tuning file");
+    }
+    if (f.size() != 2) return Error(std::string(kMagic) + " takes one field, the format version");
+    if (f[1] != std::to_string(kTuningFormatVersion)) {
+      return Error("unsupported format version '" + f[1] + "' (this build reads " +
+                   std::to_string(kTuningFormatVersion) + ")");
+    }
+    seen_magic_ = true;
+    return Status::Ok();
+  }
+
+  Status MetaLine(const std::vector<std::string>& f, const std::string& body) {
+    if (f.size() < 3) return Error("meta needs a key and a text");
+    if (!MetaKeyOk(f[1])) return Error("meta key '" + f[1] + "' is not [a-z0-9_]+");
+    for (const auto& [key, value] : tuning_.meta) {
+      if (key == f[1]) return Error("meta " + key + " given twice");
+    }
+    // The text is the rest of the line after the key, spacing kept.
+    const size_t key_at = body.find(f[1], body.find("meta") + 4);
+    tuning_.meta.emplace_back(f[1], Trim(body.substr(key_at + f[1].size())));
+    return Status::Ok();
+  }
+
+  Status BackendLine(const std::vector<std::string>& f) {
+    if (f.size() < 2) return Error("backend needs a name (shm, tcp, verbs)");
+    BackendTuning b;
+    b.line = line_;
+    if (!FindByName(f[1], kAllBackends, &transport::BackendName, &b.backend)) return UnknownBackend(f[1]);
+    for (const BackendTuning& other : tuning_.backends) {
+      if (other.backend == b.backend) {
+        return Error("backend " + f[1] + " given twice (first on line " + std::to_string(other.line) + ")");
+      }
+    }
+    if (f.size() < 4) return Error("backend " + f[1] + " needs at least one of " + kBackendFields);
+    if (f.size() % 2 != 0) return Error("backend " + f[1] + ": field '" + f.back() + "' has no value");
+    for (size_t i = 2; i + 1 < f.size(); i += 2) {
+      std::optional<double>* slot = nullptr;
+      if (f[i] == "alpha_us") slot = &b.alpha_us;
+      else if (f[i] == "beta_gbps") slot = &b.beta_gbps;
+      else if (f[i] == "copy_gbps") slot = &b.copy_gbps;
+      else return Error("unknown key '" + f[i] + "' in backend " + f[1] + " (valid: " + kBackendFields + ")");
+      if (slot->has_value()) return Error("backend " + f[1] + ": " + f[i] + " given twice");
+      double v = 0;
+      if (!ParsePositive(f[i + 1], &v)) {
+        return Error("backend " + f[1] + ": " + f[i] + " '" + f[i + 1] + "' is not a positive number");
+      }
+      *slot = v;
+    }
+    tuning_.backends.push_back(b);
+    return Status::Ok();
+  }
+
+  Status GammaLine(const std::vector<std::string>& f) {
+    if (f.size() != 4) return Error("gamma takes a dtype, an op and GB/s (gamma f32 sum 21.5)");
+    GammaTuning g;
+    g.line = line_;
+    if (!FindByName(f[1], kAllDataTypes, &DataTypeName, &g.dtype)) {
+      return Error("unknown dtype '" + f[1] + "' (valid: " + Names(kAllDataTypes, &DataTypeName) + ")");
+    }
+    if (!FindByName(f[2], kAllOps, &ReduceOpName, &g.op)) {
+      return Error("unknown op '" + f[2] + "' (valid: " + Names(kAllOps, &ReduceOpName) + ")");
+    }
+    if (!ParsePositive(f[3], &g.gbps)) return Error("gamma " + f[1] + " " + f[2] + ": '" + f[3] + "' is not a positive number");
+    for (const GammaTuning& other : tuning_.gammas) {
+      if (other.dtype == g.dtype && other.op == g.op) {
+        return Error("gamma " + f[1] + " " + f[2] + " given twice (first on line " + std::to_string(other.line) + ")");
+      }
+    }
+    tuning_.gammas.push_back(g);
+    return Status::Ok();
+  }
+
+  Status RuleLine(const std::vector<std::string>& f) {
+    if (f.size() != 8 || f[3] != "ranks" || f[5] != "from") {
+      return Error("expected 'rule COLLECTIVE BACKEND ranks N from BYTES ALGORITHM'");
+    }
+    TuningRule r;
+    r.line = line_;
+    if (!FindByName(f[1], kAllCollectives, &CollectiveName, &r.collective)) {
+      return Error("unknown collective '" + f[1] + "' (valid: " + Names(kAllCollectives, &CollectiveName) + ")");
+    }
+    if (!FindByName(f[2], kAllBackends, &transport::BackendName, &r.backend)) return UnknownBackend(f[2]);
+    int n = 0;
+    auto pr = std::from_chars(f[4].data(), f[4].data() + f[4].size(), n);
+    if (pr.ec != std::errc() || pr.ptr != f[4].data() + f[4].size() || n < 1 || n > (1 << 20)) {
+      return Error("ranks '" + f[4] + "' is not a rank count (an integer >= 1)");
+    }
+    r.nranks = n;
+    StatusOr<uint64_t> from = ParseByteSize(f[6]);
+    if (!from.ok()) return Error("from '" + f[6] + "': " + from.status().message());
+    r.from_bytes = static_cast<size_t>(*from);
+    r.algorithm = f[7];
+    std::string why;
+    if (!RuleAlgorithmOk(r.collective, r.backend, r.algorithm, &why)) return Error(why);
+    const std::string order = CheckRuleOrder(r, &last_rule_);
+    if (!order.empty()) return Error(order);
+    tuning_.rules.push_back(r);
+    return Status::Ok();
+  }
+
+  Tuning tuning_;
+  int line_ = 0;
+  bool seen_magic_ = false;
+  std::map<RuleGroup, RuleMark> last_rule_;  // the previous rule of each group
+};
+
+}  // namespace
+
+StatusOr<Tuning> ParseTuning(const std::string& text, const std::string& origin) {
+  return Parser(origin).Run(text);
+}
+
+StatusOr<Tuning> LoadTuningFile(const std::string& path) {
+  const std::string what = "CIUIC_TUNING_FILE=" + path;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const int err = errno;
+    if (err == ENOENT) return NotFoundError(what + ": no such file");
+    return UnavailableError(what + ": cannot open: " + std::strerror(err));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return UnavailableError(what + ": cannot read");
+  StatusOr<Tuning> t = ParseTuning(text.str(), path);
+  if (!t.ok()) return Status(t.status().code(), "CIUIC_TUNING_FILE: " + t.status().message());
+  return t;
+}
+
+Status CheckTuning(const Tuning& t) {
+  // The writer's checks are the parser's: format, then parse the text back.
+  StatusOr<Tuning> back = ParseTuning(FormatTuning(t), t.origin.empty() ? "tuning" : t.origin);
+  if (!back.ok()) return back.status();
+  // Text that reads back differently (a meta text with '#', spaces around
+  // it or a line break) would change on the way through a file.
+  if (back->meta != t.meta) return InvalidArgumentError("a meta text has '#', a line break or outer spaces");
+  return Status::Ok();
+}
+
+std::string FormatRule(const TuningRule& r) {
+  return std::string("rule ") + CollectiveName(r.collective) + " " + transport::BackendName(r.backend) + " ranks " +
+         std::to_string(r.nranks) + " from " + std::to_string(r.from_bytes) + " " + r.algorithm;
+}
+
+std::string FormatTuning(const Tuning& t) {
+  std::string out;
+  out += "# ciuic tuning file: load with CIUIC_TUNING_FILE=<this file>; grammar in README.md (Tuning).\n";
+  out += std::string(kMagic) + " " + std::to_string(kTuningFormatVersion) + "\n";
+  for (const auto& [key, value] : t.meta) out += "meta " + key + " " + value + "\n";
+  if (!t.backends.empty()) {
+    out += "# backend NAME alpha_us (one-way 8 B latency) beta_gbps (streaming) copy_gbps (local copy)\n";
+  }
+  for (const BackendTuning& b : t.backends) {
+    out += std::string("backend ") + transport::BackendName(b.backend);
+    if (b.alpha_us) out += " alpha_us " + Number(*b.alpha_us);
+    if (b.beta_gbps) out += " beta_gbps " + Number(*b.beta_gbps);
+    if (b.copy_gbps) out += " copy_gbps " + Number(*b.copy_gbps);
+    out += "\n";
+  }
+  if (!t.gammas.empty()) out += "# gamma DTYPE OP GB/s of result bytes, dst = a OP b, L2-resident\n";
+  for (const GammaTuning& g : t.gammas) {
+    out += std::string("gamma ") + DataTypeName(g.dtype) + " " + ReduceOpName(g.op) + " " + Number(g.gbps) + "\n";
+  }
+  if (!t.rules.empty()) out += "# rule COLLECTIVE BACKEND ranks N from BYTES ALGORITHM (until the next rule's from)\n";
+  for (const TuningRule& r : t.rules) out += FormatRule(r) + "\n";
+  return out;
+}
+
+void ApplyTuning(const Tuning& t, transport::BackendKind backend, CostParams* p, DataType dtype, ReduceOp op) {
+  for (const BackendTuning& b : t.backends) {
+    if (b.backend != backend) continue;
+    if (b.alpha_us) p->alpha_s = *b.alpha_us * 1e-6;
+    if (b.beta_gbps) p->beta_s_per_byte = 1.0 / (*b.beta_gbps * 1e9);
+    if (b.copy_gbps) p->copy_s_per_byte = 1.0 / (*b.copy_gbps * 1e9);
+  }
+  const GammaTuning* found = nullptr;
+  for (const GammaTuning& g : t.gammas) {
+    if (g.dtype != dtype) continue;
+    if (g.op == op) found = &g;
+    if (found == nullptr && op == ReduceOp::kAvg && g.op == ReduceOp::kSum) found = &g;
+  }
+  if (found != nullptr) p->gamma_s_per_byte = 1.0 / (found->gbps * 1e9);
+}
+
+const TuningRule* FindRule(const Tuning& t, Collective collective, transport::BackendKind backend, int nranks,
+                           size_t bytes) {
+  const TuningRule* best = nullptr;
+  for (const TuningRule& r : t.rules) {
+    if (r.collective != collective || r.backend != backend || r.nranks != nranks || r.from_bytes > bytes) continue;
+    if (best == nullptr || r.from_bytes > best->from_bytes) best = &r;
+  }
+  return best;
+}
+
+std::optional<std::string> TunedAlgorithm(const Tuning& t, Collective collective, transport::BackendKind backend,
+                                          int nranks, size_t bytes) {
+  const TuningRule* r = FindRule(t, collective, backend, nranks, bytes);
+  if (r == nullptr) return std::nullopt;
+  return r->algorithm;
+}
+
+}  // namespace ciuic::collectives

@@ -1,0 +1,147 @@
+// Tuning files: cost-model parameters measured on a machine and the
+// algorithm crossovers measured there, written by ciuic-tune and read by the
+// communicator from CIUIC_TUNING_FILE.
+//
+// Format (version 1): UTF-8 text, one statement per line, fields separated
+// by spaces or tabs; `#` starts a comment that runs to the end of the line;
+// blank lines are ignored. Numbers are decimal (`1.5`, `2e-3`), sizes are
+// integers of bytes (K/M/G suffixes = KiB/MiB/GiB accepted). Grammar:
+//
+//   file    := "ciuic-tuning 1"          first statement, exactly once
+//              { meta | backend | gamma | rule }
+//   meta    := "meta" KEY TEXT           KEY [a-z0-9_]+; TEXT = the rest of
+//                                        the line (host, date, git, cpu, ...);
+//                                        informational, each KEY once
+//   backend := "backend" BACKEND { FIELD VALUE }    at least one field, each
+//                                        once; one line per BACKEND
+//     BACKEND := shm | tcp | verbs
+//     alpha_us  VALUE > 0   one-way latency of a small message (8 B ping-pong
+//                           over a Link, half the round trip), microseconds:
+//                           the model's alpha (per chunk)
+//     beta_gbps VALUE > 0   streaming bandwidth of full-slot writes over a
+//                           Link, GB/s (1e9 B/s): the model's beta = 1/rate
+//     copy_gbps VALUE > 0   local copy rate (slot -> buffer), GB/s
+//   gamma   := "gamma" DTYPE OP GBPS     reduction rate of dst = a OP b at an
+//                                        L2-resident size, GB/s of result
+//                                        bytes (count x element size / time);
+//                                        one line per (DTYPE, OP)
+//     DTYPE := i8 u8 i32 u32 i64 u64 f16 bf16 f32 f64;  OP := sum prod min max avg
+//   rule    := "rule" COLL BACKEND "ranks" N "from" BYTES ALGO
+//     For collective COLL (allreduce, broadcast, ... as CollectiveName), on
+//     BACKEND with exactly N ranks, calls of BYTES bytes or more use ALGO, up
+//     to the `from` of the next rule of the same (COLL, BACKEND, N). Within
+//     one (COLL, BACKEND, N) the rules are sorted by strictly increasing
+//     `from`; sizes below the first `from` have no rule (the cost model
+//     decides). ALGO must implement COLL (ParseAlgorithm); in addition,
+//     `direct` is accepted for allreduce on shm: the communicator's own
+//     one-host shared-memory all-reduce, which is not a schedule.
+//
+// Example:
+//   ciuic-tuning 1
+//   meta host node17
+//   backend shm alpha_us 0.35 beta_gbps 14.2 copy_gbps 30.1
+//   gamma f32 sum 21.5
+//   rule allreduce shm ranks 2 from 0 recdoubling
+//   rule allreduce shm ranks 2 from 65536 ring
+//
+// Any other statement, a missing or repeated field, a value that is not a
+// positive finite number, an unknown name, or unsorted or duplicate rules is
+// an error naming the origin (file), the line and the problem.
+//
+// Thread contract: pure functions; a Tuning is a plain value.
+#ifndef CIUIC_COLLECTIVES_TUNING_H_
+#define CIUIC_COLLECTIVES_TUNING_H_
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ciuic/kernels.h"
+#include "ciuic/status.h"
+#include "ciuic/transport.h"
+#include "collectives/algorithms.h"
+#include "collectives/cost_model.h"
+
+namespace ciuic::collectives {
+
+inline constexpr int kTuningFormatVersion = 1;
+
+// Measured transport parameters of one backend; unset = not in the file.
+struct BackendTuning {
+  transport::BackendKind backend = transport::BackendKind::kShm;
+  std::optional<double> alpha_us;
+  std::optional<double> beta_gbps;
+  std::optional<double> copy_gbps;
+  int line = 0;  // where it was read (0: built in code)
+};
+
+struct GammaTuning {
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  double gbps = 0;
+  int line = 0;
+};
+
+struct TuningRule {
+  Collective collective = Collective::kAllReduce;
+  transport::BackendKind backend = transport::BackendKind::kShm;
+  int nranks = 0;
+  size_t from_bytes = 0;
+  std::string algorithm;  // an AlgorithmName, or "direct" (all-reduce on shm)
+  int line = 0;
+};
+
+struct Tuning {
+  std::string origin;  // file name (or what the text came from), for messages
+  std::vector<std::pair<std::string, std::string>> meta;  // in file order
+  std::vector<BackendTuning> backends;                    // in file order
+  std::vector<GammaTuning> gammas;                        // in file order
+  std::vector<TuningRule> rules;                          // in file order
+};
+
+// Parses the text of a tuning file; `origin` names it in errors.
+// Errors: kInvalidArgument "<origin>:<line>: <what is wrong>".
+StatusOr<Tuning> ParseTuning(const std::string& text, const std::string& origin);
+
+// Reads and parses `path`. Errors (each naming CIUIC_TUNING_FILE and the
+// path): kNotFound (no such file), kUnavailable (cannot read it),
+// kInvalidArgument (a parse error, with its line).
+StatusOr<Tuning> LoadTuningFile(const std::string& path);
+
+// The text of `tuning` in the format above (a short comment header, then
+// meta, backend, gamma and rule lines in the order held). Numbers are
+// written in their shortest exact form, so ParseTuning(FormatTuning(t))
+// gives back the same values. Precondition: `tuning` satisfies the format's
+// rules (as every parsed Tuning does); CheckTuning says whether it does.
+std::string FormatTuning(const Tuning& tuning);
+
+// Whether `tuning` (e.g. one built in code) satisfies the format's rules.
+// Errors: kInvalidArgument naming the offending entry.
+Status CheckTuning(const Tuning& tuning);
+
+// One rule as the line that states it ("rule allreduce shm ranks 2 from
+// 65536 ring").
+std::string FormatRule(const TuningRule& rule);
+
+// Overrides the fields of `params` the file has for `backend` (alpha, beta,
+// copy) and the gamma of (dtype, op) (avg falls back to sum's gamma: the
+// executor reduces avg as a sum); leaves the others as they are.
+void ApplyTuning(const Tuning& tuning, transport::BackendKind backend, CostParams* params,
+                 DataType dtype = DataType::kFloat32, ReduceOp op = ReduceOp::kSum);
+
+// The rule that covers a call of `bytes` bytes of `collective` on `backend`
+// with `nranks` ranks: the one with the largest from_bytes <= bytes among
+// the rules for exactly that (collective, backend, nranks); nullptr when
+// there is none (no rule for them, or bytes below the first rule).
+const TuningRule* FindRule(const Tuning& tuning, Collective collective, transport::BackendKind backend,
+                           int nranks, size_t bytes);
+
+// FindRule's algorithm name, or nullopt when no rule applies.
+std::optional<std::string> TunedAlgorithm(const Tuning& tuning, Collective collective,
+                                          transport::BackendKind backend, int nranks, size_t bytes);
+
+}  // namespace ciuic::collectives
+
+#endif  // CIUIC_COLLECTIVES_TUNING_H_

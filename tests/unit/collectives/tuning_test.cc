@@ -1,0 +1,366 @@
+// Tuning files: parse/format round trip, every error naming its line,
+// rule lookup at boundaries, ApplyTuning, LoadTuningFile, and MakePlan
+// following a rule.
+#include "collectives/tuning.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "collectives/plan.h"
+
+namespace ciuic::collectives {
+namespace {
+
+using transport::BackendKind;
+
+constexpr const char* kSample =
+    "# written by hand\n"
+    "\n"
+    "ciuic-tuning 1\n"
+    "meta host  node17   # spacing inside the text is kept\n"
+    "meta cpu AMD EPYC 9B45\n"
+    "backend shm alpha_us 0.35 beta_gbps 14.2 copy_gbps 30.1\n"
+    "backend\ttcp\talpha_us 12 beta_gbps 1.25\n"
+    "gamma f32 sum 21.5\n"
+    "gamma bf16 sum 9.75\n"
+    "rule allreduce shm ranks 2 from 0 recdoubling\n"
+    "rule allreduce shm ranks 2 from 64K ring\n"
+    "rule allreduce shm ranks 2 from 1048576 direct\n"
+    "rule allreduce tcp ranks 4 from 1024 rabenseifner\n"
+    "rule broadcast shm ranks 2 from 0 tree\n";
+
+Tuning ParseOrDie(const std::string& text) {
+  StatusOr<Tuning> t = ParseTuning(text, "t.txt");
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return t.ok() ? *t : Tuning{};
+}
+
+TEST(TuningTest, ParsesEveryStatement) {
+  const Tuning t = ParseOrDie(kSample);
+  EXPECT_EQ(t.origin, "t.txt");
+  ASSERT_EQ(t.meta.size(), 2u);
+  EXPECT_EQ(t.meta[0].first, "host");
+  EXPECT_EQ(t.meta[0].second, "node17");
+  EXPECT_EQ(t.meta[1].second, "AMD EPYC 9B45");
+  ASSERT_EQ(t.backends.size(), 2u);
+  EXPECT_EQ(t.backends[0].backend, BackendKind::kShm);
+  EXPECT_DOUBLE_EQ(*t.backends[0].alpha_us, 0.35);
+  EXPECT_DOUBLE_EQ(*t.backends[0].beta_gbps, 14.2);
+  EXPECT_DOUBLE_EQ(*t.backends[0].copy_gbps, 30.1);
+  EXPECT_EQ(t.backends[0].line, 6);
+  EXPECT_EQ(t.backends[1].backend, BackendKind::kTcp);
+  EXPECT_FALSE(t.backends[1].copy_gbps.has_value());
+  ASSERT_EQ(t.gammas.size(), 2u);
+  EXPECT_EQ(t.gammas[1].dtype, DataType::kBFloat16);
+  EXPECT_EQ(t.gammas[1].op, ReduceOp::kSum);
+  EXPECT_DOUBLE_EQ(t.gammas[1].gbps, 9.75);
+  ASSERT_EQ(t.rules.size(), 5u);
+  EXPECT_EQ(t.rules[1].from_bytes, 65536u);  // 64K
+  EXPECT_EQ(t.rules[1].algorithm, "ring");
+  EXPECT_EQ(t.rules[1].line, 11);
+  EXPECT_EQ(t.rules[2].algorithm, "direct");
+  EXPECT_EQ(t.rules[3].backend, BackendKind::kTcp);
+  EXPECT_EQ(t.rules[3].nranks, 4);
+  EXPECT_EQ(t.rules[4].collective, Collective::kBroadcast);
+}
+
+TEST(TuningTest, FormatRoundTrips) {
+  const Tuning t = ParseOrDie(kSample);
+  const std::string text = FormatTuning(t);
+  const Tuning back = ParseOrDie(text);
+  EXPECT_EQ(FormatTuning(back), text);
+  EXPECT_EQ(back.meta, t.meta);
+  ASSERT_EQ(back.rules.size(), t.rules.size());
+  for (size_t i = 0; i < t.rules.size(); ++i) EXPECT_EQ(FormatRule(back.rules[i]), FormatRule(t.rules[i]));
+  EXPECT_NE(text.find("rule allreduce shm ranks 2 from 65536 ring\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("backend tcp alpha_us 12 beta_gbps 1.25\n"), std::string::npos) << text;
+  EXPECT_TRUE(CheckTuning(t).ok());
+}
+
+TEST(TuningTest, NumbersRoundTripExactly) {
+  Tuning t;
+  BackendTuning b;
+  b.backend = BackendKind::kVerbs;
+  b.alpha_us = 0.1 + 0.2;  // 0.30000000000000004
+  b.beta_gbps = 1.0 / 3.0;
+  t.backends.push_back(b);
+  GammaTuning g;
+  g.dtype = DataType::kFloat64;
+  g.op = ReduceOp::kMax;
+  g.gbps = 123456.789e-3;
+  t.gammas.push_back(g);
+  const Tuning back = ParseOrDie(FormatTuning(t));
+  ASSERT_EQ(back.backends.size(), 1u);
+  EXPECT_EQ(*back.backends[0].alpha_us, *b.alpha_us);
+  EXPECT_EQ(*back.backends[0].beta_gbps, *b.beta_gbps);
+  ASSERT_EQ(back.gammas.size(), 1u);
+  EXPECT_EQ(back.gammas[0].gbps, g.gbps);
+  EXPECT_EQ(back.gammas[0].op, ReduceOp::kMax);
+}
+
+struct BadCase {
+  const char* line;     // the offending statement
+  const char* problem;  // a part of the message
+};
+
+TEST(TuningTest, EveryErrorNamesFileLineAndProblem) {
+  const BadCase kCases[] = {
+      {"ciuic-tuning 1", "'ciuic-tuning' again"},
+      {"alpha 3", "unknown statement 'alpha'"},
+      {"backend", "backend needs a name"},
+      {"backend ib alpha_us 1", "unknown backend 'ib' (valid: shm, tcp, verbs)"},
+      {"backend shm", "needs at least one of alpha_us, beta_gbps, copy_gbps"},
+      {"backend shm alfa_us 1", "unknown key 'alfa_us' in backend shm"},
+      {"backend shm alpha_us 1 beta_gbps", "field 'beta_gbps' has no value"},
+      {"backend shm alpha_us 1 alpha_us 2", "alpha_us given twice"},
+      {"backend shm alpha_us 1.2.3", "alpha_us '1.2.3' is not a positive number"},
+      {"backend shm alpha_us 0", "'0' is not a positive number"},
+      {"backend shm alpha_us -1", "'-1' is not a positive number"},
+      {"backend shm beta_gbps nan", "'nan' is not a positive number"},
+      {"backend shm beta_gbps inf", "'inf' is not a positive number"},
+      {"backend shm beta_gbps 1e999", "'1e999' is not a positive number"},
+      {"backend shm copy_gbps 5GB", "'5GB' is not a positive number"},
+      {"backend tcp alpha_us 2", "backend tcp given twice (first on line 3)"},
+      {"gamma f32 sum", "gamma takes a dtype, an op and GB/s"},
+      {"gamma f128 sum 1", "unknown dtype 'f128' (valid: i8, u8"},
+      {"gamma f32 xor 1", "unknown op 'xor' (valid: sum, prod, min, max, avg)"},
+      {"gamma f32 sum fast", "'fast' is not a positive number"},
+      {"gamma i8 max 1", "gamma i8 max given twice (first on line 4)"},
+      {"meta host", "meta needs a key and a text"},
+      {"meta Host x", "meta key 'Host' is not [a-z0-9_]+"},
+      {"meta git abc", "meta git given twice"},
+      {"rule allreduce shm 2 from 0 ring", "expected 'rule COLLECTIVE BACKEND ranks N from BYTES ALGORITHM'"},
+      {"rule allreduce shm ranks 2 from 0", "expected 'rule COLLECTIVE"},
+      {"rule allreduce shm ranks 2 to 0 ring", "expected 'rule COLLECTIVE"},
+      {"rule allreducee shm ranks 2 from 0 ring", "unknown collective 'allreducee' (valid: allreduce, broadcast"},
+      {"rule allreduce rdma ranks 2 from 0 ring", "unknown backend 'rdma'"},
+      {"rule allreduce shm ranks 0 from 0 ring", "ranks '0' is not a rank count"},
+      {"rule allreduce shm ranks two from 0 ring", "ranks 'two' is not a rank count"},
+      {"rule allreduce shm ranks 2 from 12Q ring", "from '12Q': '12Q': unknown unit 'Q'"},
+      {"rule allreduce shm ranks 2 from -1 ring", "from '-1'"},
+      {"rule allreduce shm ranks 2 from 0 fast",
+       "unknown algorithm 'fast' for allreduce; valid: ring, tree, rabenseifner, recdoubling, direct"},
+      {"rule broadcast shm ranks 2 from 0 recdoubling", "unknown algorithm 'recdoubling' for broadcast; valid: ring, binomial"},
+      {"rule allreduce tcp ranks 2 from 0 direct", "'direct' for allreduce is the one-host shared-memory all-reduce: only with backend shm"},
+      {"rule broadcast shm ranks 2 from 0 direct", "unknown algorithm 'direct' for broadcast"},
+      {"rule allreduce shm ranks 2 from 4096 tree", "duplicate rule for allreduce shm ranks 2 from 4096 (line 5)"},
+      {"rule allreduce shm ranks 2 from 100 tree", "rules for allreduce shm ranks 2 are not sorted: from 100 after from 4096 (line 5)"},
+  };
+  // Lines 1-5: what the duplicates collide with; line 6: the case.
+  const std::string preamble =
+      "ciuic-tuning 1\n"
+      "meta git abc\n"
+      "backend tcp alpha_us 1\n"
+      "gamma i8 max 2\n"
+      "rule allreduce shm ranks 2 from 4096 ring  # a comment\n";
+  for (const BadCase& c : kCases) {
+    StatusOr<Tuning> t = ParseTuning(preamble + c.line + "\n", "dir/t.txt");
+    ASSERT_FALSE(t.ok()) << c.line;
+    EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(t.status().message().rfind("dir/t.txt:6: ", 0), 0u) << c.line << " -> " << t.status().message();
+    EXPECT_NE(t.status().message().find(c.problem), std::string::npos)
+        << c.line << " -> " << t.status().message();
+  }
+  // The preamble alone is fine.
+  EXPECT_TRUE(ParseTuning(preamble, "dir/t.txt").ok());
+}
+
+TEST(TuningTest, HeaderErrors) {
+  struct Case {
+    const char* text;
+    const char* message;
+  } kCases[] = {
+      {"", "t.txt:1: no 'ciuic-tuning 1' line: not a tuning file"},
+      {"# only a comment\n\n", "t.txt:3: no 'ciuic-tuning 1' line"},
+      {"\nbackend shm alpha_us 1\n", "t.txt:2: expected 'ciuic-tuning 1' first, got 'backend'"},
+      {"ciuic-tuning 2\n", "t.txt:1: unsupported format version '2' (this build reads 1)"},
+      {"ciuic-tuning\n", "t.txt:1: ciuic-tuning takes one field, the format version"},
+  };
+  for (const Case& c : kCases) {
+    StatusOr<Tuning> t = ParseTuning(c.text, "t.txt");
+    ASSERT_FALSE(t.ok()) << c.text;
+    EXPECT_NE(t.status().message().find(c.message), std::string::npos) << t.status().message();
+  }
+}
+
+TEST(TuningTest, RuleLookupAtBoundaries) {
+  const Tuning t = ParseOrDie(kSample);
+  auto algo = [&](size_t bytes, int n = 2, BackendKind b = BackendKind::kShm,
+                  Collective c = Collective::kAllReduce) {
+    return TunedAlgorithm(t, c, b, n, bytes).value_or("none");
+  };
+  EXPECT_EQ(algo(0), "recdoubling");
+  EXPECT_EQ(algo(65535), "recdoubling");
+  EXPECT_EQ(algo(65536), "ring");
+  EXPECT_EQ(algo(1048575), "ring");
+  EXPECT_EQ(algo(1048576), "direct");
+  EXPECT_EQ(algo(SIZE_MAX), "direct");
+  // Exactly that rank count, backend and collective.
+  EXPECT_EQ(algo(65536, 3), "none");
+  EXPECT_EQ(algo(65536, 2, BackendKind::kTcp), "none");
+  EXPECT_EQ(algo(65536, 2, BackendKind::kShm, Collective::kReduce), "none");
+  EXPECT_EQ(algo(65536, 2, BackendKind::kShm, Collective::kBroadcast), "tree");
+  // Below the first rule of a group: no rule.
+  EXPECT_EQ(algo(1023, 4, BackendKind::kTcp), "none");
+  EXPECT_EQ(algo(1024, 4, BackendKind::kTcp), "rabenseifner");
+  const TuningRule* r = FindRule(t, Collective::kAllReduce, BackendKind::kShm, 2, 70000);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->line, 11);
+  EXPECT_EQ(FormatRule(*r), "rule allreduce shm ranks 2 from 65536 ring");
+}
+
+TEST(TuningTest, ApplyTuningOverridesWhatTheFileHas) {
+  const Tuning t = ParseOrDie(kSample);
+  const CostParams base = DefaultCostParams(BackendKind::kTcp);
+  CostParams p = base;
+  ApplyTuning(t, BackendKind::kTcp, &p);
+  EXPECT_DOUBLE_EQ(p.alpha_s, 12e-6);
+  EXPECT_DOUBLE_EQ(p.beta_s_per_byte, 1 / 1.25e9);
+  EXPECT_DOUBLE_EQ(p.copy_s_per_byte, base.copy_s_per_byte);  // not in the tcp line
+  EXPECT_DOUBLE_EQ(p.gamma_s_per_byte, 1 / 21.5e9);           // f32 sum
+  EXPECT_EQ(p.chunk_bytes, base.chunk_bytes);
+  p = base;
+  ApplyTuning(t, BackendKind::kShm, &p, DataType::kBFloat16, ReduceOp::kAvg);  // avg: sum's gamma
+  EXPECT_DOUBLE_EQ(p.alpha_s, 0.35e-6);
+  EXPECT_DOUBLE_EQ(p.copy_s_per_byte, 1 / 30.1e9);
+  EXPECT_DOUBLE_EQ(p.gamma_s_per_byte, 1 / 9.75e9);
+  p = base;
+  ApplyTuning(t, BackendKind::kVerbs, &p, DataType::kFloat64, ReduceOp::kSum);  // nothing for either
+  EXPECT_DOUBLE_EQ(p.alpha_s, base.alpha_s);
+  EXPECT_DOUBLE_EQ(p.beta_s_per_byte, base.beta_s_per_byte);
+  EXPECT_DOUBLE_EQ(p.gamma_s_per_byte, base.gamma_s_per_byte);
+}
+
+TEST(TuningTest, CheckTuningRejectsWhatCannotBeWritten) {
+  Tuning t = ParseOrDie(kSample);
+  EXPECT_TRUE(CheckTuning(t).ok());
+  Tuning unsorted = t;
+  std::swap(unsorted.rules[0], unsorted.rules[1]);
+  EXPECT_NE(CheckTuning(unsorted).message().find("not sorted"), std::string::npos);
+  Tuning hash = t;
+  hash.meta.emplace_back("note", "a # b");
+  EXPECT_FALSE(CheckTuning(hash).ok());
+  Tuning nan = t;
+  nan.gammas[0].gbps = 0.0 / 0.0;
+  EXPECT_NE(CheckTuning(nan).message().find("is not a positive number"), std::string::npos);
+}
+
+class TempFile {
+ public:
+  explicit TempFile(const std::string& text) {
+    char tmpl[] = "/tmp/ciuic-tuning-test-XXXXXX";
+    const int fd = mkstemp(tmpl);
+    path_ = tmpl;
+    if (fd >= 0) {
+      const ssize_t w = write(fd, text.data(), text.size());
+      EXPECT_EQ(w, static_cast<ssize_t>(text.size()));
+      close(fd);
+    }
+  }
+  ~TempFile() { std::remove(path_.c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+TEST(TuningTest, LoadTuningFile) {
+  TempFile good(kSample);
+  StatusOr<Tuning> t = LoadTuningFile(good.path());
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->origin, good.path());
+  EXPECT_EQ(t->rules.size(), 5u);
+
+  TempFile bad("ciuic-tuning 1\nbackend shm alpha_us x\n");
+  t = LoadTuningFile(bad.path());
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(t.status().message().rfind("CIUIC_TUNING_FILE: " + bad.path() + ":2: ", 0), 0u)
+      << t.status().message();
+
+  t = LoadTuningFile("/nonexistent/ciuic-tuning.txt");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(t.status().message().find("CIUIC_TUNING_FILE=/nonexistent/ciuic-tuning.txt"), std::string::npos)
+      << t.status().message();
+}
+
+// MakePlan for an all-reduce of `bytes` on 4 ranks over shm.
+StatusOr<Plan> PlanFor(size_t bytes, const Tuning* tuning, BackendKind backend = BackendKind::kShm,
+                       const std::string& algo = "auto") {
+  OpDesc op;
+  op.coll = Collective::kAllReduce;
+  op.count = bytes / 4;
+  SelectionCache cache;
+  return MakePlan(op, 0, 4, 1, algo, DefaultCostParams(backend), &cache, tuning, backend);
+}
+
+std::string FirstWord(const std::string& s) { return s.substr(0, s.find(' ')); }
+
+TEST(TuningTest, MakePlanFollowsARule) {
+  const size_t bytes = 1 << 20;
+  StatusOr<Plan> model = PlanFor(bytes, nullptr);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const std::string model_algo = FirstWord(model->why);
+  // A rule for an algorithm the model does not choose here.
+  const std::string other = model_algo == "tree" ? "ring" : "tree";
+  const Tuning t = ParseOrDie("ciuic-tuning 1\nrule allreduce shm ranks 4 from 4096 " + other + "\n");
+  StatusOr<Plan> tuned = PlanFor(bytes, &t);
+  ASSERT_TRUE(tuned.ok()) << tuned.status().ToString();
+  EXPECT_EQ(FirstWord(tuned->why), other) << tuned->why;
+  EXPECT_NE(tuned->why.find("tuned: rule allreduce shm ranks 4 from 4096 " + other + " (t.txt:2)"), std::string::npos)
+      << tuned->why;
+  EXPECT_NE(tuned->why.find("model predicts "), std::string::npos) << tuned->why;
+  EXPECT_NE(tuned->why.find("model's choice: " + model_algo), std::string::npos) << tuned->why;
+  CollectiveArgs args;
+  args.rank = 0;
+  args.nranks = 4;
+  args.count = bytes / 4;
+  StatusOr<Schedule> expect = MakeSchedule(*ParseAlgorithm(Collective::kAllReduce, other), args);
+  ASSERT_TRUE(expect.ok());
+  EXPECT_EQ(tuned->schedule.steps.size(), expect->steps.size());
+
+  // Below the rule, on another backend, or forced by CIUIC_ALGO: not tuned.
+  StatusOr<Plan> below = PlanFor(2048, &t);
+  ASSERT_TRUE(below.ok());
+  EXPECT_EQ(below->why.find("tuned"), std::string::npos) << below->why;
+  StatusOr<Plan> tcp = PlanFor(bytes, &t, BackendKind::kTcp);
+  ASSERT_TRUE(tcp.ok());
+  EXPECT_EQ(tcp->why.find("tuned"), std::string::npos) << tcp->why;
+  StatusOr<Plan> forced = PlanFor(bytes, &t, BackendKind::kShm, "recdoubling");
+  ASSERT_TRUE(forced.ok());
+  EXPECT_EQ(FirstWord(forced->why), "recdoubling");
+  EXPECT_NE(forced->why.find("forced by CIUIC_ALGO"), std::string::npos);
+}
+
+TEST(TuningTest, MakePlanLeavesDirectToTheModel) {
+  const size_t bytes = 1 << 20;
+  StatusOr<Plan> model = PlanFor(bytes, nullptr);
+  ASSERT_TRUE(model.ok());
+  const Tuning t = ParseOrDie("ciuic-tuning 1\nrule allreduce shm ranks 4 from 0 direct\n");
+  ASSERT_EQ(TunedAlgorithm(t, Collective::kAllReduce, BackendKind::kShm, 4, bytes).value_or(""), "direct");
+  StatusOr<Plan> plan = PlanFor(bytes, &t);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->why, model->why);
+}
+
+TEST(TuningTest, MakePlanUsesTheFilesGammaForTheModel) {
+  // With reductions made very slow, the model stops choosing algorithms
+  // that reduce more bytes per rank (recursive doubling reduces the whole
+  // vector on every rank; ring and Rabenseifner a 1/n share).
+  const size_t bytes = 1 << 10;
+  const Tuning slow = ParseOrDie("ciuic-tuning 1\ngamma f32 sum 0.00001\n");
+  StatusOr<Plan> plan = PlanFor(bytes, &slow);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_NE(FirstWord(plan->why), "recdoubling") << plan->why;
+  StatusOr<Plan> fast = PlanFor(bytes, nullptr);
+  ASSERT_TRUE(fast.ok());
+  EXPECT_EQ(FirstWord(fast->why), "recdoubling") << fast->why;
+}
+
+}  // namespace
+}  // namespace ciuic::collectives
