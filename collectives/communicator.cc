@@ -20,6 +20,7 @@
 #include "collectives/partition.h"
 #include "collectives/plan.h"
 #include "collectives/shm_direct.h"
+#include "collectives/tuning.h"
 #include "common/log.h"
 #include "transport/pmix.h"
 
@@ -57,6 +58,7 @@ class CommImpl {
   CostParams cost_params;
   SelectionCache selections;
   std::unique_ptr<ShmDirect> direct;  // the one-host all-reduce, made on first use
+  std::optional<Tuning> tuning;       // CIUIC_TUNING_FILE
 
   // Queue and progress thread.
   std::mutex mu;
@@ -202,6 +204,15 @@ Status CommImpl::Init() {
   CIUIC_ASSIGN_OR_RETURN(kernels::Reducer red, kernels::Reducer::Create(config, kernels::CacheSizes::FromSystem()));
   reducer.emplace(red);
 
+  // The tuning file: every rank must load the same one (rank 0's hash goes
+  // out with its transport decision), or ranks would pick different
+  // algorithms for the same call.
+  std::string tuning_id = "none";
+  if (!config.tuning_file.empty()) {
+    CIUIC_ASSIGN_OR_RETURN(Tuning t, LoadTuningFile(config.tuning_file));
+    tuning_id = std::to_string(std::hash<std::string>()(FormatTuning(t)));
+    tuning = std::move(t);
+  }
   // Transport: rank 0 decides from every rank's host name, so all agree.
   CIUIC_RETURN_IF_ERROR(store->Set(prefix + "/host/" + std::to_string(rank), HostName()));
   std::string choice;
@@ -222,11 +233,18 @@ Status CommImpl::Init() {
       std::string why;
       choice = transport::BackendAvailable(BackendKind::kVerbs, probe, &why) ? "verbs" : "tcp";
     }
-    CIUIC_RETURN_IF_ERROR(store->Set(prefix + "/transport", choice + " " + RandomHex(8)));
+    CIUIC_RETURN_IF_ERROR(store->Set(prefix + "/transport", choice + " " + RandomHex(8) + " " + tuning_id));
   }
   CIUIC_ASSIGN_OR_RETURN(std::string decided, store->Get(prefix + "/transport", timeout));
   const size_t sp = decided.find(' ');
+  const size_t sp2 = decided.find(' ', sp + 1);
   choice = decided.substr(0, sp);
+  if (sp2 != std::string::npos && decided.substr(sp2 + 1) != tuning_id) {
+    return InvalidArgumentError("rank " + std::to_string(rank) + ": CIUIC_TUNING_FILE (" +
+                                (config.tuning_file.empty() ? std::string("unset") : "'" + config.tuning_file + "'") +
+                                ") differs from rank 0's: every rank must use the same tuning file");
+  }
+  if (sp2 != std::string::npos) decided.resize(sp2);
   CIUIC_ASSIGN_OR_RETURN(BackendKind kind, transport::ParseBackendKind(choice));
   transport::BackendOptions bo;
   bo.rank = rank;
@@ -242,6 +260,12 @@ Status CommImpl::Init() {
   backend = std::move(*be);
   cost_params = DefaultCostParams(kind);
   cost_params.chunk_bytes = link_options.slot_size;
+  if (tuning.has_value()) {
+    ApplyTuning(*tuning, kind, &cost_params);
+    CIUIC_LOG(kInfo, "tuning from %s (CIUIC_TUNING_FILE): %zu rules; %s alpha %.3g us, beta %.3g GB/s",
+              config.tuning_file.c_str(), tuning->rules.size(), transport::BackendName(kind),
+              cost_params.alpha_s * 1e6, 1e-9 / cost_params.beta_s_per_byte);
+  }
   pool = std::make_unique<transport::BufferPool>(*backend, 16u << 20);
   CIUIC_LOG(kInfo, "communicator rank %d/%d on %s", rank, size, backend->Describe().c_str());
   if (config.progress == "thread") {
@@ -268,7 +292,8 @@ StatusOr<transport::Link*> CommImpl::GetLink(int peer, int channel) {
 }
 
 StatusOr<ExecJob> CommImpl::Prepare(const OpDesc& d, Plan* plan) {
-  CIUIC_ASSIGN_OR_RETURN(*plan, MakePlan(d, rank, size, config.nchannels, config.algo, cost_params, &selections));
+  CIUIC_ASSIGN_OR_RETURN(*plan, MakePlan(d, rank, size, config.nchannels, config.algo, cost_params, &selections,
+                                         tuning.has_value() ? &*tuning : nullptr, backend->kind()));
   last_algorithm = plan->why;
   CIUIC_LOG(kInfo, "%s count=%zu: %s", CollectiveName(d.coll), d.count, plan->why.c_str());
   if (LogEnabled(LogLevel::kTrace)) {
@@ -316,8 +341,13 @@ Status CommImpl::Finish(const OpDesc& d) {
 bool CommImpl::UseDirect(const OpDesc& d) const {
   if (d.coll != Collective::kAllReduce || size < 2 || backend->kind() != BackendKind::kShm) return false;
   if (config.algo != "auto" && config.algo != "direct") return false;
-  // Partly overlapping buffers: the schedules stage such input; so do they.
   const size_t bytes = d.count * DataTypeSize(d.dtype);
+  if (config.algo == "auto" && tuning.has_value()) {
+    // A measured rule for this size decides (direct or a schedule).
+    const TuningRule* rule = FindRule(*tuning, d.coll, BackendKind::kShm, size, bytes);
+    if (rule != nullptr && rule->algorithm != "direct") return false;
+  }
+  // Partly overlapping buffers: the schedules stage such input; so do they.
   const auto s = reinterpret_cast<uintptr_t>(d.send);
   const auto r = reinterpret_cast<uintptr_t>(d.recv);
   return s == r || s >= r + bytes || r >= s + bytes;
@@ -336,29 +366,78 @@ Status CommImpl::RunDirect(const OpDesc& d, Clock::time_point deadline) {
   return Finish(d);
 }
 
+namespace {
+// The model's time for the direct shm all-reduce (not a schedule, so the
+// cost model does not cover it): one-shot = one hand-off, the copy in and
+// an n-input reduction of the whole buffer; two-shot = two hand-offs, the
+// copy in, the reduction of this rank's slice and the copy out.
+double DirectPredictedSeconds(size_t bytes, int n, bool one_shot, const CostParams& p) {
+  const double b = static_cast<double>(bytes);
+  if (one_shot) return p.alpha_s + b * p.copy_s_per_byte + (n - 1) * b * p.gamma_s_per_byte;
+  return 2 * p.alpha_s + b * (n - 1) / n * p.copy_s_per_byte + (n - 1) * (b / n) * p.gamma_s_per_byte +
+         b * p.copy_s_per_byte;
+}
+}  // namespace
+
 Status CommImpl::ExecuteCollective(const OpDesc& d, Clock::time_point deadline) {
+  // CIUIC_DEBUG=INFO: the model's prediction next to the measured time of
+  // every call (not timed otherwise: this is the small-message path).
+  const bool timed = LogEnabled(LogLevel::kInfo);
+  const Clock::time_point t0 = timed ? Clock::now() : Clock::time_point();
+  double predicted_s = -1;
+  Status s;
   if (UseDirect(d)) {
     const size_t bytes = d.count * DataTypeSize(d.dtype);
+    const bool one_shot = std::min(bytes, link_options.slot_size) <= ShmDirectOptions{}.one_shot_max_bytes;
     if (bytes != direct_logged_bytes) {
-      // Said once per size, not per call (this is the small-message path).
+      // Said once per size, not per call.
       direct_logged_bytes = bytes;
-      const bool one_shot = bytes <= ShmDirectOptions{}.one_shot_max_bytes ||
-                            std::min(bytes, link_options.slot_size) <= ShmDirectOptions{}.one_shot_max_bytes;
+      std::string reason = config.algo == "direct" ? "CIUIC_ALGO=direct"
+                                                   : "every rank on this host (shm): reduce from each other's memory, no rings";
+      const TuningRule* rule = tuning.has_value() && config.algo == "auto"
+                                   ? FindRule(*tuning, d.coll, BackendKind::kShm, size, bytes)
+                                   : nullptr;
+      if (rule != nullptr) reason = "tuned: " + FormatRule(*rule) + " (" + tuning->origin + ":" + std::to_string(rule->line) + ")";
       last_algorithm = std::string("direct (") + (one_shot ? "one-shot" : "two-shot") + ") for allreduce " +
-                       std::to_string(bytes) + " B on " + std::to_string(size) + " ranks: " +
-                       (config.algo == "direct" ? "CIUIC_ALGO=direct"
-                                                : "every rank on this host (shm): reduce from each other's memory, no rings");
+                       std::to_string(bytes) + " B on " + std::to_string(size) + " ranks: " + reason;
       CIUIC_LOG(kInfo, "allreduce count=%zu: %s", d.count, last_algorithm.c_str());
     }
-    return RunDirect(d, deadline);
+    if (timed) {
+      CostParams p = cost_params;
+      if (tuning.has_value()) ApplyTuning(*tuning, backend->kind(), &p, d.dtype, d.op);
+      predicted_s = DirectPredictedSeconds(bytes, size, one_shot, p);
+    }
+    s = RunDirect(d, deadline);
+  } else {
+    direct_logged_bytes = SIZE_MAX;
+    auto source = [this](int peer, int channel) { return GetLink(peer, channel); };
+    Executor exec(*backend, *reducer);
+    Plan plan;
+    CIUIC_ASSIGN_OR_RETURN(ExecJob job, Prepare(d, &plan));
+    if (timed) {
+      // The model's time for this very call (the selection above costed
+      // its size class).
+      CostParams p = cost_params;
+      p.elem_size = DataTypeSize(d.dtype);
+      p.nchannels = config.nchannels;
+      p.root = d.root;
+      if (tuning.has_value()) ApplyTuning(*tuning, backend->kind(), &p, d.dtype, d.op);
+      StatusOr<Algorithm> a = ParseAlgorithm(d.coll, plan.why.substr(0, plan.why.find(' ')));
+      if (a.ok()) {
+        StatusOr<Prediction> pr = Predict(d.coll, *a, d.count * DataTypeSize(d.dtype), size, p);
+        if (pr.ok()) predicted_s = pr->seconds;
+      }
+    }
+    s = exec.RunMany({job}, source, deadline, &aborted, nullptr);
+    if (s.ok()) s = Finish(d);
   }
-  direct_logged_bytes = SIZE_MAX;
-  auto source = [this](int peer, int channel) { return GetLink(peer, channel); };
-  Executor exec(*backend, *reducer);
-  Plan plan;
-  CIUIC_ASSIGN_OR_RETURN(ExecJob job, Prepare(d, &plan));
-  CIUIC_RETURN_IF_ERROR(exec.RunMany({job}, source, deadline, &aborted, nullptr));
-  return Finish(d);
+  if (timed && s.ok()) {
+    const double measured = std::chrono::duration<double>(Clock::now() - t0).count();
+    CIUIC_LOG(kInfo, "%s %zu B: %.*s predicted %.2f us, measured %.2f us", CollectiveName(d.coll),
+              d.count * DataTypeSize(d.dtype), static_cast<int>(last_algorithm.find(' ')), last_algorithm.c_str(),
+              predicted_s * 1e6, measured * 1e6);
+  }
+  return s;
 }
 
 Status CommImpl::ExecuteBatch(std::vector<std::shared_ptr<OpState>>* batch) {

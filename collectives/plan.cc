@@ -94,15 +94,18 @@ StatusOr<Plan> MakePlan(const OpDesc& op, int rank, int nranks, int nchannels, c
       // makes the same choice for the same class.
       const size_t rep = bytes == 0 ? 0 : (size_t{1} << key.second);
       CIUIC_ASSIGN_OR_RETURN(Selection sel, Select(op.coll, rep, nranks, p, ""));
-      if (tuning != nullptr) {
-        if (std::optional<Selection> tuned = TunedSelection(*tuning, backend, op.coll, nranks, rep, sel)) {
-          sel = std::move(*tuned);
-        }
-      }
       it = cache->emplace(key, std::move(sel)).first;
     }
     chosen = it->second.algorithm;
     why = it->second.reason;
+    // A rule of the tuning file covers the exact size ("from" is in bytes;
+    // the model's choice above is per size class).
+    if (tuning != nullptr) {
+      if (std::optional<Selection> tuned = TunedSelection(*tuning, backend, op.coll, nranks, bytes, it->second)) {
+        chosen = tuned->algorithm;
+        why = tuned->reason;
+      }
+    }
   }
   CIUIC_ASSIGN_OR_RETURN(plan.schedule, MakeSchedule(chosen, args));
   plan.why = std::string(AlgorithmName(chosen)) + " (" + why + ")";

@@ -47,9 +47,9 @@ struct Plan {
 // are remembered in `cache` (keyed by collective and power-of-two size
 // class), so the model runs once per size class, not per call.
 // With a `tuning` (CIUIC_TUNING_FILE), "auto" first looks for a rule of the
-// file for (op.coll, `backend`, nranks) at the size class's representative
-// size (its upper bound, the size the model is asked about too, so every
-// rank picks the same): a rule wins over the model, and Plan::why says
+// file for (op.coll, `backend`, nranks) covering the call's exact size in
+// bytes (every rank has the same, so every rank picks the same): a rule
+// wins over the model, and Plan::why says
 // "tuned: <the rule> (<file>:<line>)" with the model's prediction for it. A
 // rule naming `direct` (the communicator's own shared-memory all-reduce,
 // not a schedule; the communicator handles it before calling MakePlan)

@@ -115,7 +115,10 @@ struct ShmDirect::Impl {
   char* Slot(int r, uint64_t g) const { return data[r] + (g % nslots) * slot_bytes; }
   SlotHeader& Header(int r, uint64_t g) const { return headers[r][g % nslots]; }
 
-  uint64_t free_upto = 0;  // every rank's `out` was at least this when last read
+  uint64_t free_upto = 0;
+  // Spinning only helps when the awaited rank is running: with more ranks
+  // than CPUs here, go straight to yielding (Open MPI's yield_when_idle).
+  std::chrono::microseconds spin_for = kSpinFor;  // every rank's `out` was at least this when last read
 
   // Publishes `v` in this rank's `word` (a counter or a stamp) and wakes
   // peers asleep on this rank's bell.
@@ -226,7 +229,7 @@ class Stall {
       }
     }
     const auto waited = now - since_;
-    if (waited < kSpinFor) {
+    if (waited < impl_.spin_for) {
       // One pause per look: on Zen a pause is ~60 cycles, and the hand-off
       // this waits for takes ~100 ns.
       CpuRelax();
@@ -277,6 +280,11 @@ StatusOr<std::unique_ptr<ShmDirect>> ShmDirect::Create(transport::Backend& backe
   auto impl = std::make_unique<Impl>();
   impl->rank = rank;
   impl->size = size;
+  cpu_set_t cpus;
+  if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) < size) {
+    // This process may use fewer CPUs than there are ranks on the host.
+    impl->spin_for = std::chrono::microseconds(0);
+  }
   impl->nslots = options.nslots;
   impl->slot_bytes = options.slot_bytes;
   const size_t data_off = DataOffset(options.nslots);

@@ -334,7 +334,7 @@ const Knob kKnobs[] = {
      ParseIntIn<&Config::ib_timeout, 1, 31>, PrintInt<&Config::ib_timeout>},
     {"CIUIC_IB_RETRY_CNT", "7", "verbs transport retry count (0-7)",
      ParseIntIn<&Config::ib_retry_cnt, 0, 7>, PrintInt<&Config::ib_retry_cnt>},
-    {"CIUIC_ALGO", "auto", "collective algorithm: auto (cost model) or ring, tree, recdoubling, rabenseifner, ...",
+    {"CIUIC_ALGO", "auto", "collective algorithm: auto (tuning file, else cost model) or ring, tree, recdoubling, rabenseifner, direct (shm all-reduce), ...",
      [](const std::string& t, Config* c) {
        if (t.empty()) return InvalidArgumentError("expected auto or an algorithm name");
        c->algo = Lower(t);
@@ -352,6 +352,13 @@ const Knob kKnobs[] = {
        return Status::Ok();
      },
      [](const Config& c) { return c.progress; }},
+    {"CIUIC_TUNING_FILE", "",
+     "tuning file from ciuic-tune: measured cost-model parameters and algorithm crossovers (empty = built-in)",
+     [](const std::string& t, Config* c) {
+       c->tuning_file = t;
+       return Status::Ok();
+     },
+     [](const Config& c) { return c.tuning_file; }},
     {"CIUIC_IB_QPS_PER_PEER", "1", "verbs queue pairs per connection, writes striped across them (1-16)",
      ParseIntIn<&Config::ib_qps_per_peer, 1, 16>, PrintInt<&Config::ib_qps_per_peer>},
 };

@@ -98,14 +98,19 @@ struct Config {
   int ib_retry_cnt = 7;
   int ib_qps_per_peer = 1;
 
-  // Collectives. CIUIC_ALGO: auto (cost model) or an algorithm name (ring,
-  // tree, recdoubling, rabenseifner, ...); CIUIC_NCHANNELS: parallel rings /
+  // Collectives. CIUIC_ALGO: auto (a CIUIC_TUNING_FILE rule, else the cost
+  // model) or an algorithm name (ring, tree, recdoubling, rabenseifner,
+  // direct = the shared-memory all-reduce of ranks on one host, ...); CIUIC_NCHANNELS: parallel rings /
   // connections per peer; CIUIC_PROGRESS: "thread" (a progress thread runs
   // the operations, so async calls overlap the caller's work) or "caller"
   // (operations run inside wait/test and the blocking calls).
   std::string algo = "auto";
   int nchannels = 1;
   std::string progress = "thread";
+  // CIUIC_TUNING_FILE: a tuning file written by ciuic-tune (cost-model
+  // parameters per backend and measured algorithm crossovers); empty = the
+  // built-in defaults.
+  std::string tuning_file;
 
   // Names of the knobs whose value came from the environment.
   std::vector<std::string> from_env;

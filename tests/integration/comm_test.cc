@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <thread>
 #include <type_traits>
 
@@ -500,6 +501,85 @@ TEST(CollectivesErrors, KilledRankNamedBySurvivors) {
     EXPECT_TRUE(results[1].ok()) << t << "\n" << ResultsText(results);
     EXPECT_EQ(results[2].signal, SIGKILL) << ResultsText(results);
   }
+}
+
+// CIUIC_TUNING_FILE: the communicator follows the file's rules under auto
+// (and says so), every rank must load the same file, and a broken file is
+// an error naming it and the line.
+std::string WriteFile(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name + "." + std::to_string(getpid());
+  std::ofstream(path) << text;
+  return path;
+}
+
+StatusOr<std::unique_ptr<Communicator>> MakeTunedComm(int rank, int n, transport::Store& store,
+                                                      const std::string& tuning_file) {
+  CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
+  config.transport = "shm";
+  config.algo = "auto";
+  config.timeout_ms = 20000;
+  config.tuning_file = tuning_file;
+  std::shared_ptr<transport::Store> s(&store, [](transport::Store*) {});
+  return Communicator::CreateWithStore(rank, n, s, config);
+}
+
+TEST(CollectivesTuning, RulesOfTheFileDecide) {
+  const std::string file = WriteFile("tuning", R"(ciuic-tuning 1
+backend shm alpha_us 0.3 beta_gbps 12 copy_gbps 25
+gamma f32 sum 30
+rule allreduce shm ranks 2 from 0 ring
+rule allreduce shm ranks 2 from 4096 direct
+rule allreduce shm ranks 2 from 1048576 tree
+)");
+  auto results = RunRanks(2, [&](int rank, transport::Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(auto comm, MakeTunedComm(rank, 2, store, file));
+    struct Want { size_t count; const char* algo; };
+    for (const Want w : {Want{2, "ring"}, Want{1000, "ring"}, Want{1024, "direct"}, Want{100000, "direct"},
+                         Want{1u << 18, "tree"}, Want{1u << 19, "tree"}}) {
+      std::vector<float> x(w.count, static_cast<float>(rank + 1));
+      CIUIC_RETURN_IF_ERROR(comm->AllReduce(x.data(), x.data(), w.count, DataType::kFloat32, ReduceOp::kSum));
+      for (float v : x) EXPECT_OR_FAIL(v == 3.0f, "wrong sum");
+      const std::string got = comm->last_algorithm();
+      EXPECT_OR_FAIL(got.rfind(w.algo, 0) == 0 && got.find("tuned: rule allreduce shm ranks 2") != std::string::npos,
+                     std::to_string(w.count * 4) + " B: expected the file's " + w.algo + ", got: " + got);
+    }
+    // Other rank counts have no rule: the defaults decide (direct on shm).
+    return Status::Ok();
+  }, milliseconds(60000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+}
+
+TEST(CollectivesTuning, EveryRankMustUseTheSameFile) {
+  const std::string a = WriteFile("tuning_a", "ciuic-tuning 1\nrule allreduce shm ranks 2 from 0 ring\n");
+  const std::string b = WriteFile("tuning_b", "ciuic-tuning 1\nrule allreduce shm ranks 2 from 0 tree\n");
+  auto results = RunRanks(2, [&](int rank, transport::Store& store) -> Status {
+    StatusOr<std::unique_ptr<Communicator>> comm = MakeTunedComm(rank, 2, store, rank == 0 ? a : b);
+    if (rank == 0) return Status::Ok();  // rank 0 decides; the other one notices
+    if (comm.ok()) return InternalError("rank 1 accepted a tuning file that differs from rank 0's");
+    if (comm.status().message().find("CIUIC_TUNING_FILE") == std::string::npos) {
+      return InternalError("the error does not name CIUIC_TUNING_FILE: " + comm.status().ToString());
+    }
+    return Status::Ok();
+  }, milliseconds(60000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+}
+
+TEST(CollectivesTuning, BrokenFileNamesFileAndLine) {
+  const std::string bad = WriteFile("tuning_bad", "ciuic-tuning 1\nrule allreduce shm ranks 2 from 0 nosuchalgo\n");
+  auto results = RunRanks(1, [&](int rank, transport::Store& store) -> Status {
+    StatusOr<std::unique_ptr<Communicator>> comm = MakeTunedComm(rank, 1, store, bad);
+    if (comm.ok()) return InternalError("a broken tuning file was accepted");
+    const std::string m = comm.status().message();
+    if (m.find(bad + ":2") == std::string::npos || m.find("nosuchalgo") == std::string::npos) {
+      return InternalError("the error does not name the file, line 2 and the bad name: " + m);
+    }
+    StatusOr<std::unique_ptr<Communicator>> missing = MakeTunedComm(rank, 1, store, bad + ".missing");
+    if (missing.ok() || missing.status().message().find("CIUIC_TUNING_FILE") == std::string::npos) {
+      return InternalError("a missing tuning file was not named: " + missing.status().ToString());
+    }
+    return Status::Ok();
+  }, milliseconds(60000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
 }
 
 }  // namespace
