@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -245,7 +246,7 @@ TEST(TuningTest, CheckTuningRejectsWhatCannotBeWritten) {
   hash.meta.emplace_back("note", "a # b");
   EXPECT_FALSE(CheckTuning(hash).ok());
   Tuning nan = t;
-  nan.gammas[0].gbps = 0.0 / 0.0;
+  nan.gammas[0].gbps = std::nan("");
   EXPECT_NE(CheckTuning(nan).message().find("is not a positive number"), std::string::npos);
 }
 
@@ -289,14 +290,15 @@ TEST(TuningTest, LoadTuningFile) {
       << t.status().message();
 }
 
-// MakePlan for an all-reduce of `bytes` on 4 ranks over shm.
+// MakePlan for an all-reduce of `bytes` on 4 ranks over shm (a fresh
+// selection cache unless one is given).
 StatusOr<Plan> PlanFor(size_t bytes, const Tuning* tuning, BackendKind backend = BackendKind::kShm,
-                       const std::string& algo = "auto") {
+                       const std::string& algo = "auto", SelectionCache* shared = nullptr) {
   OpDesc op;
   op.coll = Collective::kAllReduce;
   op.count = bytes / 4;
   SelectionCache cache;
-  return MakePlan(op, 0, 4, 1, algo, DefaultCostParams(backend), &cache, tuning, backend);
+  return MakePlan(op, 0, 4, 1, algo, DefaultCostParams(backend), shared ? shared : &cache, tuning, backend);
 }
 
 std::string FirstWord(const std::string& s) { return s.substr(0, s.find(' ')); }
@@ -335,6 +337,20 @@ TEST(TuningTest, MakePlanFollowsARule) {
   ASSERT_TRUE(forced.ok());
   EXPECT_EQ(FirstWord(forced->why), "recdoubling");
   EXPECT_NE(forced->why.find("forced by CIUIC_ALGO"), std::string::npos);
+}
+
+TEST(TuningTest, MakePlanAppliesRulesAtTheExactSize) {
+  // 40000 B is inside the size class (32 KiB, 64 KiB]: the rule boundary
+  // holds anyway, and the selection cache shared by the calls (as in a
+  // communicator) does not carry one size's rule over to another.
+  const Tuning t = ParseOrDie("ciuic-tuning 1\nrule allreduce shm ranks 4 from 0 ring\n"
+                              "rule allreduce shm ranks 4 from 40000 tree\n");
+  SelectionCache cache;
+  for (size_t bytes : {39996, 40000, 39996, 65536, 36000}) {
+    StatusOr<Plan> plan = PlanFor(bytes, &t, BackendKind::kShm, "auto", &cache);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    EXPECT_EQ(FirstWord(plan->why), bytes >= 40000 ? "tree" : "ring") << bytes << ": " << plan->why;
+  }
 }
 
 TEST(TuningTest, MakePlanLeavesDirectToTheModel) {
