@@ -1,0 +1,164 @@
+// ciuic-tune end to end: a quick run writes a file LoadTuningFile reads
+// (alpha/beta for shm, an all-reduce rule for 2 ranks); bad flags are named;
+// a rank that dies stops the run with its reason and leaves no process.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives/tuning.h"
+
+namespace ciuic {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Result {
+  int rc = -1;
+  std::string output;  // stdout and stderr
+};
+
+Result RunTune(const std::string& args) {
+  Result r;
+  const std::string cmd = std::string(CIUIC_TUNE_BIN) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
+  const int status = pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+std::string TempPath() {
+  char tmpl[] = "/tmp/ciuic-tune-test-XXXXXX";
+  const int fd = mkstemp(tmpl);
+  if (fd >= 0) close(fd);
+  return tmpl;
+}
+
+TEST(CiuicTuneTest, QuickRunWritesALoadableFile) {
+  const std::string path = TempPath();
+  const Result r = RunTune("--quick -n 2 -t shm -o " + path);
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("Out of bounds values : 0 OK"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("# allreduce on shm, 2 ranks"), std::string::npos) << r.output;
+  StatusOr<collectives::Tuning> t = collectives::LoadTuningFile(path);
+  std::remove(path.c_str());
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_EQ(t->backends.size(), 1u);
+  EXPECT_EQ(t->backends[0].backend, transport::BackendKind::kShm);
+  ASSERT_TRUE(t->backends[0].alpha_us.has_value());
+  ASSERT_TRUE(t->backends[0].beta_gbps.has_value());
+  EXPECT_GT(*t->backends[0].alpha_us, 0);
+  EXPECT_GT(*t->backends[0].beta_gbps, 0);
+  EXPECT_FALSE(t->gammas.empty());
+  // Rules cover every size from 0 for 2 ranks, and nothing else.
+  EXPECT_TRUE(collectives::TunedAlgorithm(*t, collectives::Collective::kAllReduce, transport::BackendKind::kShm, 2, 0)
+                  .has_value());
+  for (const collectives::TuningRule& rule : t->rules) {
+    EXPECT_EQ(rule.nranks, 2) << collectives::FormatRule(rule);
+    EXPECT_EQ(rule.backend, transport::BackendKind::kShm);
+  }
+}
+
+TEST(CiuicTuneTest, BadFlagsAreNamed) {
+  const struct {
+    const char* args;
+    const char* message;
+  } kCases[] = {
+      {"-n 1", "-n/--ranks '1': expected rank counts from 2 to 64"},
+      {"-n 2,x", "-n/--ranks '2,x'"},
+      {"-t ib", "-t/--transport 'ib': expected shm, tcp, verbs"},
+      {"-b 0", "-b/--min-bytes '0'"},
+      {"-e 1Q", "-e/--max-bytes '1Q'"},
+      {"-b 1M -e 1K", "-b (1048576) is larger than -e (1024)"},
+      {"--bogus", "unknown flag '--bogus'"},
+      {"-o", "-o needs a value"},
+      {"extra", "unexpected argument 'extra'"},
+  };
+  for (const auto& c : kCases) {
+    const Result r = RunTune(c.args);
+    EXPECT_EQ(r.rc, 2) << c.args << ": " << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.args << ": " << r.output;
+  }
+}
+
+// Children of `parent`, from /proc.
+std::vector<pid_t> ChildrenOf(pid_t parent) {
+  std::vector<pid_t> out;
+  DIR* d = opendir("/proc");
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+    if (pid <= 0) continue;
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string text;
+    std::getline(stat, text);
+    const size_t paren = text.rfind(')');
+    if (paren == std::string::npos) continue;
+    char state = 0;
+    int ppid = 0;
+    if (std::sscanf(text.c_str() + paren + 1, " %c %d", &state, &ppid) == 2 && ppid == parent) out.push_back(pid);
+  }
+  closedir(d);
+  return out;
+}
+
+TEST(CiuicTuneTest, ADeadRankStopsTheRunWithItsReason) {
+  const std::string path = TempPath();
+  std::remove(path.c_str());
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t tool = fork();
+  ASSERT_GE(tool, 0);
+  if (tool == 0) {
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    close(fds[0]);
+    close(fds[1]);
+    execl(CIUIC_TUNE_BIN, CIUIC_TUNE_BIN, "-n", "2", "-t", "shm", "-o", path.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(fds[1]);
+  // Read until the sweep starts, then kill one of its ranks.
+  std::string output;
+  char buf[4096];
+  while (output.find("# allreduce sweep") == std::string::npos) {
+    const ssize_t n = read(fds[0], buf, sizeof(buf));
+    if (n <= 0) break;
+    output.append(buf, static_cast<size_t>(n));
+  }
+  std::vector<pid_t> ranks;
+  const auto until = Clock::now() + std::chrono::seconds(10);
+  while (ranks.size() < 2 && Clock::now() < until) {
+    ranks = ChildrenOf(tool);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(ranks.size(), 2u) << output;
+  ASSERT_EQ(kill(ranks[1], SIGKILL), 0);
+  for (ssize_t n; (n = read(fds[0], buf, sizeof(buf))) > 0;) output.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(tool, &status, 0), tool);
+  ASSERT_TRUE(WIFEXITED(status)) << output;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << output;
+  EXPECT_NE(output.find("2-rank sweep: rank "), std::string::npos) << output;
+  EXPECT_NE(output.find("killed by signal 9"), std::string::npos) << output;
+  // Both ranks are gone (reaped, not orphaned), and no file was written.
+  for (pid_t p : ranks) EXPECT_NE(kill(p, 0), 0) << "rank process " << p << " still exists";
+  std::ifstream written(path);
+  EXPECT_FALSE(written.good());
+}
+
+}  // namespace
+}  // namespace ciuic

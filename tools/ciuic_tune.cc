@@ -1,0 +1,992 @@
+// ciuic-tune: measures this machine for the cost model and the crossovers
+// between all-reduce algorithms, and writes a tuning file for
+// CIUIC_TUNING_FILE (format: collectives/tuning.h, README "Tuning").
+//
+// What it measures, in order:
+//   gamma, copy  in this process: Reducer::Reduce of two inputs into a
+//                256 KiB result (L2-resident, as chunks are) per dtype (sum),
+//                and Reducer::Copy of 256 KiB; best of three batches.
+//   alpha, beta  per backend, two forked ranks over one transport::Link (the
+//                slot ring collectives use): alpha = the median one-way time
+//                of an 8 B ping-pong (half the round trip); beta = full-slot
+//                chunks streamed one way (the sender copies each into the
+//                slot, as the executor does), bytes / time until the
+//                receiver's answer to the last one.
+//   all-reduce   per rank count, n forked ranks run every algorithm that
+//                implements all-reduce (ring, tree, recdoubling,
+//                rabenseifner, and direct on shm where the communicator has
+//                it) on every backend over the size sweep, each through a
+//                Communicator with CIUIC_ALGO forced, f32 sum out of place.
+//                Every size is checked once (#wrong; any wrong element fails
+//                the run and no file is written), warmed up, then timed: the
+//                slowest rank's mean per call, best of up to five batches
+//                (--quick: two).
+// The rules are the fastest measured algorithm per size, merged across
+// adjacent sizes: the choice switches only where the new winner is more than
+// 5% faster than the current one, there and at the next size, so noise does
+// not flap between near-ties.
+// Beside each measurement the table shows the cost model's prediction with
+// the measured alpha, beta, gamma and copy.
+//
+// Ranks: forked here, meeting at a TCP store this process serves on
+// loopback with a fresh secret (one store per group of ranks); tcp runs over
+// lo. A rank that fails stops its group: the others are killed, ciuic-tune
+// prints the rank's reason and exits 1. Children die with this process
+// (PR_SET_PDEATHSIG). Exit status: 0 written; 1 a failure or a wrong result;
+// 2 bad flags or knobs.
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ciuic/collectives.h"
+#include "ciuic/config.h"
+#include "ciuic/kernels.h"
+#include "ciuic/transport.h"
+#include "collectives/cost_model.h"
+#include "collectives/tuning.h"
+#include "common/version.h"
+
+namespace ciuic::tune {
+namespace {
+
+using collectives::Collective;
+using transport::BackendKind;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kProg = "ciuic-tune";
+constexpr double kHysteresis = 1.05;  // a new winner must be >5% faster
+constexpr size_t kKernelBytes = 256u << 10;
+
+struct Options {
+  std::vector<int> ranks = {2, 4};
+  std::vector<BackendKind> backends;  // empty = shm, tcp (+ verbs when usable)
+  size_t min_bytes = 8;
+  size_t max_bytes = 64u << 20;
+  bool quick = false;
+  std::string output = "ciuic-tuning.txt";
+  std::string command;
+};
+
+// How long each measurement runs: --quick trades precision for time.
+struct Effort {
+  size_t factor = 2;           // between sizes
+  double budget_s = 0.25;      // timed seconds per (algorithm, size)
+  int min_iters = 3, max_iters = 5000;
+  int warmup = 2;
+  int batches = 5;
+  int pingpongs = 2000;        // alpha
+  size_t stream_bytes = 256u << 20;  // beta (tcp: a quarter)
+  double kernel_s = 0.02;      // per dtype
+};
+
+Effort EffortFor(bool quick) {
+  Effort e;
+  if (quick) {
+    e.factor = 4;
+    e.budget_s = 0.02;
+    e.min_iters = 2;
+    e.max_iters = 300;
+    e.warmup = 1;
+    e.batches = 2;
+    e.pingpongs = 500;
+    e.stream_bytes = 64u << 20;
+    e.kernel_s = 0.005;
+  }
+  return e;
+}
+
+void Usage(FILE* out) {
+  std::fprintf(out,
+               "usage: ciuic-tune [-n ranks,...] [-t shm,tcp,verbs] [-b min] [-e max] [--quick] [-o file]\n"
+               "Measures alpha, beta, gamma and the all-reduce crossovers on this machine and\n"
+               "writes a tuning file for CIUIC_TUNING_FILE.\n"
+               "  -n, --ranks LIST      rank counts to measure, each 2..64 (default 2,4)\n"
+               "  -t, --transport LIST  shm, tcp, verbs (default shm,tcp, and verbs when usable)\n"
+               "  -b, --min-bytes N     smallest all-reduce (default 8; K/M/G suffixes)\n"
+               "  -e, --max-bytes N     largest all-reduce (default 64M)\n"
+               "      --quick           fewer sizes (x4 apart) and iterations (about a minute)\n"
+               "  -o, --output FILE     where to write (default ciuic-tuning.txt)\n"
+               "  -h, --help\n"
+               "Ranks are forked here; tcp runs over loopback. CIUIC_* knobs apply (ciuic-info),\n"
+               "CIUIC_CHUNK_SIZE and CIUIC_NCHANNELS shape what is measured.\n");
+}
+
+bool BadFlag(const char* flag, const char* value, const std::string& expected) {
+  std::fprintf(stderr, "%s: %s '%s': expected %s\n", kProg, flag, value ? value : "", expected.c_str());
+  return false;
+}
+
+std::vector<std::string> SplitList(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) out.push_back(item);
+  if (!s.empty() && s.back() == ',') out.push_back("");
+  return out;
+}
+
+bool ParseOptions(int argc, char** argv, Options* o) {
+  static const option kLong[] = {{"ranks", 1, nullptr, 'n'},     {"transport", 1, nullptr, 't'},
+                                 {"min-bytes", 1, nullptr, 'b'}, {"max-bytes", 1, nullptr, 'e'},
+                                 {"quick", 0, nullptr, 'q'},     {"output", 1, nullptr, 'o'},
+                                 {"help", 0, nullptr, 'h'},      {nullptr, 0, nullptr, 0}};
+  for (int i = 0; i < argc; ++i) o->command += (i ? " " : "") + std::string(argv[i]);
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, ":n:t:b:e:o:h", kLong, nullptr)) != -1) {
+    switch (c) {
+      case 'n': {
+        o->ranks.clear();
+        for (const std::string& item : SplitList(optarg)) {
+          char* end = nullptr;
+          const long v = std::strtol(item.c_str(), &end, 10);
+          if (item.empty() || *end != '\0' || v < 2 || v > 64) {
+            return BadFlag("-n/--ranks", optarg, "rank counts from 2 to 64, comma-separated (2,4)");
+          }
+          if (std::find(o->ranks.begin(), o->ranks.end(), v) == o->ranks.end()) o->ranks.push_back(static_cast<int>(v));
+        }
+        if (o->ranks.empty()) return BadFlag("-n/--ranks", optarg, "at least one rank count");
+        break;
+      }
+      case 't': {
+        o->backends.clear();
+        for (const std::string& item : SplitList(optarg)) {
+          StatusOr<BackendKind> k = transport::ParseBackendKind(item);
+          if (!k.ok()) return BadFlag("-t/--transport", optarg, "shm, tcp, verbs or a comma list of them");
+          if (std::find(o->backends.begin(), o->backends.end(), *k) == o->backends.end()) o->backends.push_back(*k);
+        }
+        if (o->backends.empty()) return BadFlag("-t/--transport", optarg, "at least one transport");
+        break;
+      }
+      case 'b':
+      case 'e': {
+        StatusOr<uint64_t> v = ParseByteSize(optarg);
+        const char* flag = c == 'b' ? "-b/--min-bytes" : "-e/--max-bytes";
+        if (!v.ok() || *v < 4 || *v > (1ull << 32)) return BadFlag(flag, optarg, "a size from 4 to 4G such as 8, 64K, 64M");
+        (c == 'b' ? o->min_bytes : o->max_bytes) = static_cast<size_t>(*v);
+        break;
+      }
+      case 'q': o->quick = true; break;
+      case 'o':
+        if (*optarg == '\0') return BadFlag("-o/--output", optarg, "a file name");
+        o->output = optarg;
+        break;
+      case 'h': Usage(stdout); std::exit(0);
+      case ':':
+        std::fprintf(stderr, "%s: %s needs a value\n", kProg, argv[optind - 1]);
+        return false;
+      default:
+        std::fprintf(stderr, "%s: unknown flag '%s' (see --help)\n", kProg, argv[optind - 1]);
+        return false;
+    }
+  }
+  if (optind < argc) {
+    std::fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", kProg, argv[optind]);
+    return false;
+  }
+  if (o->min_bytes > o->max_bytes) {
+    std::fprintf(stderr, "%s: -b (%zu) is larger than -e (%zu)\n", kProg, o->min_bytes, o->max_bytes);
+    return false;
+  }
+  return true;
+}
+
+std::vector<size_t> Sizes(const Options& o, const Effort& e) {
+  std::vector<size_t> out;
+  for (size_t s = o.min_bytes / 4 * 4; s <= o.max_bytes; s *= e.factor) out.push_back(s);
+  if (out.back() < o.max_bytes / 4 * 4) out.push_back(o.max_bytes / 4 * 4);
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Where it ran.
+
+std::string CpuName() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    const size_t colon = line.find(':');
+    if (line.compare(0, 10, "model name") == 0 && colon != std::string::npos) return line.substr(colon + 2);
+  }
+  return "unknown";
+}
+
+std::string HostName() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+std::string UtcNow() {
+  const std::time_t now = std::time(nullptr);
+  char date[64];
+  std::strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
+  return date;
+}
+
+std::string SizeText(size_t bytes) {
+  if (bytes >= (1u << 20) && bytes % (1u << 20) == 0) return std::to_string(bytes >> 20) + "M";
+  if (bytes >= (1u << 10) && bytes % (1u << 10) == 0) return std::to_string(bytes >> 10) + "K";
+  return std::to_string(bytes);
+}
+
+std::string Join(const std::vector<std::string>& items, const char* sep) {
+  std::string s;
+  for (const std::string& i : items) s += (s.empty() ? "" : sep) + i;
+  return s;
+}
+
+// Meta text may not hold '#' (it starts a comment in the file).
+std::string MetaText(std::string s) {
+  std::replace(s.begin(), s.end(), '#', '?');
+  return s;
+}
+
+// ---------------------------------------------------------------------------
+// gamma and copy, in this process.
+
+struct KernelRates {
+  std::vector<std::pair<DataType, double>> reduce_gbps;  // 2-input sum
+  double copy_gbps = 0;
+};
+
+// GB/s of `bytes` per call of `fn`, best of three batches of about `s`.
+double Rate(size_t bytes, double s, const std::function<void()>& fn) {
+  fn();
+  const auto t0 = Clock::now();
+  fn();
+  const double one = std::max(1e-9, std::chrono::duration<double>(Clock::now() - t0).count());
+  const long reps = std::clamp<long>(static_cast<long>(s / one), 1, 1000000);
+  double best = 1e30;
+  for (int b = 0; b < 3; ++b) {
+    const auto start = Clock::now();
+    for (long r = 0; r < reps; ++r) fn();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return static_cast<double>(bytes) * static_cast<double>(reps) / best / 1e9;
+}
+
+StatusOr<KernelRates> MeasureKernels(const kernels::Reducer& reducer, const Effort& e) {
+  // Zeros are a valid value of every dtype (no NaN, no denormal paths).
+  std::vector<uint64_t> a(kKernelBytes / 8, 0), b(kKernelBytes / 8, 0), dst(kKernelBytes / 8, 0);
+  KernelRates k;
+  const DataType kTypes[] = {DataType::kFloat32, DataType::kFloat64,  DataType::kFloat16, DataType::kBFloat16,
+                             DataType::kInt32,   DataType::kInt64,    DataType::kInt8,    DataType::kUint8,
+                             DataType::kUint32,  DataType::kUint64};
+  for (DataType t : kTypes) {
+    const void* srcs[2] = {a.data(), b.data()};
+    const size_t count = kKernelBytes / DataTypeSize(t);
+    CIUIC_RETURN_IF_ERROR(reducer.Reduce(dst.data(), srcs, 2, count, t, ReduceOp::kSum));
+    const double gbps = Rate(kKernelBytes, e.kernel_s, [&] {
+      (void)reducer.Reduce(dst.data(), srcs, 2, count, t, ReduceOp::kSum);
+      asm volatile("" : : "r"(dst.data()) : "memory");
+    });
+    k.reduce_gbps.emplace_back(t, gbps);
+  }
+  k.copy_gbps = Rate(kKernelBytes, e.kernel_s, [&] {
+    reducer.Copy(dst.data(), a.data(), kKernelBytes);
+    asm volatile("" : : "r"(dst.data()) : "memory");
+  });
+  return k;
+}
+
+// ---------------------------------------------------------------------------
+// Forked rank groups.
+
+// A child reports to the parent in lines on a pipe: rank 0 its results,
+// any rank "error <message>" before it exits 1.
+class Reporter {
+ public:
+  explicit Reporter(int fd) : fd_(fd) {}
+  void Line(const std::string& line) const {
+    const std::string l = line + "\n";
+    size_t off = 0;
+    while (off < l.size()) {
+      const ssize_t w = write(fd_, l.data() + off, l.size() - off);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return;  // the parent is gone: nothing to tell
+      off += static_cast<size_t>(w);
+    }
+  }
+
+ private:
+  int fd_;
+};
+
+using RankBody = std::function<Status(int rank, const std::string& host, uint16_t port, const std::string& secret,
+                                      const Reporter& out)>;
+
+std::string Secret() {
+  std::random_device rd;
+  char buf[33];
+  std::snprintf(buf, sizeof(buf), "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+  return buf;
+}
+
+std::string ExitText(int status) {
+  if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("killed by signal ") + std::to_string(WTERMSIG(status)) + " (" +
+                                  strsignal(WTERMSIG(status)) + ")";
+  return "ended";
+}
+
+// Runs body(rank, ...) in `n` forked processes meeting at a fresh store.
+// Every line a rank reports goes to on_line(rank, line) as it arrives. When
+// a rank fails (error line, non-zero exit, signal) or `limit` passes, the
+// others are killed and the error names the rank and its reason.
+Status RunRanks(int n, const RankBody& body, const std::function<void(int, const std::string&)>& on_line,
+                std::chrono::seconds limit) {
+  const std::string secret = Secret();
+  CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<transport::TcpStoreServer> server,
+                         transport::TcpStoreServer::Start("127.0.0.1", 0, secret));
+  const uint16_t port = server->port();
+  const pid_t parent = getpid();
+  std::vector<pid_t> pids(n, -1);
+  std::vector<int> fds(n, -1);
+  std::vector<std::string> partial(n), errors(n);
+  std::fflush(nullptr);
+  Status failure;
+  auto kill_all = [&] {
+    for (pid_t p : pids) {
+      if (p > 0) kill(p, SIGKILL);
+    }
+  };
+  for (int r = 0; r < n && failure.ok(); ++r) {
+    int pipefd[2];
+    if (pipe(pipefd) != 0) {
+      failure = UnavailableError(std::string("pipe: ") + std::strerror(errno));
+      break;
+    }
+    const pid_t pid = fork();
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(1);  // the parent died before the line above
+      close(pipefd[0]);
+      for (int i = 0; i < r; ++i) close(fds[i]);
+      const Reporter out(pipefd[1]);
+      Status s = body(r, "127.0.0.1", port, secret, out);
+      if (!s.ok()) out.Line("error " + s.ToString());
+      std::fflush(nullptr);
+      _exit(s.ok() ? 0 : 1);
+    }
+    close(pipefd[1]);
+    if (pid < 0) {
+      close(pipefd[0]);
+      failure = UnavailableError(std::string("fork: ") + std::strerror(errno));
+      break;
+    }
+    pids[r] = pid;
+    fds[r] = pipefd[0];
+  }
+  const auto deadline = Clock::now() + limit;
+  int open = 0;
+  for (int fd : fds) open += fd >= 0;
+  while (open > 0 && failure.ok()) {
+    std::vector<pollfd> pf;
+    std::vector<int> who;
+    for (int r = 0; r < n; ++r) {
+      if (fds[r] < 0) continue;
+      pf.push_back({fds[r], POLLIN, 0});
+      who.push_back(r);
+    }
+    const int ready = poll(pf.data(), pf.size(), 200);
+    if (ready < 0 && errno != EINTR) {
+      failure = UnavailableError(std::string("poll: ") + std::strerror(errno));
+      break;
+    }
+    for (size_t i = 0; i < pf.size() && ready > 0; ++i) {
+      if (pf[i].revents == 0) continue;
+      const int r = who[i];
+      char buf[4096];
+      const ssize_t got = read(fds[r], buf, sizeof(buf));
+      if (got > 0) {
+        partial[r].append(buf, static_cast<size_t>(got));
+        for (size_t nl; (nl = partial[r].find('\n')) != std::string::npos;) {
+          const std::string line = partial[r].substr(0, nl);
+          partial[r].erase(0, nl + 1);
+          if (line.rfind("error ", 0) == 0) errors[r] = line.substr(6);
+          else on_line(r, line);
+        }
+        continue;
+      }
+      if (got < 0 && errno == EINTR) continue;
+      // End of the pipe: the rank has ended (or is about to).
+      close(fds[r]);
+      fds[r] = -1;
+      --open;
+      int status = 0;
+      waitpid(pids[r], &status, 0);
+      pids[r] = -1;
+      if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+        failure = AbortedError("rank " + std::to_string(r) + ": " +
+                               (errors[r].empty() ? ExitText(status) : errors[r]));
+      }
+    }
+    if (failure.ok() && Clock::now() > deadline) {
+      failure = DeadlineExceededError("ranks still running after " + std::to_string(limit.count()) + " s");
+    }
+  }
+  kill_all();
+  for (int r = 0; r < n; ++r) {
+    if (fds[r] >= 0) close(fds[r]);
+    if (pids[r] > 0) waitpid(pids[r], nullptr, 0);
+  }
+  return failure;
+}
+
+// ---------------------------------------------------------------------------
+// alpha and beta over a Link (ranks 0 and 1).
+
+// The knobs of every measurement on `kind`: that transport, tcp over
+// loopback, and no tuning file (the algorithms are forced; a stale or broken
+// file in the environment must not stop the run that replaces it).
+Config BackendConfig(const Config& base, BackendKind kind) {
+  Config c = base;
+  (void)c.Set("CIUIC_TRANSPORT", transport::BackendName(kind));
+  (void)c.Set("CIUIC_TUNING_FILE", "");
+  if (kind == BackendKind::kTcp) (void)c.Set("CIUIC_SOCKET_IFNAME", "lo");
+  return c;
+}
+
+struct LinkBench {
+  std::unique_ptr<transport::Backend> backend;
+  std::unique_ptr<transport::BufferPool> pool;
+  std::unique_ptr<transport::Link> link;
+  std::chrono::steady_clock::time_point deadline;
+
+  Status Wait(const std::function<bool()>& ready, const char* what) {
+    return transport::WaitFor(
+        *backend, [this] { return link->Progress(); }, ready, deadline, what);
+  }
+  Status Send(const void* src, size_t len) {
+    void* slot = nullptr;
+    CIUIC_RETURN_IF_ERROR(Wait([&] { return (slot = link->AcquireSend()) != nullptr; }, "a free slot of the peer"));
+    kernels::CopyBytes(slot, src, len);
+    return link->CommitSend(len);
+  }
+  Status Recv() {
+    size_t len = 0;
+    CIUIC_RETURN_IF_ERROR(Wait([&] { return link->PeekRecv(&len) != nullptr; }, "a chunk from the peer"));
+    return link->ReleaseRecv();
+  }
+};
+
+Status MeasureLink(int rank, const std::string& host, uint16_t port, const std::string& secret, const Config& config,
+                   BackendKind kind, const Effort& e, const Reporter& out) {
+  const auto timeout = std::chrono::milliseconds(config.timeout_ms);
+  CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<transport::TcpStoreClient> store,
+                         transport::TcpStoreClient::Connect(host, port, secret, timeout));
+  transport::BackendOptions bo;
+  bo.rank = rank;
+  bo.world_size = 2;
+  bo.job_id = "tune" + std::to_string(port);
+  bo.config = config;
+  CIUIC_ASSIGN_OR_RETURN(transport::LinkOptions lo, transport::LinkOptions::FromConfig(config));
+  LinkBench b;
+  b.deadline = Clock::now() + timeout;
+  CIUIC_ASSIGN_OR_RETURN(b.backend, transport::OpenBackend(kind, bo));
+  b.pool = std::make_unique<transport::BufferPool>(*b.backend, 16u << 20);
+  CIUIC_ASSIGN_OR_RETURN(b.link, transport::Link::Create(*b.backend, *b.pool, *store, "tune/link", rank, 1 - rank, 0,
+                                                         lo, timeout));
+  std::vector<char> src(lo.slot_size, 1);
+  // alpha: 8 B ping-pong, one way = half the round trip, median.
+  const int warm = e.pingpongs / 10;
+  std::vector<double> one_way;
+  for (int i = 0; i < warm + e.pingpongs; ++i) {
+    if (rank == 0) {
+      const auto t0 = Clock::now();
+      CIUIC_RETURN_IF_ERROR(b.Send(src.data(), 8));
+      CIUIC_RETURN_IF_ERROR(b.Recv());
+      if (i >= warm) one_way.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 2);
+    } else {
+      CIUIC_RETURN_IF_ERROR(b.Recv());
+      CIUIC_RETURN_IF_ERROR(b.Send(src.data(), 8));
+    }
+  }
+  // beta: full slots streamed 0 -> 1, then an 8 B answer; a short warm-up
+  // round first.
+  const size_t stream = kind == BackendKind::kShm ? e.stream_bytes : e.stream_bytes / 4;
+  const size_t chunks = std::max<size_t>(16, stream / lo.slot_size);
+  double seconds = 0;
+  for (size_t round_chunks : {lo.nslots * 2, chunks}) {
+    const auto t0 = Clock::now();
+    for (size_t i = 0; i < round_chunks; ++i) {
+      CIUIC_RETURN_IF_ERROR(rank == 0 ? b.Send(src.data(), lo.slot_size) : b.Recv());
+    }
+    CIUIC_RETURN_IF_ERROR(rank == 0 ? b.Recv() : b.Send(src.data(), 8));
+    seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  CIUIC_RETURN_IF_ERROR(b.Wait([&] { return b.link->sends_in_flight() == 0; }, "the last write to complete"));
+  // Neither side tears the link down while the other still uses it.
+  CIUIC_RETURN_IF_ERROR(store->Set("tune/link/done/" + std::to_string(rank), "1"));
+  CIUIC_RETURN_IF_ERROR(store->Wait({"tune/link/done/0", "tune/link/done/1"}, timeout));
+  if (rank == 0) {
+    std::sort(one_way.begin(), one_way.end());
+    char line[160];
+    std::snprintf(line, sizeof(line), "link %s %.6g %.6g %zu", transport::BackendName(kind),
+                  one_way[one_way.size() / 2], static_cast<double>(chunks * lo.slot_size) / seconds / 1e9,
+                  lo.slot_size);
+    out.Line(line);
+  }
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------
+// The all-reduce sweep (every rank of a group).
+
+const char* const kAlgorithms[] = {"ring", "tree", "recdoubling", "rabenseifner", "direct"};
+
+std::vector<std::string> AlgorithmsOn(BackendKind kind) {
+  std::vector<std::string> out;
+  for (const char* a : kAlgorithms) {
+    if (std::string(a) != "direct" || kind == BackendKind::kShm) out.push_back(a);
+  }
+  return out;
+}
+
+// Small integers: every sum over up to 64 ranks is exact in f32.
+float Value(int rank, size_t i) { return static_cast<float>(static_cast<int>((i % 61 + 7 * rank) % 23) - 11); }
+
+struct SweepArgs {
+  std::vector<BackendKind> backends;
+  std::vector<size_t> sizes;
+  Effort effort;
+  Config config;
+};
+
+// The slowest rank's value (every rank gets it).
+StatusOr<double> MaxOverRanks(Communicator& comm, double v) {
+  double out = 0;
+  CIUIC_RETURN_IF_ERROR(comm.AllReduce(&v, &out, 1, DataType::kFloat64, ReduceOp::kMax));
+  return out;
+}
+
+// Checks and times one size on `comm`; *report gets "bytes us wrong iters"
+// (us: the slowest rank's mean per call, best batch; wrong: over all ranks).
+Status TimeOneSize(Communicator& comm, const SweepArgs& a, size_t bytes, bool first, std::vector<float>& send,
+                   std::vector<float>& recv, std::string* report) {
+  const int rank = comm.rank(), n = comm.size();
+  const size_t count = bytes / 4;
+  for (size_t i = 0; i < count; ++i) send[i] = Value(rank, i);
+  std::fill(recv.begin(), recv.begin() + static_cast<long>(count), -1.0f);
+  CIUIC_RETURN_IF_ERROR(comm.AllReduce(send.data(), recv.data(), count, DataType::kFloat32, ReduceOp::kSum));
+  double wrong = 0;
+  for (size_t i = 0; i < count; ++i) {
+    float expect = 0;
+    for (int r = 0; r < n; ++r) expect += Value(r, i);
+    wrong += recv[i] != expect;
+  }
+  const Effort& e = a.effort;
+  // The first size of a communicator warms up longer: its connections and
+  // progress thread have just started (small sizes only: the count is fixed,
+  // every rank runs the same number of calls).
+  const int warmup = bytes > (8u << 20) ? 1 : (first && bytes <= (64u << 10) ? 20 : e.warmup);
+  auto t0 = Clock::now();
+  for (int w = 0; w < warmup; ++w) {
+    CIUIC_RETURN_IF_ERROR(comm.AllReduce(send.data(), recv.data(), count, DataType::kFloat32, ReduceOp::kSum));
+  }
+  CIUIC_ASSIGN_OR_RETURN(double per_call,
+                         MaxOverRanks(comm, std::chrono::duration<double>(Clock::now() - t0).count() / warmup));
+  // The same count on every rank: it comes from the slowest rank's time.
+  const int iters = std::clamp(static_cast<int>(e.budget_s / std::max(per_call, 1e-7)), e.min_iters, e.max_iters);
+  const int batches = std::min(e.batches, iters);
+  double best = 1e30;
+  for (int b = 0; b < batches; ++b) {
+    const int k = iters / batches;
+    CIUIC_RETURN_IF_ERROR(comm.Barrier());
+    t0 = Clock::now();
+    for (int it = 0; it < k; ++it) {
+      CIUIC_RETURN_IF_ERROR(comm.AllReduce(send.data(), recv.data(), count, DataType::kFloat32, ReduceOp::kSum));
+    }
+    CIUIC_ASSIGN_OR_RETURN(double slowest,
+                           MaxOverRanks(comm, std::chrono::duration<double>(Clock::now() - t0).count() / k));
+    best = std::min(best, slowest);
+  }
+  double total_wrong = 0;
+  CIUIC_RETURN_IF_ERROR(comm.AllReduce(&wrong, &total_wrong, 1, DataType::kFloat64, ReduceOp::kSum));
+  char line[96];
+  std::snprintf(line, sizeof(line), "%zu %.6g %.0f %d", bytes, best * 1e6, total_wrong, iters);
+  *report = line;
+  return Status::Ok();
+}
+
+Status Sweep(int rank, int n, const std::string& host, uint16_t port, const std::string& secret, const SweepArgs& a,
+             const Reporter& out) {
+  // Touched once up front: first-touch faults cost ~12 us per 4 KiB page.
+  std::vector<float> send(a.sizes.back() / 4 + 1, 1.0f), recv(a.sizes.back() / 4 + 1, 2.0f);
+  for (BackendKind kind : a.backends) {
+    for (const std::string& algo : AlgorithmsOn(kind)) {
+      Config c = BackendConfig(a.config, kind);
+      CIUIC_RETURN_IF_ERROR(c.Set("CIUIC_ALGO", algo));
+      const std::string what = std::string(transport::BackendName(kind)) + " " + std::to_string(n) + " " + algo;
+      const auto t0 = Clock::now();
+      StatusOr<std::unique_ptr<Communicator>> comm =
+          Communicator::CreateTcp(rank, n, host, port, /*external=*/true, secret, c);
+      // Every rank decides the same way without talking: an algorithm the
+      // library does not know yet is refused locally, with the same error.
+      auto unknown = [&](const Status& s) {
+        return algo == "direct" && s.code() == StatusCode::kInvalidArgument &&
+               s.message().find("direct") != std::string::npos;
+      };
+      if (!comm.ok() && unknown(comm.status())) {
+        if (rank == 0) out.Line("skip " + what + " " + comm.status().message());
+        continue;
+      }
+      CIUIC_RETURN_IF_ERROR(comm.status());
+      for (size_t bytes : a.sizes) {
+        std::string report;
+        Status s = TimeOneSize(**comm, a, bytes, bytes == a.sizes.front(), send, recv, &report);
+        if (!s.ok() && bytes == a.sizes.front() && unknown(s)) {
+          if (rank == 0) out.Line("skip " + what + " " + s.message());
+          break;
+        }
+        if (!s.ok()) return Status(s.code(), what + " at " + std::to_string(bytes) + " B: " + s.message());
+        if (rank == 0) out.Line("run " + what + " " + report);
+      }
+      if (rank == 0) {
+        char line[64];
+        std::snprintf(line, sizeof(line), "done %s %.1f", what.c_str(),
+                      std::chrono::duration<double>(Clock::now() - t0).count());
+        out.Line(line);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------
+// Analysis (parent).
+
+struct Point {
+  double us = 0;
+  double wrong = 0;
+};
+// [backend][nranks][algorithm][bytes]
+using Results = std::map<BackendKind, std::map<int, std::map<std::string, std::map<size_t, Point>>>>;
+
+// The fastest algorithm at `bytes` and its time; "" when none ran there.
+std::pair<std::string, double> Fastest(const std::map<std::string, std::map<size_t, Point>>& by_algo, size_t bytes,
+                                       bool schedules_only) {
+  std::pair<std::string, double> best{"", 0};
+  for (const auto& [algo, points] : by_algo) {
+    auto it = points.find(bytes);
+    if (it == points.end() || (schedules_only && algo == "direct")) continue;
+    if (best.first.empty() || it->second.us < best.second) best = {algo, it->second.us};
+  }
+  return best;
+}
+
+// Whether `challenger` beats `current` at `bytes` by more than the
+// hysteresis (or `current` did not run there).
+bool Beats(const std::map<std::string, std::map<size_t, Point>>& by_algo, const std::string& challenger,
+           const std::string& current, size_t bytes) {
+  auto c = by_algo.at(challenger).find(bytes);
+  auto k = by_algo.at(current).find(bytes);
+  if (c == by_algo.at(challenger).end()) return false;
+  return k == by_algo.at(current).end() || k->second.us > c->second.us * kHysteresis;
+}
+
+// The rules for one (backend, nranks): the fastest algorithm per size,
+// switching only where the new winner beats the current one by more than
+// kHysteresis, at that size and at the next one too (a one-size blip is
+// noise; the last size needs no confirmation).
+std::vector<collectives::TuningRule> DeriveRules(BackendKind kind, int n,
+                                                 const std::map<std::string, std::map<size_t, Point>>& by_algo,
+                                                 const std::vector<size_t>& sizes) {
+  std::vector<collectives::TuningRule> rules;
+  std::string current;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const std::string best = Fastest(by_algo, sizes[i], false).first;
+    if (best.empty() || best == current) continue;
+    if (!current.empty()) {
+      if (!Beats(by_algo, best, current, sizes[i])) continue;
+      if (i + 1 < sizes.size() && !Beats(by_algo, best, current, sizes[i + 1])) continue;
+    }
+    collectives::TuningRule r;
+    r.collective = Collective::kAllReduce;
+    r.backend = kind;
+    r.nranks = n;
+    r.from_bytes = rules.empty() ? 0 : sizes[i];
+    r.algorithm = best;
+    rules.push_back(r);
+    current = best;
+  }
+  return rules;
+}
+
+// Prints the table of one (backend, nranks): measured and predicted time of
+// every algorithm per size, the fastest, and the model's choice.
+void PrintTable(BackendKind kind, int n, const std::map<std::string, std::map<size_t, Point>>& by_algo,
+                const std::vector<size_t>& sizes, const collectives::CostParams& params) {
+  std::vector<std::string> algos;
+  for (const std::string& a : AlgorithmsOn(kind)) {
+    if (by_algo.count(a)) algos.push_back(a);
+  }
+  std::printf("#\n# allreduce on %s, %d ranks (f32 sum, out of place): us per call, measured (model)\n",
+              transport::BackendName(kind), n);
+  std::printf("#%11s", "size");
+  for (const std::string& a : algos) std::printf(" %21s", a.c_str());
+  std::printf("  %-12s %-12s %6s\n", "fastest", "model", "#wrong");
+  int agree = 0, rows = 0;
+  for (size_t bytes : sizes) {
+    std::printf("%12zu", bytes);
+    double wrong = 0;
+    for (const std::string& a : algos) {
+      auto it = by_algo.at(a).find(bytes);
+      if (it == by_algo.at(a).end()) {
+        std::printf(" %21s", "-");
+        continue;
+      }
+      wrong += it->second.wrong;
+      StatusOr<collectives::Algorithm> algo = collectives::ParseAlgorithm(Collective::kAllReduce, a);
+      StatusOr<collectives::Prediction> pred =
+          algo.ok() ? collectives::Predict(Collective::kAllReduce, *algo, bytes, n, params)
+                    : StatusOr<collectives::Prediction>(algo.status());
+      char model[16] = "n/a";
+      if (pred.ok()) std::snprintf(model, sizeof(model), "%.1f", pred->seconds * 1e6);
+      std::printf(" %10.1f (%8s)", it->second.us, model);
+    }
+    StatusOr<collectives::Selection> sel = collectives::Select(Collective::kAllReduce, bytes, n, params, "");
+    const std::string model = sel.ok() ? sel->name : "?";
+    std::printf("  %-12s %-12s %6.0f\n", Fastest(by_algo, bytes, false).first.c_str(), model.c_str(), wrong);
+    ++rows;
+    agree += model == Fastest(by_algo, bytes, true).first;
+  }
+  std::printf("# the model picks the fastest measured schedule (direct is none) at %d of %d sizes\n", agree, rows);
+}
+
+collectives::CostParams ModelParams(const collectives::Tuning& tuning, BackendKind kind, const Config& config,
+                                    size_t chunk_bytes) {
+  collectives::CostParams p = collectives::DefaultCostParams(kind);
+  collectives::ApplyTuning(tuning, kind, &p);
+  p.chunk_bytes = chunk_bytes;
+  p.nchannels = config.nchannels;
+  p.elem_size = 4;
+  return p;
+}
+
+Status WriteFile(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp" + std::to_string(getpid());
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    if (!(f << text) || !f.flush()) return UnavailableError("-o " + path + ": cannot write " + tmp);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string err = std::strerror(errno);
+    std::remove(tmp.c_str());
+    return UnavailableError("-o " + path + ": " + err);
+  }
+  return Status::Ok();
+}
+
+int Fail(const std::string& what) {
+  std::fprintf(stderr, "%s: %s\n", kProg, what.c_str());
+  return 1;
+}
+
+int Main(int argc, char** argv) {
+  Options o;
+  if (!ParseOptions(argc, argv, &o)) return 2;
+  StatusOr<Config> config = Config::FromEnv();
+  if (!config.ok()) {
+    std::fprintf(stderr, "%s: %s\n", kProg, config.status().ToString().c_str());
+    return 2;
+  }
+  StatusOr<transport::LinkOptions> link_options = transport::LinkOptions::FromConfig(*config);
+  if (!link_options.ok()) {
+    std::fprintf(stderr, "%s: %s\n", kProg, link_options.status().ToString().c_str());
+    return 2;
+  }
+  StatusOr<kernels::Reducer> reducer = kernels::Reducer::FromEnv();
+  if (!reducer.ok()) {
+    std::fprintf(stderr, "%s: %s\n", kProg, reducer.status().ToString().c_str());
+    return 2;
+  }
+  const Effort e = EffortFor(o.quick);
+  const std::vector<size_t> sizes = Sizes(o, e);
+
+  // Transports: as asked (each must be usable), or shm, tcp and verbs where usable.
+  transport::BackendOptions probe;
+  probe.world_size = 2;
+  probe.job_id = "tune-probe";
+  std::vector<BackendKind> backends = o.backends;
+  std::string verbs_note;
+  if (backends.empty()) {
+    backends = {BackendKind::kShm, BackendKind::kTcp};
+    probe.config = BackendConfig(*config, BackendKind::kVerbs);
+    std::string why;
+    if (transport::BackendAvailable(BackendKind::kVerbs, probe, &why)) backends.push_back(BackendKind::kVerbs);
+    else verbs_note = "verbs skipped: " + why;
+  }
+  for (BackendKind k : backends) {
+    probe.config = BackendConfig(*config, k);
+    std::string why;
+    if (!transport::BackendAvailable(k, probe, &why)) {
+      return Fail(std::string("-t ") + transport::BackendName(k) + ": not usable here: " + why);
+    }
+  }
+  std::vector<std::string> backend_names, rank_names;
+  for (BackendKind k : backends) backend_names.push_back(transport::BackendName(k));
+  for (int n : o.ranks) rank_names.push_back(std::to_string(n));
+
+  const auto started = Clock::now();
+  const std::string host = HostName(), cpu = CpuName(), date = UtcNow();
+  std::printf("# ciuic-tune  version %s  git %s  %s\n", Version(), GitRevision(), date.c_str());
+  std::printf("# host %s  cpu %s  simd %s\n", host.c_str(), cpu.c_str(), reducer->target_name());
+  std::printf("# ranks %s  transports %s  sizes %s..%s x%zu  chunk %s  channels %d%s\n", Join(rank_names, ",").c_str(),
+              Join(backend_names, ",").c_str(), SizeText(sizes.front()).c_str(), SizeText(sizes.back()).c_str(),
+              e.factor, SizeText(link_options->slot_size).c_str(), config->nchannels, o.quick ? "  (quick)" : "");
+  if (!verbs_note.empty()) std::printf("# %s\n", verbs_note.c_str());
+  for (const KnobDescription& k : DescribeKnobs(*config)) {
+    if (k.source != "default") std::printf("# %s=%s\n", k.name.c_str(), k.value.c_str());
+  }
+  std::fflush(stdout);
+
+  collectives::Tuning tuning;
+  tuning.origin = o.output;
+  tuning.meta = {{"host", MetaText(host)},
+                 {"date", date},
+                 {"git", MetaText(GitRevision())},
+                 {"version", MetaText(Version())},
+                 {"cpu", MetaText(cpu)},
+                 {"simd", MetaText(reducer->target_name())},
+                 {"ranks", Join(rank_names, ",")},
+                 {"transports", Join(backend_names, ",")},
+                 {"chunk_bytes", std::to_string(link_options->slot_size)},
+                 {"nchannels", std::to_string(config->nchannels)},
+                 {"command", MetaText(o.command)}};
+
+  // gamma and copy.
+  StatusOr<KernelRates> rates = MeasureKernels(*reducer, e);
+  if (!rates.ok()) return Fail("kernels: " + rates.status().ToString());
+  std::printf("# gamma (dst = a + b, %s result, GB/s of result):", SizeText(kKernelBytes).c_str());
+  for (const auto& [t, gbps] : rates->reduce_gbps) {
+    std::printf(" %s %.1f", DataTypeName(t), gbps);
+    collectives::GammaTuning g;
+    g.dtype = t;
+    g.op = ReduceOp::kSum;
+    g.gbps = std::round(gbps * 100) / 100;
+    tuning.gammas.push_back(g);
+  }
+  std::printf("\n# copy %.1f GB/s (%s)\n", rates->copy_gbps, SizeText(kKernelBytes).c_str());
+  std::fflush(stdout);
+
+  const auto limit = std::chrono::seconds(std::max<int64_t>(900, config->timeout_ms / 1000 + 60));
+  // alpha and beta per backend.
+  for (BackendKind kind : backends) {
+    const Config c = BackendConfig(*config, kind);
+    collectives::BackendTuning bt;
+    bt.backend = kind;
+    bt.copy_gbps = std::round(rates->copy_gbps * 100) / 100;
+    Status s = RunRanks(
+        2,
+        [&](int rank, const std::string& h, uint16_t port, const std::string& secret, const Reporter& out) {
+          return MeasureLink(rank, h, port, secret, c, kind, e, out);
+        },
+        [&](int, const std::string& line) {
+          double alpha = 0, beta = 0;
+          size_t slot = 0;
+          char name[16];
+          if (std::sscanf(line.c_str(), "link %15s %lf %lf %zu", name, &alpha, &beta, &slot) == 4) {
+            bt.alpha_us = std::round(alpha * 1000) / 1000;
+            bt.beta_gbps = std::round(beta * 100) / 100;
+            std::printf("# %-5s alpha %.3f us (8 B ping-pong over a Link, median one way)  beta %.2f GB/s (%s chunks)\n",
+                        name, alpha, beta, SizeText(slot).c_str());
+            std::fflush(stdout);
+          }
+        },
+        limit);
+    if (!s.ok()) return Fail(std::string(transport::BackendName(kind)) + " link test: " + s.message());
+    if (!bt.alpha_us || !bt.beta_gbps) return Fail(std::string(transport::BackendName(kind)) + " link test: no result");
+    tuning.backends.push_back(bt);
+  }
+
+  // The all-reduce sweep, one group of forked ranks per rank count.
+  Results results;
+  SweepArgs args{backends, sizes, e, *config};
+  for (int n : o.ranks) {
+    std::printf("# allreduce sweep, %d ranks: %s\n", n, Join(backend_names, ", ").c_str());
+    std::fflush(stdout);
+    Status s = RunRanks(
+        n,
+        [&](int rank, const std::string& h, uint16_t port, const std::string& secret, const Reporter& out) {
+          return Sweep(rank, n, h, port, secret, args, out);
+        },
+        [&](int, const std::string& line) {
+          std::istringstream in(line);
+          std::string kw, backend, algo;
+          int ranks = 0;
+          in >> kw >> backend >> ranks >> algo;
+          StatusOr<BackendKind> kind = transport::ParseBackendKind(backend);
+          if (!kind.ok()) return;
+          if (kw == "run") {
+            size_t bytes = 0;
+            Point p;
+            in >> bytes >> p.us >> p.wrong;
+            results[*kind][ranks][algo][bytes] = p;
+          } else if (kw == "skip") {
+            std::string why;
+            std::getline(in, why);
+            const size_t text = why.find_first_not_of(' ');
+            std::printf("#   %s %d ranks %s: skipped (%s)\n", backend.c_str(), ranks, algo.c_str(),
+                        text == std::string::npos ? "" : why.c_str() + text);
+          } else if (kw == "done") {
+            double secs = 0;
+            in >> secs;
+            std::printf("#   %s %d ranks %-12s %zu sizes in %.1f s\n", backend.c_str(), ranks, algo.c_str(),
+                        results[*kind][ranks][algo].size(), secs);
+          }
+          std::fflush(stdout);
+        },
+        limit);
+    if (!s.ok()) return Fail(std::to_string(n) + "-rank sweep: " + s.message());
+  }
+
+  // Tables, checks and rules.
+  double wrong = 0;
+  for (BackendKind kind : backends) {
+    const collectives::CostParams params = ModelParams(tuning, kind, *config, link_options->slot_size);
+    for (int n : o.ranks) {
+      const auto& by_algo = results[kind][n];
+      if (by_algo.empty()) return Fail(std::string("no results for ") + transport::BackendName(kind));
+      PrintTable(kind, n, by_algo, sizes, params);
+      for (const auto& [algo, points] : by_algo) {
+        for (const auto& [bytes, p] : points) wrong += p.wrong;
+      }
+      for (const collectives::TuningRule& r : DeriveRules(kind, n, by_algo, sizes)) tuning.rules.push_back(r);
+    }
+  }
+  std::printf("#\n# Out of bounds values : %.0f %s\n", wrong, wrong > 0 ? "FAILED" : "OK");
+  if (wrong > 0) return Fail("wrong all-reduce results (see #wrong above); no tuning file written");
+  if (Status s = collectives::CheckTuning(tuning); !s.ok()) return Fail("internal: " + s.ToString());
+  if (Status s = WriteFile(o.output, collectives::FormatTuning(tuning)); !s.ok()) return Fail(s.message());
+  std::printf("# rules:\n");
+  for (const collectives::TuningRule& r : tuning.rules) std::printf("#   %s\n", collectives::FormatRule(r).c_str());
+  std::printf("# wrote %s (%zu rules) in %.0f s; use it with CIUIC_TUNING_FILE=%s\n", o.output.c_str(),
+              tuning.rules.size(), std::chrono::duration<double>(Clock::now() - started).count(), o.output.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace ciuic::tune
+
+int main(int argc, char** argv) { return ciuic::tune::Main(argc, argv); }
