@@ -11,6 +11,8 @@
 #include <cstring>
 #include <ctime>
 
+#include "common/cpu_relax.h"
+
 namespace ciuic::collectives {
 
 namespace {
@@ -77,13 +79,6 @@ size_t DataOffset(size_t nslots) {
   return (raw + 4095) / 4096 * 4096;
 }
 
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 void FutexWait(std::atomic<uint32_t>* word, uint32_t seen, std::chrono::microseconds max) {
   timespec ts{static_cast<time_t>(max.count() / 1000000), static_cast<long>(max.count() % 1000000) * 1000};

@@ -68,6 +68,7 @@
 
 #include "ciuic/config.h"
 #include "ciuic/transport.h"
+#include "common/cpu_relax.h"
 #include "common/version.h"
 
 namespace ciuic::perf {
@@ -367,11 +368,6 @@ uint64_t GetU64(const uint8_t* p) {
   uint64_t v = 0;
   for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
   return v;
-}
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
 }
 
 // One backend and its connection to the other rank, with the completion

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "ciuic/transport.h"
+#include "common/cpu_relax.h"
 
 namespace ciuic::transport {
 
@@ -33,11 +34,6 @@ std::string EncodeRing(const LinkOptions& o, const BufferPool::Lease& ring) {
   return out + ring.region->Describe();
 }
 
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
 
 }  // namespace
 

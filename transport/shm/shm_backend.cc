@@ -61,6 +61,7 @@
 #include <vector>
 
 #include "ciuic/kernels.h"
+#include "common/cpu_relax.h"
 #include "common/log.h"
 #include "transport/backends.h"
 #include "transport/net.h"
@@ -115,13 +116,6 @@ constexpr auto kSpinFor = std::chrono::microseconds(4);
 constexpr auto kYieldFor = std::chrono::microseconds(60);
 constexpr auto kBlockedPollPeriod = std::chrono::milliseconds(1);
 
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 size_t PageBytes() {
   static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
