@@ -71,6 +71,27 @@ TEST(CiuicTuneTest, QuickRunWritesALoadableFile) {
   }
 }
 
+TEST(CiuicTuneTest, CheckParsesAFile) {
+  const std::string path = TempPath();
+  {
+    std::ofstream f(path);
+    f << "ciuic-tuning 1\nrule allreduce shm ranks 2 from 64K ring  # hand-edited\n";
+  }
+  Result r = RunTune("--check " + path);
+  EXPECT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("\nrule allreduce shm ranks 2 from 65536 ring\n"), std::string::npos) << r.output;
+  {
+    std::ofstream f(path, std::ios::app);
+    f << "rule allreduce shm ranks 2 from 0 tree\n";
+  }
+  r = RunTune("--check " + path);
+  std::remove(path.c_str());
+  EXPECT_EQ(r.rc, 1) << r.output;
+  EXPECT_NE(r.output.find("CIUIC_TUNING_FILE: " + path + ":3: rules for allreduce shm ranks 2 are not sorted"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST(CiuicTuneTest, BadFlagsAreNamed) {
   const struct {
     const char* args;
