@@ -46,6 +46,7 @@ struct Control {
   uint32_t rank;
   uint64_t nslots;
   uint64_t slot_bytes;
+  cpu_set_t cpus;  // where the owner may run (sched_getaffinity)
   alignas(64) Counter reduced;
   Counter out;
   alignas(64) std::atomic<uint32_t> bell;      // futex word: bumped when sleepers != 0
@@ -275,11 +276,6 @@ StatusOr<std::unique_ptr<ShmDirect>> ShmDirect::Create(transport::Backend& backe
   auto impl = std::make_unique<Impl>();
   impl->rank = rank;
   impl->size = size;
-  cpu_set_t cpus;
-  if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) < size) {
-    // This process may use fewer CPUs than there are ranks on the host.
-    impl->spin_for = std::chrono::microseconds(0);
-  }
   impl->nslots = options.nslots;
   impl->slot_bytes = options.slot_bytes;
   const size_t data_off = DataOffset(options.nslots);
@@ -292,6 +288,7 @@ StatusOr<std::unique_ptr<ShmDirect>> ShmDirect::Create(transport::Backend& backe
   me->rank = static_cast<uint32_t>(rank);
   me->nslots = options.nslots;
   me->slot_bytes = options.slot_bytes;
+  if (sched_getaffinity(0, sizeof(me->cpus), &me->cpus) != 0) CPU_ZERO(&me->cpus);
   impl->ctrl.assign(size, nullptr);
   impl->headers.assign(size, nullptr);
   impl->data.assign(size, nullptr);
@@ -331,6 +328,13 @@ StatusOr<std::unique_ptr<ShmDirect>> ShmDirect::Create(transport::Backend& backe
     impl->headers[p] = reinterpret_cast<SlotHeader*>(pb + kControlBytes);
     impl->data[p] = pb + data_off;
   }
+  // More ranks than the CPUs they may run on together: spinning only holds
+  // a core the awaited rank needs, so waits yield at once (Open MPI's
+  // yield_when_idle). Ranks bound one per core spin first.
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  for (int r = 0; r < size; ++r) CPU_OR(&all, &all, &impl->ctrl[r]->cpus);
+  if (CPU_COUNT(&all) > 0 && CPU_COUNT(&all) < size) impl->spin_for = std::chrono::microseconds(0);
   return std::unique_ptr<ShmDirect>(new ShmDirect(std::move(impl), options));
 }
 

@@ -48,8 +48,12 @@ struct ShmDirectOptions {
   size_t slot_bytes = 512u << 10;  // CIUIC_CHUNK_SIZE
   size_t nslots = 8;               // CIUIC_BUFFER_SIZE / CIUIC_CHUNK_SIZE
   // Chunks of at most this many bytes run one-shot (every rank reduces the
-  // whole chunk): one synchronisation instead of two. Measured here with 2
-  // and 4 ranks (perf/RESULTS.md): one-shot wins up to 16-32 KiB.
+  // whole chunk): one hand-off instead of two, but every rank reads all n
+  // inputs across cores (two-shot: 1/n of them). With 2 ranks here one-shot
+  // was as fast or faster up to 2 MiB in some runs and slower in others
+  // (this VM's cross-core bandwidth changes from run to run); 16 KiB keeps
+  // the hand-off count low where latency dominates and the cross-core
+  // traffic low where bandwidth does, for any rank count.
   size_t one_shot_max_bytes = 16u << 10;
 };
 
