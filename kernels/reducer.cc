@@ -178,14 +178,14 @@ int BestSlot() {
 }
 }  // namespace
 
-void CopyBytes(void* dst, const void* src, size_t bytes) {
+void CopyBytes(void* dst, const void* src, size_t bytes, bool streaming) {
   static const int slot = BestSlot();
   if (bytes == 0 || dst == src) return;
   if (Overlap(dst, src, bytes)) {
     std::memmove(dst, src, bytes);
     return;
   }
-  internal::kCopy[slot](dst, src, bytes, false);
+  internal::kCopy[slot](dst, src, bytes, streaming);
 }
 
 void Reducer::Copy(void* dst, const void* src, size_t bytes) const {

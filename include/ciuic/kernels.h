@@ -68,8 +68,10 @@ std::vector<TargetInfo> CompiledTargets();
 // use this, not memcpy: glibc's memcpy uses `rep movsb` from 2 KiB, which on
 // some CPUs (AMD Zen here) runs 5-8x slower for unlucky relative alignments
 // of the two buffers, so a run is fast or slow by where the allocator put
-// them. Thread-safe.
-void CopyBytes(void* dst, const void* src, size_t bytes);
+// them. `streaming`: non-temporal stores (for copies larger than the
+// caches, whose destination nobody reads soon from this core's cache).
+// Thread-safe.
+void CopyBytes(void* dst, const void* src, size_t bytes, bool streaming = false);
 
 class Reducer {
  public:

@@ -115,6 +115,9 @@ constexpr auto kLivenessPeriod = std::chrono::milliseconds(2);
 constexpr auto kSpinFor = std::chrono::microseconds(4);
 constexpr auto kYieldFor = std::chrono::microseconds(60);
 constexpr auto kBlockedPollPeriod = std::chrono::milliseconds(1);
+// Writes of at least this many bytes use non-temporal stores (a Link's
+// slots, 512 KiB by default, stay below: their reader finds them in cache).
+constexpr size_t kStreamingWriteBytes = 16u << 20;
 
 
 size_t PageBytes() {
@@ -631,7 +634,10 @@ Status ShmConnection::PostWrite(const MemoryRegion& src, size_t src_offset, Remo
   if (len > 0) {
     const char* from = static_cast<const char*>(src.data()) + src_offset;
     if (imp.base != nullptr) {
-      kernels::CopyBytes(imp.base + dst_offset, from, len);  // not memcpy: see CopyBytes
+      // Not memcpy (see CopyBytes); writes beyond the caches stream past
+      // them: no read-for-ownership of the destination lines, which the
+      // peer reads from memory either way.
+      kernels::CopyBytes(imp.base + dst_offset, from, len, len >= kStreamingWriteBytes);
     } else {
       Status s = CmaWrite(from, imp.address + dst_offset, len);
       if (!s.ok()) return Fail(std::move(s));
