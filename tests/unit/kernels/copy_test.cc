@@ -79,10 +79,13 @@ TEST(CopyTest, EverySizeAndAlignmentOnEveryTarget) {
 }
 
 TEST(CopyTest, CopyBytesUsesTheBestTarget) {
-  auto copy = [](void* d, const void* s, size_t n) { CopyBytes(d, s, n); };
-  for (size_t bytes : kSizes) {
-    for (size_t off : {0, 3, 33}) {
-      ASSERT_EQ(CheckOne(copy, bytes, off, (off * 5) % 64), "") << "bytes=" << bytes << " off=" << off;
+  for (bool streaming : {false, true}) {
+    auto copy = [&](void* d, const void* s, size_t n) { CopyBytes(d, s, n, streaming); };
+    for (size_t bytes : kSizes) {
+      for (size_t off : {0, 3, 33}) {
+        ASSERT_EQ(CheckOne(copy, bytes, off, (off * 5) % 64), "")
+            << "bytes=" << bytes << " off=" << off << " streaming=" << streaming;
+      }
     }
   }
 }
