@@ -2,6 +2,7 @@
 // the protocol), and the spin-yield-sleep wait used above it.
 #include <sched.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "ciuic/transport.h"
@@ -168,7 +169,9 @@ Status Link::Post() {
     if (!s.ok()) return error_ = s;
     ++posted_;
   }
-  if (released_ > credit_sent_) {
+  // Credits in batches of half the ring (see transport.h).
+  const uint64_t batch = std::max<uint64_t>(1, options_.nslots / 2);
+  if (released_ - credit_sent_ >= batch) {
     uint8_t msg[kCreditBytes];
     PutU64(msg, released_);
     Status s = conn_->PostMessage(msg, sizeof(msg));

@@ -445,9 +445,13 @@ class RegistrationCache {
 // Each side owns a receive ring of `nslots` slots of `slot_size` bytes in
 // its pool. The sender writes chunk i into the peer's slot i % nslots with
 // immediate = the chunk's length; the receiver consumes chunks in order and
-// returns each slot with a credit message (8 bytes: the total number of
-// slots released so far, little-endian), so a sender never has more than
-// `nslots` chunks unconsumed: a fast sender cannot overrun a slow receiver.
+// returns slots with a credit message (8 bytes: the total number of slots
+// released so far, little-endian), so a sender never has more than `nslots`
+// chunks unconsumed: a fast sender cannot overrun a slow receiver. Credits
+// go out once half the ring (at least one slot, at most nslots - 1) is
+// released and unannounced, not per slot: one message instead of several,
+// and the sender still always has at least half the ring, so any schedule
+// that runs with a ring of that size cannot wait on a withheld credit.
 // Where the peer's ring is directly addressable (shm), AcquireSend hands
 // out the peer's slot itself, so a kernel can reduce straight into it and
 // the commit is only a notification; otherwise the chunk goes through a
