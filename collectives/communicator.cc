@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "ciuic/collectives.h"
@@ -59,6 +60,9 @@ class CommImpl {
   SelectionCache selections;
   std::unique_ptr<ShmDirect> direct;  // the one-host all-reduce, made on first use
   std::optional<Tuning> tuning;       // CIUIC_TUNING_FILE
+  // How long waits spin before yielding: 0 when some host runs more ranks
+  // than the CPUs they share (decided by rank 0 at creation).
+  std::chrono::microseconds wait_spin = transport::kDefaultSpin;
 
   // Queue and progress thread.
   std::mutex mu;
@@ -130,6 +134,20 @@ std::string HostName() {
   char buf[256] = {};
   gethostname(buf, sizeof(buf) - 1);
   return buf;
+}
+
+// This process's CPUs as a list ("0,1,5"), for rank 0's oversubscription
+// check.
+std::string CpuList() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return "";
+  std::string out;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &set)) continue;
+    if (!out.empty()) out += ',';
+    out += std::to_string(c);
+  }
+  return out;
 }
 
 std::string RandomHex(int bytes) {
@@ -214,13 +232,30 @@ Status CommImpl::Init() {
     tuning = std::move(t);
   }
   // Transport: rank 0 decides from every rank's host name, so all agree.
-  CIUIC_RETURN_IF_ERROR(store->Set(prefix + "/host/" + std::to_string(rank), HostName()));
+  // Each rank's host and CPUs: rank 0 also decides whether any host runs
+  // more ranks than the CPUs they may use together (then waits yield at
+  // once instead of spinning).
+  CIUIC_RETURN_IF_ERROR(store->Set(prefix + "/host/" + std::to_string(rank), HostName() + " " + CpuList()));
   std::string choice;
+  bool oversubscribed = false;
   if (rank == 0) {
     bool one_host = true;
-    for (int r = 1; r < size; ++r) {
-      CIUIC_ASSIGN_OR_RETURN(std::string h, store->Get(prefix + "/host/" + std::to_string(r), timeout));
+    std::map<std::string, std::pair<int, std::set<std::string>>> hosts;  // ranks, CPUs
+    for (int r = 0; r < size; ++r) {
+      CIUIC_ASSIGN_OR_RETURN(std::string v, store->Get(prefix + "/host/" + std::to_string(r), timeout));
+      const size_t sp = v.find(' ');
+      const std::string h = v.substr(0, sp);
       one_host &= h == HostName();
+      auto& entry = hosts[h];
+      ++entry.first;
+      for (size_t at = sp == std::string::npos ? v.size() : sp + 1; at < v.size();) {
+        const size_t comma = std::min(v.find(',', at), v.size());
+        entry.second.insert(v.substr(at, comma - at));
+        at = comma + 1;
+      }
+    }
+    for (const auto& [h, e] : hosts) {
+      if (!e.second.empty() && static_cast<int>(e.second.size()) < e.first) oversubscribed = true;
     }
     transport::BackendOptions probe;
     probe.config = config;
@@ -233,18 +268,26 @@ Status CommImpl::Init() {
       std::string why;
       choice = transport::BackendAvailable(BackendKind::kVerbs, probe, &why) ? "verbs" : "tcp";
     }
-    CIUIC_RETURN_IF_ERROR(store->Set(prefix + "/transport", choice + " " + RandomHex(8) + " " + tuning_id));
+    CIUIC_RETURN_IF_ERROR(store->Set(prefix + "/transport", choice + " " + RandomHex(8) + " " +
+                                                                (oversubscribed ? "1" : "0") + " " + tuning_id));
   }
+  // "<transport> <job id> <oversubscribed 0|1> <tuning file id>"
   CIUIC_ASSIGN_OR_RETURN(std::string decided, store->Get(prefix + "/transport", timeout));
   const size_t sp = decided.find(' ');
-  const size_t sp2 = decided.find(' ', sp + 1);
+  const size_t sp_over = decided.find(' ', sp + 1);
+  const size_t sp2 = decided.find(' ', sp_over + 1);
   choice = decided.substr(0, sp);
-  if (sp2 != std::string::npos && decided.substr(sp2 + 1) != tuning_id) {
+  if (sp_over == std::string::npos || sp2 == std::string::npos) {
+    return DataLossError("rank " + std::to_string(rank) + ": malformed transport decision from rank 0: '" + decided + "'");
+  }
+  oversubscribed = decided.substr(sp_over + 1, sp2 - sp_over - 1) == "1";
+  wait_spin = oversubscribed ? std::chrono::microseconds(0) : transport::kDefaultSpin;
+  if (decided.substr(sp2 + 1) != tuning_id) {
     return InvalidArgumentError("rank " + std::to_string(rank) + ": CIUIC_TUNING_FILE (" +
                                 (config.tuning_file.empty() ? std::string("unset") : "'" + config.tuning_file + "'") +
                                 ") differs from rank 0's: every rank must use the same tuning file");
   }
-  if (sp2 != std::string::npos) decided.resize(sp2);
+  decided.resize(sp_over);
   CIUIC_ASSIGN_OR_RETURN(BackendKind kind, transport::ParseBackendKind(choice));
   transport::BackendOptions bo;
   bo.rank = rank;
@@ -267,7 +310,8 @@ Status CommImpl::Init() {
               cost_params.alpha_s * 1e6, 1e-9 / cost_params.beta_s_per_byte);
   }
   pool = std::make_unique<transport::BufferPool>(*backend, 16u << 20);
-  CIUIC_LOG(kInfo, "communicator rank %d/%d on %s", rank, size, backend->Describe().c_str());
+  CIUIC_LOG(kInfo, "communicator rank %d/%d on %s%s", rank, size, backend->Describe().c_str(),
+            wait_spin.count() == 0 ? " (ranks outnumber their CPUs: waits yield without spinning)" : "");
   if (config.progress == "thread") {
     thread = std::thread([this] { ProgressLoop(); });
   }
@@ -411,7 +455,7 @@ Status CommImpl::ExecuteCollective(const OpDesc& d, Clock::time_point deadline) 
   } else {
     direct_logged_bytes = SIZE_MAX;
     auto source = [this](int peer, int channel) { return GetLink(peer, channel); };
-    Executor exec(*backend, *reducer);
+    Executor exec(*backend, *reducer, wait_spin);
     Plan plan;
     CIUIC_ASSIGN_OR_RETURN(ExecJob job, Prepare(d, &plan));
     if (timed) {
@@ -445,7 +489,7 @@ Status CommImpl::ExecuteBatch(std::vector<std::shared_ptr<OpState>>* batch) {
   const OpDesc& first = (*batch)[0]->desc;
   if (!IsPointToPoint(first)) return ExecuteCollective(first, deadline);
   auto source = [this](int peer, int channel) { return GetLink(peer, channel); };
-  Executor exec(*backend, *reducer);
+  Executor exec(*backend, *reducer, wait_spin);
   // Point-to-point: this one and every send/recv queued behind it (also
   // those posted while it runs) progress together, so ISend + IRecv in
   // either order between two ranks cannot deadlock on full rings.

@@ -341,7 +341,7 @@ Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& 
         }
         return true;
       },
-      deadline, "collective");
+      deadline, "collective", spin_);
   if (s.code() == StatusCode::kDeadlineExceeded) {
     // Name what was pending: the first unfinished step and its peers.
     for (const Flat& f : flat) {

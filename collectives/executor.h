@@ -55,8 +55,10 @@ struct ExecJob {
 
 class Executor {
  public:
-  Executor(transport::Backend& backend, const kernels::Reducer& reducer)
-      : backend_(backend), reducer_(reducer) {}
+  // `spin`: how long waits spin before yielding (transport::WaitFor).
+  Executor(transport::Backend& backend, const kernels::Reducer& reducer,
+           std::chrono::microseconds spin = transport::kDefaultSpin)
+      : backend_(backend), reducer_(reducer), spin_(spin) {}
 
   // Runs `schedule` to completion. `op` is the per-step reduction (AVG is
   // the caller's: sum here, scale after). `abort` (may be null) set by
@@ -80,6 +82,7 @@ class Executor {
  private:
   transport::Backend& backend_;
   const kernels::Reducer& reducer_;
+  std::chrono::microseconds spin_;
 };
 
 }  // namespace ciuic::collectives

@@ -226,13 +226,12 @@ StatusOr<bool> Link::Progress() {
 
 Status WaitFor(Backend& backend, const std::function<StatusOr<bool>()>& progress,
                const std::function<bool()>& ready, std::chrono::steady_clock::time_point deadline,
-               const std::string& what) {
+               const std::string& what, std::chrono::microseconds spin) {
   using Clock = std::chrono::steady_clock;
   // Spin ~20 us (a handoff between running cores costs ~0.1 us), then yield
   // up to ~1 ms (lets an oversubscribed peer run), then sleep until the
   // backend sees activity, at most 10 ms at a time so a lost wake-up costs
   // little.
-  constexpr auto kSpin = std::chrono::microseconds(20);
   constexpr auto kYield = std::chrono::microseconds(1000);
   constexpr auto kMaxSleep = std::chrono::microseconds(10000);
   auto last = Clock::now();
@@ -246,7 +245,7 @@ Status WaitFor(Backend& backend, const std::function<StatusOr<bool>()>& progress
     }
     if (now >= deadline) return DeadlineExceededError("timed out waiting for " + what);
     const auto idle = now - last;
-    if (idle < kSpin) {
+    if (idle < spin) {
       for (int i = 0; i < 32; ++i) CpuRelax();
     } else if (idle < kYield) {
       sched_yield();
