@@ -402,6 +402,7 @@ Status CommImpl::RunDirect(const OpDesc& d, Clock::time_point deadline) {
     ShmDirectOptions o;
     o.slot_bytes = link_options.slot_size;
     o.nslots = link_options.nslots;
+    if (wait_spin.count() == 0) o.spin = std::chrono::microseconds(0);
     CIUIC_ASSIGN_OR_RETURN(direct, ShmDirect::Create(*backend, *store, prefix, rank, size, o,
                                                      std::chrono::milliseconds(config.timeout_ms)));
   }

@@ -26,10 +26,9 @@ constexpr size_t kHeaderBytes = 64;                 // per slot
 constexpr size_t kControlBytes = 1024;
 constexpr size_t kSliceAlign = 64;                  // two-shot slice boundaries, bytes
 
-// Waiting: spin this long, then yield until kYieldFor, then sleep on the
+// Waiting: spin (ShmDirectOptions::spin), then yield until kYieldFor, then sleep on the
 // peer's futex word in steps of kSleepStep (the same shape as the shm
 // backend's WaitForActivity: a sleeping hand-off costs ~7 us here).
-constexpr auto kSpinFor = std::chrono::microseconds(4);
 constexpr auto kYieldFor = std::chrono::microseconds(60);
 constexpr auto kSleepStep = std::chrono::milliseconds(1);
 constexpr auto kLivenessEvery = std::chrono::milliseconds(1);
@@ -46,7 +45,6 @@ struct Control {
   uint32_t rank;
   uint64_t nslots;
   uint64_t slot_bytes;
-  cpu_set_t cpus;  // where the owner may run (sched_getaffinity)
   alignas(64) Counter reduced;
   Counter out;
   alignas(64) std::atomic<uint32_t> bell;      // futex word: bumped when sleepers != 0
@@ -111,10 +109,8 @@ struct ShmDirect::Impl {
   char* Slot(int r, uint64_t g) const { return data[r] + (g % nslots) * slot_bytes; }
   SlotHeader& Header(int r, uint64_t g) const { return headers[r][g % nslots]; }
 
-  uint64_t free_upto = 0;
-  // Spinning only helps when the awaited rank is running: with more ranks
-  // than CPUs here, go straight to yielding (Open MPI's yield_when_idle).
-  std::chrono::microseconds spin_for = kSpinFor;  // every rank's `out` was at least this when last read
+  uint64_t free_upto = 0;  // every rank's `out` was at least this when last read
+  std::chrono::microseconds spin_for{0};  // ShmDirectOptions::spin
 
   // Publishes `v` in this rank's `word` (a counter or a stamp) and wakes
   // peers asleep on this rank's bell.
@@ -276,6 +272,7 @@ StatusOr<std::unique_ptr<ShmDirect>> ShmDirect::Create(transport::Backend& backe
   auto impl = std::make_unique<Impl>();
   impl->rank = rank;
   impl->size = size;
+  impl->spin_for = options.spin;
   impl->nslots = options.nslots;
   impl->slot_bytes = options.slot_bytes;
   const size_t data_off = DataOffset(options.nslots);
@@ -288,7 +285,6 @@ StatusOr<std::unique_ptr<ShmDirect>> ShmDirect::Create(transport::Backend& backe
   me->rank = static_cast<uint32_t>(rank);
   me->nslots = options.nslots;
   me->slot_bytes = options.slot_bytes;
-  if (sched_getaffinity(0, sizeof(me->cpus), &me->cpus) != 0) CPU_ZERO(&me->cpus);
   impl->ctrl.assign(size, nullptr);
   impl->headers.assign(size, nullptr);
   impl->data.assign(size, nullptr);
@@ -328,13 +324,6 @@ StatusOr<std::unique_ptr<ShmDirect>> ShmDirect::Create(transport::Backend& backe
     impl->headers[p] = reinterpret_cast<SlotHeader*>(pb + kControlBytes);
     impl->data[p] = pb + data_off;
   }
-  // More ranks than the CPUs they may run on together: spinning only holds
-  // a core the awaited rank needs, so waits yield at once (Open MPI's
-  // yield_when_idle). Ranks bound one per core spin first.
-  cpu_set_t all;
-  CPU_ZERO(&all);
-  for (int r = 0; r < size; ++r) CPU_OR(&all, &all, &impl->ctrl[r]->cpus);
-  if (CPU_COUNT(&all) > 0 && CPU_COUNT(&all) < size) impl->spin_for = std::chrono::microseconds(0);
   return std::unique_ptr<ShmDirect>(new ShmDirect(std::move(impl), options));
 }
 

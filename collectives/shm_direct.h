@@ -55,6 +55,10 @@ struct ShmDirectOptions {
   // the hand-off count low where latency dominates and the cross-core
   // traffic low where bandwidth does, for any rank count.
   size_t one_shot_max_bytes = 16u << 10;
+  // How long a wait spins before yielding (then sleeping): 0 when ranks
+  // outnumber the CPUs they share, where a spinner holds the core the
+  // awaited rank needs (Open MPI's yield_when_idle).
+  std::chrono::microseconds spin{4};
 };
 
 class ShmDirect {
