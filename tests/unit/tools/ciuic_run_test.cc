@@ -28,6 +28,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/util/proc.h"
+
 #ifndef CIUIC_RUN_BIN
 #error "CIUIC_RUN_BIN must name the ciuic-run executable"
 #endif
@@ -59,28 +61,8 @@ size_t Count(const std::string& text, const std::string& what) {
   return n;
 }
 
-// Pids whose parent is this process (from /proc).
-std::vector<pid_t> Children() {
-  std::vector<pid_t> out;
-  DIR* d = opendir("/proc");
-  if (d == nullptr) return out;
-  while (dirent* e = readdir(d)) {
-    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
-    if (pid <= 0) continue;
-    std::ifstream in(std::string("/proc/") + e->d_name + "/stat");
-    std::string stat;
-    std::getline(in, stat);
-    const size_t paren = stat.rfind(')');
-    if (paren == std::string::npos) continue;
-    std::istringstream rest(stat.substr(paren + 2));
-    char state;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == getpid()) out.push_back(pid);
-  }
-  closedir(d);
-  return out;
-}
+// Pids whose parent is this process.
+std::vector<pid_t> Children() { return ciuic::testing::ChildrenOf(getpid()); }
 
 std::string Cmdline(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");

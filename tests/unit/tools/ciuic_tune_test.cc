@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "collectives/tuning.h"
+#include "tests/util/proc.h"
 
 namespace ciuic {
 namespace {
@@ -114,27 +115,6 @@ TEST(CiuicTuneTest, BadFlagsAreNamed) {
   }
 }
 
-// Children of `parent`, from /proc.
-std::vector<pid_t> ChildrenOf(pid_t parent) {
-  std::vector<pid_t> out;
-  DIR* d = opendir("/proc");
-  if (d == nullptr) return out;
-  while (dirent* e = readdir(d)) {
-    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
-    if (pid <= 0) continue;
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    std::string text;
-    std::getline(stat, text);
-    const size_t paren = text.rfind(')');
-    if (paren == std::string::npos) continue;
-    char state = 0;
-    int ppid = 0;
-    if (std::sscanf(text.c_str() + paren + 1, " %c %d", &state, &ppid) == 2 && ppid == parent) out.push_back(pid);
-  }
-  closedir(d);
-  return out;
-}
-
 TEST(CiuicTuneTest, ADeadRankStopsTheRunWithItsReason) {
   const std::string path = TempPath();
   std::remove(path.c_str());
@@ -162,7 +142,7 @@ TEST(CiuicTuneTest, ADeadRankStopsTheRunWithItsReason) {
   std::vector<pid_t> ranks;
   const auto until = Clock::now() + std::chrono::seconds(10);
   while (ranks.size() < 2 && Clock::now() < until) {
-    ranks = ChildrenOf(tool);
+    ranks = testing::ChildrenOf(tool);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_EQ(ranks.size(), 2u) << output;
