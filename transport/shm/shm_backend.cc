@@ -126,6 +126,41 @@ size_t PageBytes() {
 }
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25  // Linux 6.1
+#endif
+
+// Maps `bytes` of `fd` (MAP_SHARED, read-write) at an address aligned to
+// kHugePageBytes, so the kernel can map its huge pages with page-middle
+// entries. MAP_FAILED on failure (errno set).
+void* MapAligned(int fd, size_t bytes, int extra_flags) {
+  const size_t span = bytes + kHugePageBytes;
+  void* r = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (r == MAP_FAILED) return MAP_FAILED;
+  auto* raw = static_cast<char*>(r);
+  char* at = reinterpret_cast<char*>(RoundUp(reinterpret_cast<uintptr_t>(raw), kHugePageBytes));
+  void* p = mmap(at, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | extra_flags, fd, 0);
+  if (p == MAP_FAILED) {
+    const int e = errno;
+    munmap(raw, span);
+    errno = e;
+    return MAP_FAILED;
+  }
+  if (at > raw) munmap(raw, static_cast<size_t>(at - raw));
+  if (raw + span > at + bytes) munmap(at + bytes, static_cast<size_t>(raw + span - (at + bytes)));
+  return p;
+}
+
+// Asks for the populated range to be backed and mapped by huge pages, even
+// where the system setting for shared memory is `never` (this machine's
+// shmem_enabled): MADV_COLLAPSE does not depend on it. 16 MiB take ~3 ms;
+// a writer then misses the TLB 512x less (8 MiB shm writes were at 0.72-0.76
+// of memcpy on 4 KiB pages). Best effort: false where the kernel refuses.
+bool CollapseToHugePages(void* p, size_t bytes) {
+  return bytes >= kHugePageBytes && bytes % kHugePageBytes == 0 &&
+         reinterpret_cast<uintptr_t>(p) % kHugePageBytes == 0 && madvise(p, bytes, MADV_COLLAPSE) == 0;
+}
+
 std::string Hex64(uint64_t v) {
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
@@ -918,11 +953,14 @@ StatusOr<std::shared_ptr<Segment>> ShmBackend::CreateSegment(size_t bytes, const
   const std::string name = "ciuic-" + job + "-" + Hex64(seg_id);
   auto seg = std::make_shared<Segment>();
   size_t map_bytes = RoundUp(std::max<size_t>(bytes, 1), PageBytes());
+  // Pool segments of 2 MiB and more: whole huge pages (see below).
+  const bool want_huge = pool && bytes >= kHugePageBytes;
+  if (want_huge) map_bytes = RoundUp(bytes, kHugePageBytes);
   // Pool segments of 2 MiB and more first try explicit huge pages (faulted
   // ~50x faster here and fewer TLB misses); that needs reserved hugetlb
   // pages, so failure is normal and silent.
-  if (pool && bytes >= kHugePageBytes) {
-    const size_t huge_bytes = RoundUp(bytes, kHugePageBytes);
+  if (want_huge) {
+    const size_t huge_bytes = map_bytes;
     const int fd = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
     if (fd >= 0) {
       void* p = MAP_FAILED;
@@ -953,7 +991,8 @@ StatusOr<std::shared_ptr<Segment>> ShmBackend::CreateSegment(size_t bytes, const
       return ResourceExhaustedError("shm: sizing a " + std::to_string(map_bytes) + "-byte " + what +
                                     " segment: " + Errno(err));
     }
-    void* p = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void* p = want_huge ? MapAligned(fd, map_bytes, 0)
+                        : mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
       const int err = errno;
       close(fd);
@@ -971,6 +1010,8 @@ StatusOr<std::shared_ptr<Segment>> ShmBackend::CreateSegment(size_t bytes, const
         reinterpret_cast<volatile char*>(seg->base)[off] = 0;
       }
     }
+    // Then into huge pages where THP for shared memory is off.
+    if (want_huge && CollapseToHugePages(p, map_bytes)) seg->huge = true;
   }
   // Sizes are final: a peer mapping can never see the file shrink (SIGBUS).
   fcntl(seg->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
@@ -1046,7 +1087,12 @@ StatusOr<std::shared_ptr<PeerMapping>> ShmBackend::MapPeerSegment(int pidfd, pid
     return InvalidArgumentError("shm: fd " + std::to_string(d.fd) + " of " + who +
                                 " is not the described segment (stale description?)");
   }
-  void* p = mmap(nullptr, d.bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  // Huge-page-sized segments (pools) at an aligned address, and mapped by
+  // huge pages where the owner collapsed them (best effort).
+  const bool huge = d.bytes >= kHugePageBytes && d.bytes % kHugePageBytes == 0;
+  void* p = huge ? MapAligned(fd, d.bytes, MAP_POPULATE)
+                 : mmap(nullptr, d.bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (p != MAP_FAILED && huge) CollapseToHugePages(p, d.bytes);
   if (p == MAP_FAILED) {
     const int e = errno;
     return ResourceExhaustedError("shm: mapping a " + std::to_string(d.bytes) + "-byte segment of " +
