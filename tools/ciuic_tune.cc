@@ -374,12 +374,14 @@ std::string ExitText(int status) {
 Status RunRanks(int n, const RankBody& body, const std::function<void(int, const std::string&)>& on_line,
                 std::chrono::seconds limit) {
   const std::string secret = Secret();
-  CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<transport::TcpStoreServer> server,
-                         transport::TcpStoreServer::Start("127.0.0.1", 0, secret));
-  const uint16_t port = server->port();
   const pid_t parent = getpid();
   std::vector<pid_t> pids(n, -1);
   std::vector<int> fds(n, -1);
+  // The ranks are forked while this process has one thread, and learn the
+  // store's port through a pipe once it runs: a fork while the store's
+  // thread holds an allocator lock (ASan's, for one) leaves the child
+  // deadlocked at its first allocation.
+  std::vector<int> go(n, -1);
   std::vector<std::string> partial(n), errors(n);
   std::fflush(nullptr);
   Status failure;
@@ -394,12 +396,26 @@ Status RunRanks(int n, const RankBody& body, const std::function<void(int, const
       failure = UnavailableError(std::string("pipe: ") + std::strerror(errno));
       break;
     }
+    int gofd[2];
+    if (pipe(gofd) != 0) {
+      failure = UnavailableError(std::string("pipe: ") + std::strerror(errno));
+      close(pipefd[0]);
+      close(pipefd[1]);
+      break;
+    }
     const pid_t pid = fork();
     if (pid == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(1);  // the parent died before the line above
       close(pipefd[0]);
-      for (int i = 0; i < r; ++i) close(fds[i]);
+      close(gofd[1]);
+      for (int i = 0; i < r; ++i) {
+        close(fds[i]);
+        close(go[i]);
+      }
+      uint16_t port = 0;
+      if (read(gofd[0], &port, sizeof(port)) != static_cast<ssize_t>(sizeof(port))) _exit(1);  // no store
+      close(gofd[0]);
       const Reporter out(pipefd[1]);
       Status s = body(r, "127.0.0.1", port, secret, out);
       if (!s.ok()) out.Line("error " + s.ToString());
@@ -407,13 +423,37 @@ Status RunRanks(int n, const RankBody& body, const std::function<void(int, const
       _exit(s.ok() ? 0 : 1);
     }
     close(pipefd[1]);
+    close(gofd[0]);
     if (pid < 0) {
       close(pipefd[0]);
+      close(gofd[1]);
       failure = UnavailableError(std::string("fork: ") + std::strerror(errno));
       break;
     }
     pids[r] = pid;
     fds[r] = pipefd[0];
+    go[r] = gofd[1];
+  }
+  // Now the store (and its thread), then the port to every rank.
+  std::unique_ptr<transport::TcpStoreServer> server;
+  if (failure.ok()) {
+    StatusOr<std::unique_ptr<transport::TcpStoreServer>> started =
+        transport::TcpStoreServer::Start("127.0.0.1", 0, secret);
+    if (started.ok()) {
+      server = std::move(*started);
+    } else {
+      failure = started.status();
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    if (go[r] < 0) continue;
+    if (server != nullptr) {
+      const uint16_t port = server->port();
+      if (write(go[r], &port, sizeof(port)) != static_cast<ssize_t>(sizeof(port)) && failure.ok()) {
+        failure = UnavailableError("telling rank " + std::to_string(r) + " the store's port: " + std::strerror(errno));
+      }
+    }
+    close(go[r]);  // without a port the rank exits
   }
   const auto deadline = Clock::now() + limit;
   int open = 0;
@@ -822,6 +862,9 @@ int Fail(const std::string& what) {
 }
 
 int Main(int argc, char** argv) {
+  // A rank that died early closes its pipe: writing its port must be an
+  // error (EPIPE), not a signal that ends the tool.
+  signal(SIGPIPE, SIG_IGN);
   Options o;
   if (!ParseOptions(argc, argv, &o)) return 2;
   if (!o.check.empty()) {
