@@ -111,6 +111,7 @@ class CommImpl {
   bool UseDirect(const OpDesc& d) const;
   size_t direct_logged_bytes = SIZE_MAX;  // the size last_algorithm describes
   Status RunDirect(const OpDesc& d, Clock::time_point deadline);
+  ShmDirectOptions DirectOptions() const;  // from the link options and wait_spin
   StatusOr<ExecJob> Prepare(const OpDesc& d, Plan* plan);
   Status Finish(const OpDesc& d);
   StatusOr<transport::Link*> GetLink(int peer, int channel);
@@ -397,13 +398,17 @@ bool CommImpl::UseDirect(const OpDesc& d) const {
   return s == r || s >= r + bytes || r >= s + bytes;
 }
 
+ShmDirectOptions CommImpl::DirectOptions() const {
+  ShmDirectOptions o;
+  o.slot_bytes = link_options.slot_size;
+  o.nslots = link_options.nslots;
+  if (wait_spin.count() == 0) o.spin = std::chrono::microseconds(0);
+  return o;
+}
+
 Status CommImpl::RunDirect(const OpDesc& d, Clock::time_point deadline) {
   if (direct == nullptr) {
-    ShmDirectOptions o;
-    o.slot_bytes = link_options.slot_size;
-    o.nslots = link_options.nslots;
-    if (wait_spin.count() == 0) o.spin = std::chrono::microseconds(0);
-    CIUIC_ASSIGN_OR_RETURN(direct, ShmDirect::Create(*backend, *store, prefix, rank, size, o,
+    CIUIC_ASSIGN_OR_RETURN(direct, ShmDirect::Create(*backend, *store, prefix, rank, size, DirectOptions(),
                                                      std::chrono::milliseconds(config.timeout_ms)));
   }
   const ReduceOp op = d.op == ReduceOp::kAvg ? ReduceOp::kSum : d.op;
@@ -433,7 +438,7 @@ Status CommImpl::ExecuteCollective(const OpDesc& d, Clock::time_point deadline) 
   Status s;
   if (UseDirect(d)) {
     const size_t bytes = d.count * DataTypeSize(d.dtype);
-    const bool one_shot = std::min(bytes, link_options.slot_size) <= ShmDirectOptions{}.one_shot_max_bytes;
+    const bool one_shot = ShmDirect::OneShot(bytes, DirectOptions());
     if (bytes != direct_logged_bytes) {
       // Said once per size, not per call.
       direct_logged_bytes = bytes;

@@ -365,7 +365,7 @@ Status ShmDirect::AllReduce(const void* send, void* recv, size_t count, DataType
   const auto* in_base = static_cast<const char*>(send);
   auto* out_base = static_cast<char*>(recv);
   // One-shot for every chunk when the (first) chunk is small.
-  const bool one_shot = std::min(count, chunk_elems) * es <= options_.one_shot_max_bytes;
+  const bool one_shot = OneShot(count * es, options_);
   const size_t align_elems = std::max<size_t>(1, kSliceAlign / es);
 
   auto chunk_len = [&](size_t k) { return std::min(chunk_elems, count - k * chunk_elems); };

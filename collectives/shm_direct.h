@@ -32,6 +32,7 @@
 #ifndef CIUIC_COLLECTIVES_SHM_DIRECT_H_
 #define CIUIC_COLLECTIVES_SHM_DIRECT_H_
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -86,8 +87,11 @@ class ShmDirect {
                    const kernels::Reducer& reducer, std::chrono::steady_clock::time_point deadline,
                    const std::atomic<bool>* abort);
 
-  // Whether chunks of `bytes` run one-shot (for logs).
-  bool OneShot(size_t bytes) const { return bytes <= options_.one_shot_max_bytes; }
+  // Whether an all-reduce of `bytes` runs one-shot: its first chunk (at
+  // most slot_bytes) is small enough. The one rule, for the run and logs.
+  static bool OneShot(size_t bytes, const ShmDirectOptions& options) {
+    return std::min(bytes, options.slot_bytes) <= options.one_shot_max_bytes;
+  }
 
   struct Impl;  // shm_direct.cc's
 
