@@ -335,6 +335,11 @@ class Backend {
   // kResourceExhausted, kUnimplemented where the backend cannot expose
   // caller memory to peers.
   virtual StatusOr<std::unique_ptr<MemoryRegion>> Register(void* addr, size_t bytes) = 0;
+  // Whether a registration pins the physical pages behind the range (verbs),
+  // so it goes stale when the program unmaps or discards that memory and the
+  // registration cache must watch it (shm and tcp address memory by virtual
+  // address on every access: never stale).
+  virtual bool PinsRegisteredMemory() const { return false; }
   // Blocks until a peer may have posted something to this process through
   // any connection of this backend, or `max` elapses; spurious wake-ups are
   // allowed. This is the "sleep" of spin-yield-sleep waiting (shm: a futex
@@ -398,12 +403,28 @@ class BufferPool {
 
 // Registrations of caller memory, reused: sorted by address, reference
 // counted, a request inside an existing registration is a hit (sub-range).
-// Entries are dropped when Invalidate() covers them (the caller frees or
-// remaps that memory) and all at destruction; an invalidated entry still in
-// use stays alive until its last Unref. Thread contract: thread-safe.
+//
+// A registration that pins pages (Backend::PinsRegisteredMemory: verbs) goes
+// stale when the program gives its memory back to the kernel: free() of an
+// mmapped chunk, a heap trim, munmap, mremap, madvise(DONTNEED). The cache
+// watches every range it keeps through the process's MemoryMonitor
+// (userfaultfd events, transport/mem_monitor.h) and drops the registrations
+// over memory that went away before its next lookup, so a new buffer at the
+// same address is registered afresh. free() of memory that stays mapped (a
+// small chunk of the heap) keeps the same pages, so the registration stays
+// valid and cached. Where the kernel cannot watch a range (no userfaultfd,
+// file-backed memory), that registration is not kept after its last Unref
+// (stats().uncached), so nothing stale is ever reused.
+//
+// Entries are also dropped when Invalidate() covers them and all at
+// destruction; an entry dropped while in use stays alive until its last
+// Unref. Thread contract: thread-safe.
 class RegistrationCache {
  public:
-  explicit RegistrationCache(Backend& backend) : backend_(backend) {}
+  // kAuto watches when the backend pins registered memory; kAlways and
+  // kNever are for tests and for callers that know better.
+  enum class Watch { kAuto, kAlways, kNever };
+  explicit RegistrationCache(Backend& backend, Watch watch = Watch::kAuto);
   ~RegistrationCache();
   RegistrationCache(const RegistrationCache&) = delete;
   RegistrationCache& operator=(const RegistrationCache&) = delete;
@@ -422,18 +443,37 @@ class RegistrationCache {
   // Forgets every registration overlapping [addr, addr+bytes).
   void Invalidate(const void* addr, size_t bytes);
 
+  // Whether kept registrations are watched; `why` (optional) says why not
+  // (kNever, a backend that does not pin, or no userfaultfd here).
+  bool watching(std::string* why) const;
+
   struct Stats {
-    uint64_t hits = 0, misses = 0, invalidations = 0;
+    uint64_t hits = 0, misses = 0;
+    uint64_t invalidations = 0;  // entries dropped by Invalidate or by released memory
+    uint64_t released = 0;       // of those: memory unmapped/moved/discarded under them
+    uint64_t uncached = 0;       // registrations not kept: the range could not be watched
     size_t entries = 0;
   };
-  Stats stats() const;
+  // (Applies released memory first, like Ref.)
+  Stats stats();
 
  private:
   struct Entry;
+  using EntryPtr = std::shared_ptr<Entry>;
+  // Applies the monitor's new events and a fork (under mu_).
+  void ApplyReleasedLocked();
+  // Removes entries_ matching `pred`, retiring those still referenced.
+  template <typename Pred>
+  void DropLocked(Pred pred, bool released);
+
   Backend& backend_;
+  bool watch_ = false;
+  std::string not_watching_;
   mutable std::mutex mu_;
-  std::vector<std::shared_ptr<Entry>> entries_;  // sorted by start address
-  std::vector<std::shared_ptr<Entry>> retired_;  // invalidated but referenced
+  std::vector<EntryPtr> entries_;   // sorted by start address
+  std::vector<EntryPtr> retired_;   // dropped or uncached, still referenced
+  uint64_t cursor_ = 0;             // into the monitor's events
+  uint64_t epoch_ = 0;              // the monitor's, when cursor_ was set
   uint64_t next_id_ = 1;
   Stats stats_;
 };

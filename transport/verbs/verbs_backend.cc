@@ -159,6 +159,7 @@ class VerbsBackend final : public Backend {
   StatusOr<std::unique_ptr<Endpoint>> CreateEndpoint(int peer, uint32_t tag) override;
   StatusOr<std::unique_ptr<MemoryRegion>> Allocate(size_t bytes) override;
   StatusOr<std::unique_ptr<MemoryRegion>> Register(void* addr, size_t bytes) override;
+  bool PinsRegisteredMemory() const override { return true; }
   void WaitForActivity(std::chrono::microseconds max) override;
 
   // For connections and regions (same thread contract as the backend).

@@ -7,6 +7,7 @@
 // that a failure.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -466,6 +467,69 @@ TEST_P(ContractTest, RegistrationCache) {
   cache.Unref(*h4);
   EXPECT_FALSE(cache.Ref(nullptr, 10).ok());
   EXPECT_FALSE(cache.Ref(a.data(), 0).ok());
+}
+
+// A peer writes into caller memory registered through the cache; the
+// memory is then unmapped and new memory mapped at the same address. The
+// next lookup must register the new memory (verbs pins pages: a cached
+// registration would steer the write into the old pages, and the new buffer
+// would never see it); the second write must land in the new memory.
+TEST_P(ContractTest, RegistrationCacheFollowsMemoryRemappedAtTheSameAddress) {
+  const BackendKind kind = GetParam();
+  constexpr size_t kBytes = 256 << 10;
+  auto results = RunRanks(2, [&](int rank, Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(auto be, OpenBackend(kind, ChildOptions(rank, 2)));
+    CIUIC_ASSIGN_OR_RETURN(auto conn, ConnectThroughStore(*be, store, "rc", rank, 1 - rank, 0, kStoreTimeout));
+    const auto deadline = Clock::now() + milliseconds(60000);
+    std::vector<Completion> got;
+    if (rank == 0) {  // the writer
+      CIUIC_ASSIGN_OR_RETURN(auto src, be->Allocate(kBytes));
+      for (int round = 0; round < 2; ++round) {
+        CIUIC_ASSIGN_OR_RETURN(std::string blob, store.Get("target" + std::to_string(round), kStoreTimeout));
+        CIUIC_ASSIGN_OR_RETURN(RemoteRegion rr, conn->ImportRegion(blob));
+        auto* p = static_cast<uint8_t*>(src->data());
+        for (size_t i = 0; i < kBytes - 8; ++i) p[i] = Pattern(0, 1, round, i);
+        CIUIC_RETURN_IF_ERROR(conn->PostWrite(*src, 0, rr, 8, kBytes - 8, round, round));
+        CIUIC_RETURN_IF_ERROR(Collect(*be, *conn, &got, Completion::Kind::kWriteDone, round + 1, deadline));
+        CIUIC_RETURN_IF_ERROR(store.Get("checked" + std::to_string(round), kStoreTimeout).status());
+      }
+      return Status::Ok();
+    }
+    RegistrationCache cache(*be);
+    void* addr = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (addr == MAP_FAILED) return InternalError("mmap failed");
+    uint64_t first_region_id = 0;
+    for (int round = 0; round < 2; ++round) {
+      memset(addr, 0, kBytes);
+      CIUIC_ASSIGN_OR_RETURN(RegistrationCache::Handle h, cache.Ref(addr, kBytes));
+      if (round == 0) first_region_id = h.id;
+      if (round == 1 && be->PinsRegisteredMemory() && h.id == first_region_id) {
+        return DataLossError("the cache handed out the registration of unmapped memory (" +
+                             std::to_string(cache.stats().released) + " released)");
+      }
+      CIUIC_RETURN_IF_ERROR(store.Set("target" + std::to_string(round), h.region->Describe()));
+      CIUIC_RETURN_IF_ERROR(Collect(*be, *conn, &got, Completion::Kind::kWriteReceived, round + 1, deadline));
+      const auto* p = static_cast<const uint8_t*>(addr);
+      for (size_t i = 0; i < kBytes - 8; ++i) {
+        if (p[8 + i] != Pattern(0, 1, round, i)) {
+          return DataLossError("round " + std::to_string(round) + ": byte " + std::to_string(i) +
+                               " did not land in the buffer at its address");
+        }
+      }
+      cache.Unref(h);
+      CIUIC_RETURN_IF_ERROR(store.Set("checked" + std::to_string(round), "1"));
+      if (round == 0) {
+        // New memory at the same address.
+        if (munmap(addr, kBytes) != 0) return InternalError("munmap failed");
+        void* again = mmap(addr, kBytes, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+        if (again != addr) return InternalError("could not map new memory at the same address");
+      }
+    }
+    munmap(addr, kBytes);
+    return Status::Ok();
+  }, milliseconds(90000));
+  ExpectAllOk(results);
 }
 
 // Bad input to PostWrite/PostMessage: ranges outside either region,
