@@ -51,6 +51,9 @@ class CommImpl {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<transport::BufferPool> pool;
   std::map<std::pair<int, int>, std::unique_ptr<transport::Link>> links;
+  // verbs: caller buffers registered once and reused for zero-copy sends
+  // (watched, so freed memory is never reused stale; transport.h).
+  std::unique_ptr<transport::RegistrationCache> reg_cache;
   std::optional<kernels::Reducer> reducer;
   transport::LinkOptions link_options;
   std::vector<char> scratch;
@@ -84,6 +87,7 @@ class CommImpl {
     for (auto& op : queue) Complete(*op, AbortedError("communicator destroyed"));
     direct.reset();
     links.clear();
+    reg_cache.reset();
     pool.reset();
     backend.reset();
   }
@@ -311,6 +315,7 @@ Status CommImpl::Init() {
               cost_params.alpha_s * 1e6, 1e-9 / cost_params.beta_s_per_byte);
   }
   pool = std::make_unique<transport::BufferPool>(*backend, 16u << 20);
+  if (kind == BackendKind::kVerbs) reg_cache = std::make_unique<transport::RegistrationCache>(*backend);
   CIUIC_LOG(kInfo, "communicator rank %d/%d on %s%s", rank, size, backend->Describe().c_str(),
             wait_spin.count() == 0 ? " (ranks outnumber their CPUs: waits yield without spinning)" : "");
   if (config.progress == "thread") {
@@ -320,6 +325,10 @@ Status CommImpl::Init() {
 }
 
 namespace {
+// Calls at least this large send straight from the caller's buffers (tcp,
+// verbs); below it, a registration costs more than the copy it saves.
+constexpr size_t kZeroCopyMinBytes = 16u << 10;
+
 bool IsPointToPoint(const OpDesc& d) { return d.coll == Collective::kSend || d.coll == Collective::kRecv; }
 }  // namespace
 
@@ -366,6 +375,39 @@ StatusOr<ExecJob> CommImpl::Prepare(const OpDesc& d, Plan* plan) {
     if (staging.size() < bufs.input_count * es) staging.resize(bufs.input_count * es);
     std::memcpy(staging.data(), d.send, bufs.input_count * es);
     bufs.input = staging.data();
+  }
+  const bool tcp = backend->kind() == BackendKind::kTcp;
+  if ((tcp || reg_cache != nullptr) && d.count * es >= kZeroCopyMinBytes) {
+    // Send straight from the caller's buffers. tcp: a registration is only
+    // a bounds-checked pointer (nothing pinned), so one per call. verbs:
+    // through the registration cache (pinned once, reused while the memory
+    // stays mapped). Where registering fails (read-only memory for verbs),
+    // the executor copies through a slot.
+    auto reg = [&](const void* p, size_t count, const transport::MemoryRegion** out) {
+      if (p == nullptr || count == 0) return;
+      if (tcp) {
+        auto r = backend->Register(const_cast<void*>(p), count * es);
+        if (!r.ok()) return;
+        std::shared_ptr<transport::MemoryRegion> region(std::move(*r));
+        *out = region.get();
+        job.keep.push_back(std::move(region));
+        return;
+      }
+      auto h = reg_cache->Ref(p, count * es);
+      if (!h.ok()) return;
+      *out = h->region;
+      transport::RegistrationCache* cache = reg_cache.get();
+      job.keep.push_back(std::shared_ptr<const void>(h->region, [cache, handle = *h](const void*) {
+        cache->Unref(handle);
+      }));
+    };
+    reg(bufs.input, bufs.input_count, &bufs.input_region);
+    if (bufs.output == bufs.input && bufs.output_count == bufs.input_count) {
+      bufs.output_region = bufs.input_region;
+    } else {
+      reg(bufs.output, bufs.output_count, &bufs.output_region);
+    }
+    reg(bufs.scratch, bufs.scratch_count, &bufs.scratch_region);
   }
   return job;
 }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <vector>
 
@@ -21,6 +22,9 @@ struct LinkQueues {
   size_t send_head = 0;    // index into sends of the first unfinished
   size_t recv_head = 0;
   bool failed = false;     // the link reported an error (see pass)
+  // Zero-copy chunks whose write has not completed: (flat step, link chunk
+  // number), in posting order.
+  std::deque<std::pair<int, uint64_t>> zero_copy;
   bool needed() const { return send_head < sends.size() || recv_head < recvs.size(); }
 };
 
@@ -32,8 +36,10 @@ struct Flat {
   std::vector<int> deps;
   size_t nchunks = 0;
   size_t chunk_elems = 0;
-  size_t done = 0;    // chunks completed (forwarding steps: sent)
+  size_t done = 0;    // chunks completed (sending steps: sent, or written when zero-copy)
+  size_t sent = 0;    // sending steps: chunks handed to the link
   size_t stored = 0;  // forwarding steps: chunks received and stored in dst
+  bool send_queued_next = false;  // the link's next message may go (all chunks handed over)
   int send_link = -1;
   int recv_link = -1;
 };
@@ -44,7 +50,12 @@ Status Executor::Run(const Schedule& schedule, const ExecBuffers& buffers, DataT
                      ReduceOp op, const LinkSource& links,
                      std::chrono::steady_clock::time_point deadline,
                      const std::atomic<bool>* abort) {
-  return RunMany({ExecJob{&schedule, buffers, dtype, op}}, links, deadline, abort, nullptr);
+  ExecJob job;
+  job.schedule = &schedule;
+  job.buffers = buffers;
+  job.dtype = dtype;
+  job.op = op;
+  return RunMany({job}, links, deadline, abort, nullptr);
 }
 
 Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& links,
@@ -140,7 +151,8 @@ Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& 
     for (const auto& key : new_links) {
       CIUIC_ASSIGN_OR_RETURN(Link* l, links(key.first, key.second));
       link_index[key] = static_cast<int>(queues.size());
-      queues.push_back(LinkQueues{l, {}, {}, 0, 0});
+      queues.emplace_back();
+      queues.back().link = l;
     }
     for (int i = first_new; i < static_cast<int>(flat.size()); ++i) {
       Flat& f = flat[i];
@@ -206,22 +218,45 @@ Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& 
     return true;
   };
 
+  // The region covering a buffer of a job (null: none, copy through a slot).
+  auto region_of = [&](int job, BufKind buf) -> const transport::MemoryRegion* {
+    const ExecBuffers& b = jobs[job].buffers;
+    switch (buf) {
+      case BufKind::kInput: return b.input_region;
+      case BufKind::kOutput: return b.output_region;
+      case BufKind::kScratch: return b.scratch_region;
+    }
+    return nullptr;
+  };
+
   // The sending half of chunk k of step i (kSend from src; forwarding steps
-  // from dst, after their receive half stored it). False when no slot.
-  auto try_send = [&](int i, size_t k) -> StatusOr<bool> {
+  // from dst, after their receive half stored it): copied into a slot (done
+  // now), or written from the buffer itself (done when the write completes).
+  enum class Sent { kNo, kCopied, kZeroCopy };
+  auto try_send = [&](int i, size_t k) -> StatusOr<Sent> {
     Flat& f = flat[i];
     const Step& s = *f.step;
     LinkQueues& q = queues[f.send_link];
-    if (q.sends[q.send_head] != i) return false;  // an earlier message on this link is unfinished
-    void* slot = q.link->AcquireSend();
-    if (slot == nullptr) return false;
+    if (q.sends[q.send_head] != i) return Sent::kNo;  // an earlier message on this link is unfinished
     size_t first, n;
     chunk_span(f, k, &first, &n);
     const size_t bytes = n * DataTypeSize(jobs[f.job].dtype);
     const Range& from = s.op == StepOp::kSend ? s.src : s.dst;
+    const transport::MemoryRegion* region = n > 0 && !q.link->direct() ? region_of(f.job, from.buf) : nullptr;
+    if (region != nullptr) {
+      if (!q.link->CanSend()) return Sent::kNo;
+      const char* at = ptr(f.job, from, first);
+      const uint64_t seq = q.link->sends_committed();
+      CIUIC_RETURN_IF_ERROR(q.link->CommitSendFrom(
+          *region, static_cast<size_t>(at - static_cast<const char*>(region->data())), bytes));
+      q.zero_copy.emplace_back(i, seq);
+      return Sent::kZeroCopy;
+    }
+    void* slot = q.link->AcquireSend();
+    if (slot == nullptr) return Sent::kNo;
     if (n > 0) reducer_.Copy(slot, ptr(f.job, from, first), bytes);
     CIUIC_RETURN_IF_ERROR(q.link->CommitSend(bytes));
-    return true;
+    return Sent::kCopied;
   };
 
   // Local steps: chunk k of kCopy / kReduce.
@@ -280,12 +315,24 @@ Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& 
       if (!p.ok()) {
         // A peer that finished its part and closed (or died) only matters
         // while this run still has messages to exchange with it.
-        if (q.needed()) return p.status();
+        if (q.needed() || !q.zero_copy.empty()) return p.status();
         q.failed = true;
         continue;
       }
       any |= *p;
+      // Zero-copy chunks whose write completed are done now.
+      while (!q.zero_copy.empty() && q.zero_copy.front().second < q.link->sends_done()) {
+        Flat& f = flat[q.zero_copy.front().first];
+        q.zero_copy.pop_front();
+        if (++f.done == f.nchunks) --steps_left;
+        any = true;
+      }
     }
+    // A send chunk handed to the link: done now when copied.
+    auto sent_one = [&](Flat& f, Sent how) {
+      ++f.sent;
+      if (how == Sent::kCopied && ++f.done == f.nchunks) --steps_left;
+    };
     for (int i = 0; i < static_cast<int>(flat.size()); ++i) {
       Flat& f = flat[i];
       if (f.done == f.nchunks) continue;
@@ -300,31 +347,37 @@ Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& 
           any = true;
           if (++f.stored == f.nchunks) ++queues[f.recv_link].recv_head;
         }
-        while (f.done < f.stored) {
-          CIUIC_ASSIGN_OR_RETURN(bool did, try_send(i, f.done));
-          if (!did) break;
+        while (f.sent < f.stored) {
+          CIUIC_ASSIGN_OR_RETURN(Sent how, try_send(i, f.sent));
+          if (how == Sent::kNo) break;
           any = true;
-          ++f.done;
+          sent_one(f, how);
+        }
+      } else if (s.op == StepOp::kSend) {
+        while (f.sent < f.nchunks && deps_allow(i, f.sent)) {
+          CIUIC_ASSIGN_OR_RETURN(Sent how, try_send(i, f.sent));
+          if (how == Sent::kNo) break;
+          any = true;
+          sent_one(f, how);
         }
       } else {
         while (f.done < f.nchunks && deps_allow(i, f.done)) {
           bool did = true;
-          if (s.op == StepOp::kSend) {
-            CIUIC_ASSIGN_OR_RETURN(did, try_send(i, f.done));
-          } else if (StepReceives(s.op)) {
+          if (StepReceives(s.op)) {
             CIUIC_ASSIGN_OR_RETURN(did, try_recv(i, f.done));
           } else {
             CIUIC_RETURN_IF_ERROR(do_local(i, f.done));
           }
           if (!did) break;
           any = true;
-          ++f.done;
+          if (++f.done == f.nchunks) --steps_left;
         }
         if (f.done == f.nchunks && f.recv_link >= 0) ++queues[f.recv_link].recv_head;
       }
-      if (f.done == f.nchunks) {
-        --steps_left;
-        if (f.send_link >= 0) ++queues[f.send_link].send_head;
+      if (f.send_link >= 0 && !f.send_queued_next && f.sent == f.nchunks) {
+        // Every chunk handed over: the link's next message may start.
+        f.send_queued_next = true;
+        ++queues[f.send_link].send_head;
       }
     }
     return any;
@@ -342,6 +395,16 @@ Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& 
         return true;
       },
       deadline, "collective", spin_);
+  if (!s.ok()) {
+    // Writes still reading the caller's buffers would read memory the
+    // caller now owns again: those links stop here (their error is sticky).
+    for (auto& q : queues) {
+      if (!q.zero_copy.empty()) {
+        q.link->Fail(Status(s.code(), "link to rank " + std::to_string(q.link->peer()) +
+                                          " abandoned with zero-copy writes in flight: " + s.message()));
+      }
+    }
+  }
   if (s.code() == StatusCode::kDeadlineExceeded) {
     // Name what was pending: the first unfinished step and its peers.
     for (const Flat& f : flat) {

@@ -11,6 +11,11 @@
 // Fusion: kRecvReduceSend reduces the incoming chunk with the local operand
 // straight into the next link's send slot (on shm that slot is the peer's
 // memory), so a pipelined ring touches each byte once per hop.
+// Zero-copy sends: on links that are not direct (tcp, verbs), a chunk whose
+// buffer comes with a registered region (ExecBuffers::*_region) is written
+// to the peer straight from that buffer instead of through a staging slot;
+// such a chunk is done (for dependencies and for the run) when its write
+// completes, so nothing overwrites bytes still on their way out.
 //
 // Thread contract: an Executor is used by one thread at a time.
 #ifndef CIUIC_COLLECTIVES_EXECUTOR_H_
@@ -20,6 +25,7 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "ciuic/kernels.h"
@@ -41,6 +47,11 @@ struct ExecBuffers {
   size_t output_count = 0;
   void* scratch = nullptr;
   size_t scratch_count = 0;
+  // Optional registrations covering the buffers above (their data() at or
+  // before the buffer's start): sends from them go zero-copy.
+  const transport::MemoryRegion* input_region = nullptr;
+  const transport::MemoryRegion* output_region = nullptr;
+  const transport::MemoryRegion* scratch_region = nullptr;
 };
 
 // One schedule with its buffers and element type; RunMany runs several
@@ -51,6 +62,9 @@ struct ExecJob {
   ExecBuffers buffers;
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
+  // Keeps the regions of `buffers` alive (or referenced in a registration
+  // cache) as long as any copy of the job.
+  std::vector<std::shared_ptr<const void>> keep;
 };
 
 class Executor {

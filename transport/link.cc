@@ -55,6 +55,7 @@ Link::Link(std::unique_ptr<Connection> conn, BufferPool& pool, const LinkOptions
       pool_(pool),
       options_(options),
       pending_len_(options.nslots, 0),
+      pending_src_(options.nslots),
       recv_len_(options.nslots, 0) {}
 
 Link::~Link() {
@@ -132,6 +133,24 @@ Status Link::CommitSend(size_t len) {
     return FailedPreconditionError("Link::CommitSend without a slot from AcquireSend");
   }
   pending_len_[committed_ % options_.nslots] = static_cast<uint32_t>(len);
+  pending_src_[committed_ % options_.nslots] = ZeroCopySource{};
+  ++committed_;
+  return Post();
+}
+
+Status Link::CommitSendFrom(const MemoryRegion& src, size_t offset, size_t len) {
+  if (!error_.ok()) return error_;
+  if (direct_) return FailedPreconditionError("Link::CommitSendFrom on a direct link (use AcquireSend)");
+  if (len > options_.slot_size || offset > src.size() || len > src.size() - offset) {
+    return InvalidArgumentError("Link::CommitSendFrom: " + std::to_string(len) + " bytes at offset " +
+                                std::to_string(offset) + " of a " + std::to_string(src.size()) +
+                                " B region (slot size " + std::to_string(options_.slot_size) + ")");
+  }
+  if (committed_ - credited_ >= options_.nslots) {
+    return FailedPreconditionError("Link::CommitSendFrom without a free slot (CanSend)");
+  }
+  pending_len_[committed_ % options_.nslots] = static_cast<uint32_t>(len);
+  pending_src_[committed_ % options_.nslots] = ZeroCopySource{&src, offset};
   ++committed_;
   return Post();
 }
@@ -159,12 +178,16 @@ Status Link::Post() {
     const size_t remote_off = remote_ring_offset_ + slot * options_.slot_size;
     // Direct: the bytes are already in the peer's slot; a zero-length write
     // only notifies. Its source is any local region (nothing is read).
+    const ZeroCopySource& zc = pending_src_[slot];
     Status s = direct_ ? conn_->PostWrite(*recv_ring_.region, recv_ring_.offset, remote_ring_,
                                           remote_off, 0, static_cast<uint32_t>(len), posted_)
-                       : conn_->PostWrite(*send_staging_.region,
-                                          send_staging_.offset + slot * options_.slot_size,
-                                          remote_ring_, remote_off, len,
-                                          static_cast<uint32_t>(len), posted_);
+               : zc.region != nullptr
+                   ? conn_->PostWrite(*zc.region, zc.offset, remote_ring_, remote_off, len,
+                                      static_cast<uint32_t>(len), posted_)
+                   : conn_->PostWrite(*send_staging_.region,
+                                      send_staging_.offset + slot * options_.slot_size,
+                                      remote_ring_, remote_off, len, static_cast<uint32_t>(len),
+                                      posted_);
     if (s.code() == StatusCode::kResourceExhausted) break;
     if (!s.ok()) return error_ = s;
     ++posted_;

@@ -537,6 +537,26 @@ class Link {
   // Chunks committed whose write has not completed locally yet.
   size_t sends_in_flight() const;
 
+  // Zero-copy sending (links that are not direct): whether the peer has a
+  // free slot, and a send of `len` bytes (<= slot_size()) straight from
+  // `src` at `offset`, with no staging copy. The source must stay unchanged
+  // until the chunk's write completes: chunk number sends_committed() (read
+  // before the call) is complete once sends_done() exceeds it.
+  // Errors: kFailedPrecondition (no free slot, or a direct link: fill the
+  // AcquireSend buffer instead), kInvalidArgument (len or range), the sticky
+  // error.
+  bool CanSend() const { return error_.ok() && committed_ - credited_ < options_.nslots; }
+  Status CommitSendFrom(const MemoryRegion& src, size_t offset, size_t len);
+  uint64_t sends_committed() const { return committed_; }
+  uint64_t sends_done() const { return write_done_; }
+
+  // Makes `why` the link's sticky error (no-op when it has one): nothing
+  // more is posted or progressed. For callers that abandon zero-copy sends
+  // whose source memory they are about to give back.
+  void Fail(const Status& why) {
+    if (error_.ok()) error_ = why;
+  }
+
   // Receiving. The next chunk in order (valid until ReleaseRecv), or nullptr
   // when none has arrived; `*len` gets its length.
   const void* PeekRecv(size_t* len) const;
@@ -566,6 +586,11 @@ class Link {
   uint64_t write_done_ = 0;    // chunks whose write completed locally
   uint64_t credited_ = 0;      // chunks the peer has released
   std::vector<uint32_t> pending_len_;  // lengths of committed, unposted chunks, by slot
+  struct ZeroCopySource {
+    const MemoryRegion* region = nullptr;  // null: the staging slot
+    size_t offset = 0;
+  };
+  std::vector<ZeroCopySource> pending_src_;  // by slot
   // Receiver state.
   uint64_t arrived_ = 0;
   uint64_t released_ = 0;

@@ -636,6 +636,7 @@ void TcpBackend::WaitForActivity(std::chrono::microseconds max) {
     std::lock_guard<std::mutex> lock(watch_mu_);
     for (const SocketWatch* w : watched_) {
       if (!w->active.load(std::memory_order_relaxed)) continue;
+      if (w->rx_buffered.load(std::memory_order_relaxed)) return;  // work without waiting
       const bool out = w->want_out.load(std::memory_order_relaxed);
       if (w->tx_fd == w->rx_fd) {
         fds.push_back(pollfd{w->rx_fd, static_cast<short>(POLLIN | (out ? POLLOUT : 0)), 0});

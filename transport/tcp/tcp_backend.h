@@ -47,6 +47,7 @@ struct SocketWatch {
   int rx_fd = -1;
   int tx_fd = -1;
   std::atomic<bool> want_out{false};  // frames wait for send buffer space
+  std::atomic<bool> rx_buffered{false};  // frames read ahead, not yet parsed
   std::atomic<bool> active{true};     // false once the connection failed
 };
 

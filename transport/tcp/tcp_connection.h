@@ -123,6 +123,9 @@ class TcpConnection final : public Connection {
     bool closed = false;      // the peer ended this stream
     bool goodbye = false;     // ... cleanly, with a goodbye frame
     uint8_t message[kMaxMessageBytes] = {};
+    std::unique_ptr<uint8_t[]> ahead;  // kReadAheadBytes read past the current frame
+    size_t ahead_pos = 0;              // consumed
+    size_t ahead_len = 0;              // valid
   };
   struct Import {
     uint32_t id = 0;

@@ -354,6 +354,88 @@ TEST_P(ContractTest, LinkFlowControlSlowReceiver) {
   ExpectAllOk(results);
 }
 
+// Zero-copy sends through a Link: chunks go straight from registered caller
+// memory (no staging slot) on links that are not direct; a chunk's source
+// may be reused once sends_done() passes it (here it is scribbled over at
+// once, and the receiver must still see the original bytes). Direct links
+// (shm) refuse and the sender uses AcquireSend.
+TEST_P(ContractTest, LinkZeroCopySendsFromCallerMemory) {
+  const BackendKind kind = GetParam();
+  constexpr int kChunks = 200;
+  constexpr size_t kSlot = 8192;
+  auto results = RunRanks(2, [&](int rank, Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(auto be, OpenBackend(kind, ChildOptions(rank, 2)));
+    BufferPool pool(*be, 1u << 20);
+    LinkOptions lo;
+    lo.slot_size = kSlot;
+    lo.nslots = 4;
+    CIUIC_ASSIGN_OR_RETURN(auto link, Link::Create(*be, pool, store, "zc", rank, 1 - rank, 5, lo, kStoreTimeout));
+    const auto deadline = Clock::now() + milliseconds(60000);
+    auto progress = [&]() { return link->Progress(); };
+    auto len_of = [](int c) { return 1 + (static_cast<size_t>(c) * 997) % 8192; };
+    if (rank == 0) {
+      std::vector<uint8_t> caller(kChunks * kSlot);
+      for (int c = 0; c < kChunks; ++c) {
+        for (size_t i = 0; i < kSlot; ++i) caller[c * kSlot + i] = Pattern(0, 1, c, i);
+      }
+      CIUIC_ASSIGN_OR_RETURN(auto region, be->Register(caller.data(), caller.size()));
+      if (link->direct()) {
+        Status st = link->CommitSendFrom(*region, 0, 16);
+        if (st.code() != StatusCode::kFailedPrecondition) {
+          return InternalError("a direct link took a zero-copy send: " + st.ToString());
+        }
+      } else {
+        if (link->CommitSendFrom(*region, 0, kSlot + 1).code() != StatusCode::kInvalidArgument ||
+            link->CommitSendFrom(*region, caller.size() - 8, 16).code() != StatusCode::kInvalidArgument) {
+          return InternalError("CommitSendFrom took a chunk larger than a slot or outside its region");
+        }
+      }
+      std::vector<std::pair<uint64_t, int>> in_flight;  // (link chunk number, chunk)
+      for (int c = 0; c < kChunks; ++c) {
+        if (link->direct()) {
+          void* slot = nullptr;
+          CIUIC_RETURN_IF_ERROR(WaitFor(*be, progress, [&] { return (slot = link->AcquireSend()) != nullptr; },
+                                        deadline, "a free slot"));
+          std::memcpy(slot, &caller[c * kSlot], len_of(c));
+          CIUIC_RETURN_IF_ERROR(link->CommitSend(len_of(c)));
+          continue;
+        }
+        CIUIC_RETURN_IF_ERROR(WaitFor(*be, progress, [&] { return link->CanSend(); }, deadline, "a free slot"));
+        in_flight.emplace_back(link->sends_committed(), c);
+        CIUIC_RETURN_IF_ERROR(link->CommitSendFrom(*region, c * kSlot, len_of(c)));
+        // Sources whose write completed may be reused: scribble over them.
+        CIUIC_ASSIGN_OR_RETURN(bool any, link->Progress());
+        (void)any;
+        while (!in_flight.empty() && in_flight.front().first < link->sends_done()) {
+          std::memset(&caller[in_flight.front().second * kSlot], 0xEE, kSlot);
+          in_flight.erase(in_flight.begin());
+        }
+      }
+      CIUIC_RETURN_IF_ERROR(WaitFor(*be, progress, [&] { return link->sends_in_flight() == 0; }, deadline, "sends"));
+      CIUIC_RETURN_IF_ERROR(store.Set("zc-sent", "1"));
+      return store.Get("zc-checked", kStoreTimeout).status();
+    }
+    for (int c = 0; c < kChunks; ++c) {
+      size_t len = 0;
+      const void* data = nullptr;
+      CIUIC_RETURN_IF_ERROR(WaitFor(*be, progress, [&] { return (data = link->PeekRecv(&len)) != nullptr; },
+                                    deadline, "chunk " + std::to_string(c)));
+      if (len != len_of(c)) return DataLossError("chunk " + std::to_string(c) + " has " + std::to_string(len) + " bytes");
+      const auto* q = static_cast<const uint8_t*>(data);
+      for (size_t i = 0; i < len; ++i) {
+        if (q[i] != Pattern(0, 1, c, i)) {
+          return DataLossError("chunk " + std::to_string(c) + " byte " + std::to_string(i) +
+                               (q[i] == 0xEE ? ": the source was reused before its write completed" : ""));
+        }
+      }
+      CIUIC_RETURN_IF_ERROR(link->ReleaseRecv());
+    }
+    CIUIC_RETURN_IF_ERROR(store.Get("zc-sent", kStoreTimeout).status());
+    return store.Set("zc-checked", "1");
+  }, milliseconds(120000));
+  ExpectAllOk(results);
+}
+
 // A rank that dies (SIGKILL) while the others are writing to it: every
 // survivor gets an error naming it, well within the test's limit.
 TEST_P(ContractTest, PeerDiesMidTransfer) {
