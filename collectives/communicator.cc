@@ -373,7 +373,7 @@ StatusOr<ExecJob> CommImpl::Prepare(const OpDesc& d, Plan* plan) {
     // An overlap of the caller's buffers that the schedule does not support:
     // run from a copy of the input (staging is reused between operations).
     if (staging.size() < bufs.input_count * es) staging.resize(bufs.input_count * es);
-    std::memcpy(staging.data(), d.send, bufs.input_count * es);
+    if (bufs.input_count > 0) std::memcpy(staging.data(), d.send, bufs.input_count * es);
     bufs.input = staging.data();
   }
   const bool tcp = backend->kind() == BackendKind::kTcp;
