@@ -55,6 +55,7 @@ class CommImpl {
   // (watched, so freed memory is never reused stale; transport.h).
   std::unique_ptr<transport::RegistrationCache> reg_cache;
   std::optional<kernels::Reducer> reducer;
+  std::optional<kernels::Reducer> streaming_reducer;  // the same with non-temporal stores
   transport::LinkOptions link_options;
   std::vector<char> scratch;
   std::vector<char> staging;  // input copy for unsupported overlaps
@@ -226,6 +227,13 @@ Status CommImpl::Init() {
   CIUIC_ASSIGN_OR_RETURN(link_options, transport::LinkOptions::FromConfig(config));
   CIUIC_ASSIGN_OR_RETURN(kernels::Reducer red, kernels::Reducer::Create(config, kernels::CacheSizes::FromSystem()));
   reducer.emplace(red);
+  {
+    // For the direct shm all-reduce's streaming mode (ShmDirect::AllReduce).
+    Config nt = config;
+    nt.kernel_nt_threshold = 1;
+    CIUIC_ASSIGN_OR_RETURN(kernels::Reducer sred, kernels::Reducer::Create(nt, kernels::CacheSizes::FromSystem()));
+    streaming_reducer.emplace(sred);
+  }
 
   // The tuning file: every rank must load the same one (rank 0's hash goes
   // out with its transport decision), or ranks would pick different
@@ -454,7 +462,8 @@ Status CommImpl::RunDirect(const OpDesc& d, Clock::time_point deadline) {
                                                      std::chrono::milliseconds(config.timeout_ms)));
   }
   const ReduceOp op = d.op == ReduceOp::kAvg ? ReduceOp::kSum : d.op;
-  CIUIC_RETURN_IF_ERROR(direct->AllReduce(d.send, d.recv, d.count, d.dtype, op, *reducer, deadline, &aborted));
+  CIUIC_RETURN_IF_ERROR(direct->AllReduce(d.send, d.recv, d.count, d.dtype, op, *reducer, &*streaming_reducer,
+                                           deadline, &aborted));
   return Finish(d);
 }
 

@@ -54,6 +54,9 @@ struct Control {
   // running into the timeout.
   std::atomic<uint32_t> failed;
   char reason[256];
+  // Rank 0's measured better stores per size class (log2 of the bytes):
+  // 0 cached, 1 streaming (see Impl::streaming).
+  alignas(64) std::atomic<uint8_t> best_stores[64];
 };
 static_assert(sizeof(Control) <= kControlBytes, "control block");
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared atomics must be lock-free");
@@ -63,6 +66,9 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared atomics must b
 // kInlineBytes travel in the line itself, so a small all-reduce costs one
 // cache-line transfer per peer.
 constexpr size_t kInlineBytes = 32;
+// Rank 0 runs the store mode it measured slower once every this many calls
+// of a size class, so a change of the machine's state is noticed.
+constexpr uint64_t kExploreEvery = 32;
 struct alignas(64) SlotHeader {
   std::atomic<uint64_t> stamp;  // global chunk index + 1 once the chunk is in
   uint64_t seq;                 // operation sequence number
@@ -111,6 +117,24 @@ struct ShmDirect::Impl {
 
   uint64_t free_upto = 0;  // every rank's `out` was at least this when last read
   std::chrono::microseconds spin_for{0};  // ShmDirectOptions::spin
+
+  // Which stores write what peers read (the slots): cached or streaming
+  // (non-temporal, to memory). This VM switches, every few seconds to
+  // minutes, between a state where a core reads lines another core just
+  // wrote at full speed and one where that costs 3-4x; streaming stores
+  // avoid the cache-to-cache path (the peer reads from memory) but cost
+  // 1.2-1.6x in the fast state. Every rank counts the calls of each size
+  // class (the same sequence on all ranks) and runs rank 0's better mode,
+  // except on the 2nd call and every kExploreEvery-th, which run the other
+  // one; rank 0 times every call (its time covers every rank's part) and
+  // publishes the better mode in its control block.
+  bool streaming = false;  // this rank's mode in the current operation
+  struct ModeStats {
+    double ewma[2] = {0, 0};  // rank 0: seconds per call, cached / streaming
+    uint64_t tries[2] = {0, 0};
+    uint64_t calls = 0;       // every rank
+  };
+  ModeStats modes[64];  // by log2 of the operation's bytes
 
   // Publishes `v` in this rank's `word` (a counter or a stamp) and wakes
   // peers asleep on this rank's bell.
@@ -348,8 +372,8 @@ Status ReduceInOrder(const kernels::Reducer& reducer, void* dst, const void* con
 }  // namespace
 
 Status ShmDirect::AllReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                            const kernels::Reducer& reducer, Clock::time_point deadline,
-                            const std::atomic<bool>* abort) {
+                            const kernels::Reducer& cached, const kernels::Reducer* streaming,
+                            Clock::time_point deadline, const std::atomic<bool>* abort) {
   Impl& m = *impl_;
   if (!m.error.ok()) return Status(m.error.code(), "direct shm all-reduce failed earlier: " + m.error.message());
   if (op == ReduceOp::kAvg) return InvalidArgumentError("direct shm all-reduce: AVG is the caller's (sum, then scale)");
@@ -366,6 +390,19 @@ Status ShmDirect::AllReduce(const void* send, void* recv, size_t count, DataType
   auto* out_base = static_cast<char*>(recv);
   // One-shot for every chunk when the (first) chunk is small.
   const bool one_shot = OneShot(count * es, options_);
+  // Two-shot: cached or streaming stores into the slots (see Impl::streaming).
+  const bool adapt = !one_shot && streaming != nullptr && n > 1;
+  const int bucket = std::min(63, 63 - __builtin_clzll(static_cast<unsigned long long>(count * es) | 1));
+  Clock::time_point t_start;
+  if (adapt) {
+    Impl::ModeStats& st = m.modes[bucket];
+    ++st.calls;
+    const bool best = m.ctrl[0]->best_stores[bucket].load(std::memory_order_relaxed) != 0;
+    const bool explore = st.calls == 2 || st.calls % kExploreEvery == 0;
+    m.streaming = explore ? !best : best;
+    if (me == 0) t_start = Clock::now();
+  }
+  const kernels::Reducer& reducer = adapt && m.streaming ? *streaming : cached;
   const size_t align_elems = std::max<size_t>(1, kSliceAlign / es);
 
   auto chunk_len = [&](size_t k) { return std::min(chunk_elems, count - k * chunk_elems); };
@@ -499,6 +536,16 @@ Status ShmDirect::AllReduce(const void* send, void* recv, size_t count, DataType
   }
   m.next_chunk = g0 + nchunks;
   m.seq = seq + 1;
+  if (adapt && me == 0) {
+    Impl::ModeStats& st = m.modes[bucket];
+    const int k = m.streaming ? 1 : 0;
+    const double t = std::chrono::duration<double>(Clock::now() - t_start).count();
+    st.ewma[k] = st.tries[k] == 0 ? t : 0.75 * st.ewma[k] + 0.25 * t;
+    ++st.tries[k];
+    if (st.tries[0] > 0 && st.tries[1] > 0) {
+      m.ctrl[0]->best_stores[bucket].store(st.ewma[1] < st.ewma[0] ? 1 : 0, std::memory_order_relaxed);
+    }
+  }
   return Status::Ok();
 }
 

@@ -80,12 +80,17 @@ class ShmDirect {
 
   // recv = op over every rank's send, `count` elements (send == recv: in
   // place; other overlaps are the caller's to avoid). `op` must not be
-  // kAvg (sum, then scale). Errors: kDeadlineExceeded / kUnavailable naming
-  // the rank waited for, kAborted, kDataLoss (a peer's operation differs:
-  // mismatched count, type or op). After an error the object is unusable.
+  // kAvg (sum, then scale). `cached` runs the kernels; `streaming` (may be
+  // null), the same kernels with non-temporal stores: two-shot operations
+  // then store what peers read either way, whichever rank 0 measured faster
+  // for that size lately (this VM's cross-core reads of freshly written
+  // lines flip between fast and 3-4x slower; see Impl::streaming). Errors:
+  // kDeadlineExceeded / kUnavailable naming the rank waited for, kAborted,
+  // kDataLoss (a peer's operation differs: mismatched count, type or op).
+  // After an error the object is unusable.
   Status AllReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                   const kernels::Reducer& reducer, std::chrono::steady_clock::time_point deadline,
-                   const std::atomic<bool>* abort);
+                   const kernels::Reducer& cached, const kernels::Reducer* streaming,
+                   std::chrono::steady_clock::time_point deadline, const std::atomic<bool>* abort);
 
   // Whether an all-reduce of `bytes` runs one-shot: its first chunk (at
   // most slot_bytes) is small enough. The one rule, for the run and logs.
