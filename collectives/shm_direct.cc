@@ -124,15 +124,22 @@ struct ShmDirect::Impl {
   // wrote at full speed and one where that costs 3-4x; streaming stores
   // avoid the cache-to-cache path (the peer reads from memory) but cost
   // 1.2-1.6x in the fast state. Every rank counts the calls of each size
-  // class (the same sequence on all ranks) and runs rank 0's better mode,
-  // except on the 2nd call and every kExploreEvery-th, which run the other
-  // one; rank 0 times every call (its time covers every rank's part) and
-  // publishes the better mode in its control block.
+  // class (the same sequence on all ranks): calls 1-6 alternate the modes,
+  // later ones run rank 0's better mode except every kExploreEvery-th,
+  // which runs the other; rank 0 times every call (its time covers every
+  // rank's part) and publishes the better mode in its control block.
   bool streaming = false;  // this rank's mode in the current operation
   struct ModeStats {
-    double ewma[2] = {0, 0};  // rank 0: seconds per call, cached / streaming
+    double recent[2][4] = {};  // rank 0: the last 4 call times per mode (s)
     uint64_t tries[2] = {0, 0};
-    uint64_t calls = 0;       // every rank
+    uint64_t calls = 0;        // every rank
+    // The best of the last (up to) 4 times: robust to a slow call, and a
+    // mode that got slower shows it within 4 calls of it.
+    double Estimate(int k) const {
+      double best = 1e30;
+      for (uint64_t i = 0; i < std::min<uint64_t>(tries[k], 4); ++i) best = std::min(best, recent[k][i]);
+      return best;
+    }
   };
   ModeStats modes[64];  // by log2 of the operation's bytes
 
@@ -398,8 +405,10 @@ Status ShmDirect::AllReduce(const void* send, void* recv, size_t count, DataType
     Impl::ModeStats& st = m.modes[bucket];
     ++st.calls;
     const bool best = m.ctrl[0]->best_stores[bucket].load(std::memory_order_relaxed) != 0;
-    const bool explore = st.calls == 2 || st.calls % kExploreEvery == 0;
-    m.streaming = explore ? !best : best;
+    // Calls 1-6 alternate the modes (the first calls are cold), then the
+    // better one runs except every kExploreEvery-th call.
+    m.streaming = st.calls <= 6 ? st.calls % 2 == 0
+                                : (st.calls % kExploreEvery == 0 ? !best : best);
     if (me == 0) t_start = Clock::now();
   }
   const kernels::Reducer& reducer = adapt && m.streaming ? *streaming : cached;
@@ -540,10 +549,10 @@ Status ShmDirect::AllReduce(const void* send, void* recv, size_t count, DataType
     Impl::ModeStats& st = m.modes[bucket];
     const int k = m.streaming ? 1 : 0;
     const double t = std::chrono::duration<double>(Clock::now() - t_start).count();
-    st.ewma[k] = st.tries[k] == 0 ? t : 0.75 * st.ewma[k] + 0.25 * t;
+    st.recent[k][st.tries[k] % 4] = t;
     ++st.tries[k];
     if (st.tries[0] > 0 && st.tries[1] > 0) {
-      m.ctrl[0]->best_stores[bucket].store(st.ewma[1] < st.ewma[0] ? 1 : 0, std::memory_order_relaxed);
+      m.ctrl[0]->best_stores[bucket].store(st.Estimate(1) < st.Estimate(0) ? 1 : 0, std::memory_order_relaxed);
     }
   }
   return Status::Ok();
