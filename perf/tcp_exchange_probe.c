@@ -32,25 +32,16 @@
 #include <unistd.h>
 #include <fcntl.h>
 
+#include "size_arg.h"
+
 static int ParseSize(const char* text, size_t* out) {
-  char* end = NULL;
-  if (text == NULL || *text < '0' || *text > '9') return -1;
-  const unsigned long long v = strtoull(text, &end, 10);
-  unsigned long long mult = 1;
-  if (*end == 'K' || *end == 'k') mult = 1ull << 10, ++end;
-  else if (*end == 'M' || *end == 'm') mult = 1ull << 20, ++end;
-  else if (*end == 'G' || *end == 'g') mult = 1ull << 30, ++end;
-  if (*end == 'B') ++end;
-  if (*end != '\0' || v == 0 || v > (1ull << 32)) return -1;
-  *out = (size_t)(v * mult);
+  uint64_t v = 0;
+  if (ParseSizeArg(text, &v) != 0 || v == 0 || v > (1ull << 32)) return -1;
+  *out = (size_t)v;
   return 0;
 }
 
-static double Now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+static double Now(void) { return MonotonicSeconds(); }
 
 // Sends `out_len` bytes of `out` and receives `in_len` into `in` at once
 // (non-blocking socket, poll while neither can move). 0 or -1.

@@ -41,6 +41,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../size_arg.h"
+
 enum Coll { kAllreduce, kBroadcast, kReduce, kAllgather, kReduceScatter, kAlltoall };
 static const char* const kCollNames[] = {"allreduce", "broadcast", "reduce",
                                          "allgather", "reduce_scatter", "alltoall"};
@@ -90,16 +92,9 @@ static int Bad(const char* flag, const char* value, const char* expected) {
 
 // "4096", "64K", "1M", "2G" (binary multiples, an optional B). 0 on success.
 static int ParseSize(const char* text, size_t* out) {
-  char* end = NULL;
-  if (text == NULL || *text < '0' || *text > '9') return -1;
-  const unsigned long long v = strtoull(text, &end, 10);
-  unsigned long long mult = 1;
-  if (*end == 'K' || *end == 'k') mult = 1ull << 10, ++end;
-  else if (*end == 'M' || *end == 'm') mult = 1ull << 20, ++end;
-  else if (*end == 'G' || *end == 'g') mult = 1ull << 30, ++end;
-  if (*end == 'B') ++end;
-  if (*end != '\0' || v > (1ull << 34)) return -1;
-  *out = (size_t)(v * mult);
+  uint64_t v = 0;
+  if (ParseSizeArg(text, &v) != 0) return -1;
+  *out = (size_t)v;
   return 0;
 }
 

@@ -33,6 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../size_arg.h"
+
 enum { kModeBw = 1, kModeLat = 2 };
 enum { kTagData = 1, kTagAck = 2, kTagWrong = 3 };
 
@@ -67,19 +69,7 @@ static void Usage(FILE* out) {
 }
 
 // Parses "4096", "64K", "1M", "2G" (binary multiples). 0 on success.
-static int ParseSize(const char* text, uint64_t* out) {
-  char* end = NULL;
-  if (text == NULL || *text < '0' || *text > '9') return -1;
-  unsigned long long v = strtoull(text, &end, 10);
-  uint64_t mult = 1;
-  if (*end == 'K' || *end == 'k') mult = 1ull << 10, ++end;
-  else if (*end == 'M' || *end == 'm') mult = 1ull << 20, ++end;
-  else if (*end == 'G' || *end == 'g') mult = 1ull << 30, ++end;
-  if (*end == 'B') ++end;
-  if (*end != '\0' || v > (UINT64_MAX >> 30)) return -1;
-  *out = (uint64_t)v * mult;
-  return 0;
-}
+static int ParseSize(const char* text, uint64_t* out) { return ParseSizeArg(text, out); }
 
 static int ParseLong(const char* text, long min, long* out) {
   char* end = NULL;
