@@ -227,13 +227,6 @@ Status CommImpl::Init() {
   CIUIC_ASSIGN_OR_RETURN(link_options, transport::LinkOptions::FromConfig(config));
   CIUIC_ASSIGN_OR_RETURN(kernels::Reducer red, kernels::Reducer::Create(config, kernels::CacheSizes::FromSystem()));
   reducer.emplace(red);
-  {
-    // For the direct shm all-reduce's streaming mode (ShmDirect::AllReduce).
-    Config nt = config;
-    nt.kernel_nt_threshold = 1;
-    CIUIC_ASSIGN_OR_RETURN(kernels::Reducer sred, kernels::Reducer::Create(nt, kernels::CacheSizes::FromSystem()));
-    streaming_reducer.emplace(sred);
-  }
 
   // The tuning file: every rank must load the same one (rank 0's hash goes
   // out with its transport decision), or ranks would pick different
@@ -324,6 +317,13 @@ Status CommImpl::Init() {
   }
   pool = std::make_unique<transport::BufferPool>(*backend, 16u << 20);
   if (kind == BackendKind::kVerbs) reg_cache = std::make_unique<transport::RegistrationCache>(*backend);
+  if (kind == BackendKind::kShm) {
+    // The direct all-reduce's streaming stores (ShmDirect::AllReduce).
+    Config nt = config;
+    nt.kernel_nt_threshold = 1;
+    CIUIC_ASSIGN_OR_RETURN(kernels::Reducer sred, kernels::Reducer::Create(nt, kernels::CacheSizes::FromSystem()));
+    streaming_reducer.emplace(sred);
+  }
   CIUIC_LOG(kInfo, "communicator rank %d/%d on %s%s", rank, size, backend->Describe().c_str(),
             wait_spin.count() == 0 ? " (ranks outnumber their CPUs: waits yield without spinning)" : "");
   if (config.progress == "thread") {
@@ -462,7 +462,8 @@ Status CommImpl::RunDirect(const OpDesc& d, Clock::time_point deadline) {
                                                      std::chrono::milliseconds(config.timeout_ms)));
   }
   const ReduceOp op = d.op == ReduceOp::kAvg ? ReduceOp::kSum : d.op;
-  CIUIC_RETURN_IF_ERROR(direct->AllReduce(d.send, d.recv, d.count, d.dtype, op, *reducer, &*streaming_reducer,
+  CIUIC_RETURN_IF_ERROR(direct->AllReduce(d.send, d.recv, d.count, d.dtype, op, *reducer,
+                                           streaming_reducer.has_value() ? &*streaming_reducer : nullptr,
                                            deadline, &aborted));
   return Finish(d);
 }

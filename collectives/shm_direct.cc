@@ -399,9 +399,10 @@ Status ShmDirect::AllReduce(const void* send, void* recv, size_t count, DataType
   const bool one_shot = OneShot(count * es, options_);
   // Two-shot: cached or streaming stores into the slots (see Impl::streaming).
   const bool adapt = !one_shot && streaming != nullptr && n > 1;
-  const int bucket = std::min(63, 63 - __builtin_clzll(static_cast<unsigned long long>(count * es) | 1));
+  int bucket = 0;  // log2 of the bytes (adapt only)
   Clock::time_point t_start;
   if (adapt) {
+    bucket = 63 - __builtin_clzll(static_cast<unsigned long long>(count * es));
     Impl::ModeStats& st = m.modes[bucket];
     ++st.calls;
     const bool best = m.ctrl[0]->best_stores[bucket].load(std::memory_order_relaxed) != 0;
