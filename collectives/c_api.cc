@@ -177,50 +177,51 @@ ciuic_status_t ciuic_test(ciuic_request_t req, int* done) {
   return ToCStatus(r.ok() ? Status::Ok() : r.status());
 }
 
-// Blocking forms: the async form, then wait.
-#define CIUIC_BLOCKING_C(call)                  \
-  do {                                          \
-    ciuic_request_t _req = nullptr;             \
-    ciuic_status_t _s = call;                   \
-    if (_s != CIUIC_SUCCESS) return _s;         \
-    return ciuic_wait(_req);                    \
+// Blocking forms: the C++ blocking calls, which run a collective on the
+// calling thread when nothing is queued (no request, no hand-off to the
+// progress thread: the small-message path).
+#define CIUIC_BLOCKING_C(call)      \
+  do {                              \
+    CIUIC_COMM_OR_FAIL(comm);       \
+    return ToCStatus(comm->comm->call); \
   } while (0)
 
 ciuic_status_t ciuic_allreduce(const void* s, void* r, size_t n, ciuic_datatype_t t, ciuic_redop_t o,
                                ciuic_comm_t comm) {
-  CIUIC_BLOCKING_C(ciuic_iallreduce(s, r, n, t, o, comm, &_req));
+  CIUIC_BLOCKING_C(AllReduce(s, r, n, T(t), O(o)));
 }
 ciuic_status_t ciuic_broadcast(void* b, size_t n, ciuic_datatype_t t, int root, ciuic_comm_t comm) {
-  CIUIC_BLOCKING_C(ciuic_ibroadcast(b, n, t, root, comm, &_req));
+  CIUIC_BLOCKING_C(Broadcast(b, n, T(t), root));
 }
 ciuic_status_t ciuic_reduce(const void* s, void* r, size_t n, ciuic_datatype_t t, ciuic_redop_t o, int root,
                             ciuic_comm_t comm) {
-  CIUIC_BLOCKING_C(ciuic_ireduce(s, r, n, t, o, root, comm, &_req));
+  CIUIC_BLOCKING_C(Reduce(s, r, n, T(t), O(o), root));
 }
 ciuic_status_t ciuic_allgather(const void* s, void* r, size_t n, ciuic_datatype_t t, ciuic_comm_t comm) {
-  CIUIC_BLOCKING_C(ciuic_iallgather(s, r, n, t, comm, &_req));
+  CIUIC_BLOCKING_C(AllGather(s, r, n, T(t)));
 }
 ciuic_status_t ciuic_allgatherv(const void* s, void* r, const size_t* c, ciuic_datatype_t t, ciuic_comm_t comm) {
-  CIUIC_BLOCKING_C(ciuic_iallgatherv(s, r, c, t, comm, &_req));
+  CIUIC_BLOCKING_C(AllGatherV(s, r, c, T(t)));
 }
 ciuic_status_t ciuic_reduce_scatter(const void* s, void* r, size_t n, ciuic_datatype_t t, ciuic_redop_t o,
                                     ciuic_comm_t comm) {
-  CIUIC_BLOCKING_C(ciuic_ireduce_scatter(s, r, n, t, o, comm, &_req));
+  CIUIC_BLOCKING_C(ReduceScatter(s, r, n, T(t), O(o)));
 }
 ciuic_status_t ciuic_reduce_scatterv(const void* s, void* r, const size_t* c, ciuic_datatype_t t,
                                      ciuic_redop_t o, ciuic_comm_t comm) {
-  CIUIC_BLOCKING_C(ciuic_ireduce_scatterv(s, r, c, t, o, comm, &_req));
+  CIUIC_BLOCKING_C(ReduceScatterV(s, r, c, T(t), O(o)));
 }
 ciuic_status_t ciuic_alltoall(const void* s, void* r, size_t n, ciuic_datatype_t t, ciuic_comm_t comm) {
-  CIUIC_BLOCKING_C(ciuic_ialltoall(s, r, n, t, comm, &_req));
+  CIUIC_BLOCKING_C(AllToAll(s, r, n, T(t)));
 }
-ciuic_status_t ciuic_barrier(ciuic_comm_t comm) { CIUIC_BLOCKING_C(ciuic_ibarrier(comm, &_req)); }
+ciuic_status_t ciuic_barrier(ciuic_comm_t comm) { CIUIC_BLOCKING_C(Barrier()); }
 ciuic_status_t ciuic_send(const void* b, size_t n, ciuic_datatype_t t, int peer, ciuic_comm_t comm) {
-  CIUIC_BLOCKING_C(ciuic_isend(b, n, t, peer, comm, &_req));
+  CIUIC_BLOCKING_C(Send(b, n, T(t), peer));
 }
 ciuic_status_t ciuic_recv(void* b, size_t n, ciuic_datatype_t t, int peer, ciuic_comm_t comm) {
-  CIUIC_BLOCKING_C(ciuic_irecv(b, n, t, peer, comm, &_req));
+  CIUIC_BLOCKING_C(Recv(b, n, T(t), peer));
 }
+#undef CIUIC_BLOCKING_C
 
 ciuic_status_t ciuic_bucket_create(ciuic_comm_t comm, ciuic_datatype_t dtype, ciuic_redop_t op,
                                    size_t capacity_bytes, ciuic_bucket_t* bucket) {

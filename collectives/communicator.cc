@@ -72,6 +72,9 @@ class CommImpl {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<std::shared_ptr<OpState>> queue;
+  // queue.size(), kept beside it under `mu`, read without it: a blocking
+  // call checks "nothing queued" with one load instead of a lock.
+  std::atomic<size_t> queued{0};
   bool stop = false;
   std::thread thread;
   std::mutex exec_mu;  // one operation runs at a time (caller mode)
@@ -115,6 +118,8 @@ class CommImpl {
   // Whether `d` runs on the direct shared-memory all-reduce.
   bool UseDirect(const OpDesc& d) const;
   size_t direct_logged_bytes = SIZE_MAX;  // the size last_algorithm describes
+  // config.algo, parsed once (UseDirect runs on every call).
+  enum class AlgoChoice { kAuto, kDirect, kOther } algo_choice = AlgoChoice::kAuto;
   Status RunDirect(const OpDesc& d, Clock::time_point deadline);
   ShmDirectOptions DirectOptions() const;  // from the link options and wait_spin
   StatusOr<ExecJob> Prepare(const OpDesc& d, Plan* plan);
@@ -223,6 +228,7 @@ Status DivideInPlace(const kernels::Reducer& reducer, void* buf, size_t count,
 
 Status CommImpl::Init() {
   const auto timeout = std::chrono::milliseconds(config.timeout_ms);
+  algo_choice = config.algo == "auto" ? AlgoChoice::kAuto : config.algo == "direct" ? AlgoChoice::kDirect : AlgoChoice::kOther;
   prefix = "ciuic/comm" + std::to_string(g_comm_counter.fetch_add(1));
   CIUIC_ASSIGN_OR_RETURN(link_options, transport::LinkOptions::FromConfig(config));
   CIUIC_ASSIGN_OR_RETURN(kernels::Reducer red, kernels::Reducer::Create(config, kernels::CacheSizes::FromSystem()));
@@ -435,9 +441,9 @@ Status CommImpl::Finish(const OpDesc& d) {
 
 bool CommImpl::UseDirect(const OpDesc& d) const {
   if (d.coll != Collective::kAllReduce || size < 2 || backend->kind() != BackendKind::kShm) return false;
-  if (config.algo != "auto" && config.algo != "direct") return false;
+  if (algo_choice == AlgoChoice::kOther) return false;
   const size_t bytes = d.count * DataTypeSize(d.dtype);
-  if (config.algo == "auto" && tuning.has_value()) {
+  if (algo_choice == AlgoChoice::kAuto && tuning.has_value()) {
     // A measured rule for this size decides (direct or a schedule).
     const TuningRule* rule = FindRule(*tuning, d.coll, BackendKind::kShm, size, bytes);
     if (rule != nullptr && rule->algorithm != "direct") return false;
@@ -568,6 +574,7 @@ Status CommImpl::ExecuteBatch(std::vector<std::shared_ptr<OpState>>* batch) {
       }
       batch->push_back(queue.front());
       queue.pop_front();
+      queued.store(queue.size(), std::memory_order_release);
       out->push_back(*j);
     }
   };
@@ -591,11 +598,7 @@ Status CommImpl::RunBatch(std::vector<std::shared_ptr<OpState>>* batch) {
 }
 
 Status CommImpl::RunBlocking(OpDesc desc) {
-  bool empty;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    empty = queue.empty();
-  }
+  const bool empty = queued.load(std::memory_order_acquire) == 0;
   // Order is kept: the queue is empty and exec_mu waits for an operation
   // the progress thread may still be finishing.
   if (empty && !IsPointToPoint(desc)) {
@@ -614,6 +617,7 @@ bool CommImpl::RunNext() {
     if (queue.empty()) return false;
     batch.push_back(queue.front());
     queue.pop_front();
+    queued.store(queue.size(), std::memory_order_release);
   }
   Status s = RunBatch(&batch);
   for (auto& op : batch) Complete(*op, s);
@@ -626,12 +630,7 @@ StatusOr<std::shared_ptr<OpState>> CommImpl::SubmitOrRun(OpDesc desc, bool run_i
     // handoff to the progress thread (two futex wake-ups, ~7 us each here).
     // Order is kept: the queue is empty and exec_mu waits for an operation
     // the progress thread may still be finishing.
-    bool empty;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      empty = queue.empty();
-    }
-    if (empty) {
+    if (queued.load(std::memory_order_acquire) == 0) {
       std::vector<std::shared_ptr<OpState>> batch{std::make_shared<OpState>()};
       batch[0]->desc = std::move(desc);
       Status s = RunBatch(&batch);
@@ -660,6 +659,7 @@ StatusOr<std::shared_ptr<OpState>> CommImpl::Submit(OpDesc desc) {
   {
     std::lock_guard<std::mutex> lock(mu);
     queue.push_back(op);
+    queued.store(queue.size(), std::memory_order_release);
   }
   cv.notify_one();
   return op;
@@ -852,11 +852,17 @@ thread_local Status t_blocking_status;
     return _r;                                                               \
   } while (0)
 
-StatusOr<Request> Communicator::IAllReduce(const void* sendbuf, void* recvbuf, size_t count, DataType dtype,
-                                           ReduceOp op) {
+namespace {
+Status CheckAllReduce(const void* sendbuf, const void* recvbuf, size_t count, DataType dtype, ReduceOp op) {
   CIUIC_RETURN_IF_ERROR(CheckType(dtype, op));
   CIUIC_RETURN_IF_ERROR(CheckBuf(sendbuf, count, "sendbuf"));
-  CIUIC_RETURN_IF_ERROR(CheckBuf(recvbuf, count, "recvbuf"));
+  return CheckBuf(recvbuf, count, "recvbuf");
+}
+}  // namespace
+
+StatusOr<Request> Communicator::IAllReduce(const void* sendbuf, void* recvbuf, size_t count, DataType dtype,
+                                           ReduceOp op) {
+  CIUIC_RETURN_IF_ERROR(CheckAllReduce(sendbuf, recvbuf, count, dtype, op));
   OpDesc d{Collective::kAllReduce, sendbuf, recvbuf, count, {}, dtype, op, 0};
   CIUIC_SUBMIT(d);
 }
@@ -963,7 +969,12 @@ StatusOr<Request> Communicator::IRecv(void* buf, size_t count, DataType dtype, i
     return _rr->Wait();                                     \
   } while (0)
 
-Status Communicator::AllReduce(const void* s, void* r, size_t n, DataType t, ReduceOp o) { CIUIC_BLOCKING(IAllReduce(s, r, n, t, o)); }
+// The small-message path: straight to RunBlocking (no Request, no
+// thread-local hand-back of the status).
+Status Communicator::AllReduce(const void* s, void* r, size_t n, DataType t, ReduceOp o) {
+  CIUIC_RETURN_IF_ERROR(CheckAllReduce(s, r, n, t, o));
+  return impl_->RunBlocking(OpDesc{Collective::kAllReduce, s, r, n, {}, t, o, 0});
+}
 Status Communicator::Broadcast(void* b, size_t n, DataType t, int root) { CIUIC_BLOCKING(IBroadcast(b, n, t, root)); }
 Status Communicator::Reduce(const void* s, void* r, size_t n, DataType t, ReduceOp o, int root) { CIUIC_BLOCKING(IReduce(s, r, n, t, o, root)); }
 Status Communicator::AllGather(const void* s, void* r, size_t n, DataType t) { CIUIC_BLOCKING(IAllGather(s, r, n, t)); }

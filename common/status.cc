@@ -22,14 +22,19 @@ const char* StatusCodeName(StatusCode code) {
   return "UNKNOWN";
 }
 
+const std::string& Status::EmptyMessage() {
+  static const std::string* const kEmpty = new std::string();  // never destroyed: usable at exit
+  return *kEmpty;
+}
+
 std::string Status::ToString() const {
   if (ok()) return "OK";
-  return std::string(StatusCodeName(code_)) + ": " + message_;
+  return std::string(StatusCodeName(code_)) + ": " + message();
 }
 
 Status Status::WithContext(const std::string& context) const {
   if (ok()) return *this;
-  return Status(code_, context + ": " + message_);
+  return Status(code_, context + ": " + message());
 }
 
 Status InvalidArgumentError(std::string m) { return Status(StatusCode::kInvalidArgument, std::move(m)); }

@@ -42,8 +42,11 @@ using ciuic::ReduceOp;
 using ciuic::Status;
 using Clock = std::chrono::steady_clock;
 
+enum class Coll { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllToAll };
+
 struct Options {
   std::string op = CIUIC_PERF_OP;
+  Coll coll = Coll::kAllReduce;  // `op`, parsed once (the timed loop switches on it)
   size_t min_bytes = 8, max_bytes = 64u << 20;
   double factor = 2;
   long step_bytes = 0;  // -i: additive step instead of factor
@@ -120,7 +123,9 @@ Options Parse(int argc, char** argv) {
   }
   if (o.min_bytes > o.max_bytes) Usage(argv[0], "-b is larger than -e");
   static const char* kOps[] = {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall"};
-  if (std::find(std::begin(kOps), std::end(kOps), o.op) == std::end(kOps)) Usage(argv[0], "unknown collective " + o.op);
+  const auto* at = std::find(std::begin(kOps), std::end(kOps), o.op);
+  if (at == std::end(kOps)) Usage(argv[0], "unknown collective " + o.op);
+  o.coll = static_cast<Coll>(at - std::begin(kOps));
   return o;
 }
 
@@ -268,14 +273,16 @@ Case MakeCase(const std::string& op, size_t bytes, size_t es, int n) {
 
 Status RunOnce(Communicator& comm, const Options& o, const Case& c, DataType t, ReduceOp op, const void* send,
                void* recv) {
-  if (o.op == "allreduce") return comm.AllReduce(send, recv, c.count, t, op);
-  if (o.op == "broadcast") {
-    if (send != recv && comm.rank() == o.root) std::memcpy(recv, send, c.count * ciuic::DataTypeSize(t));
-    return comm.Broadcast(recv, c.count, t, o.root);
+  switch (o.coll) {
+    case Coll::kAllReduce: return comm.AllReduce(send, recv, c.count, t, op);
+    case Coll::kBroadcast:
+      if (send != recv && comm.rank() == o.root) std::memcpy(recv, send, c.count * ciuic::DataTypeSize(t));
+      return comm.Broadcast(recv, c.count, t, o.root);
+    case Coll::kReduce: return comm.Reduce(send, recv, c.count, t, op, o.root);
+    case Coll::kAllGather: return comm.AllGather(send, recv, c.count, t);
+    case Coll::kReduceScatter: return comm.ReduceScatter(send, recv, c.count, t, op);
+    case Coll::kAllToAll: break;
   }
-  if (o.op == "reduce") return comm.Reduce(send, recv, c.count, t, op, o.root);
-  if (o.op == "allgather") return comm.AllGather(send, recv, c.count, t);
-  if (o.op == "reduce_scatter") return comm.ReduceScatter(send, recv, c.count, t, op);
   return comm.AllToAll(send, recv, c.count, t);
 }
 

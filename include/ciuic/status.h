@@ -18,6 +18,7 @@
 #ifndef CIUIC_STATUS_H_
 #define CIUIC_STATUS_H_
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <optional>
@@ -45,12 +46,25 @@ class [[nodiscard]] Status {
  public:
   Status() = default;  // OK
   Status(StatusCode code, std::string message)
-      : code_(code), message_(std::move(message)) {}
+      : code_(code),
+        message_(message.empty() ? nullptr : std::make_unique<std::string>(std::move(message))) {}
+  // OK carries no message (a null pointer): making, moving and testing an
+  // OK status costs a few instructions on the small-message path.
+  Status(const Status& other)
+      : code_(other.code_),
+        message_(other.message_ == nullptr ? nullptr : std::make_unique<std::string>(*other.message_)) {}
+  Status& operator=(const Status& other) {
+    if (this != &other) *this = Status(other);
+    return *this;
+  }
+  Status(Status&& other) noexcept = default;
+  Status& operator=(Status&& other) noexcept = default;
+  ~Status() = default;
 
   static Status Ok() { return Status(); }
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
-  const std::string& message() const { return message_; }
+  const std::string& message() const { return message_ != nullptr ? *message_ : EmptyMessage(); }
   // "OK" or "CODE_NAME: message".
   std::string ToString() const;
   // Returns a copy whose message is "context: message" (no-op when ok).
@@ -59,8 +73,9 @@ class [[nodiscard]] Status {
   void IgnoreError() const {}
 
  private:
+  static const std::string& EmptyMessage();
   StatusCode code_ = StatusCode::kOk;
-  std::string message_;
+  std::unique_ptr<std::string> message_;
 };
 
 inline bool operator==(const Status& a, const Status& b) {

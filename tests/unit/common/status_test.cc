@@ -37,5 +37,27 @@ TEST(StatusTest, StatusOrCarriesValueOrError) {
   EXPECT_EQ(bad.status().code(), StatusCode::kInternal);
 }
 
+TEST(StatusTest, CopiesAndMovesKeepTheMessage) {
+  // OK statuses carry no message; errors own theirs: a copy is independent
+  // of its source and a moved-from status is still safe to read.
+  Status a = UnavailableError("rank 3 is gone");
+  Status b = a;
+  EXPECT_EQ(b, a);
+  Status c = std::move(a);
+  EXPECT_EQ(c.message(), "rank 3 is gone");
+  EXPECT_EQ(a.message(), "");  // NOLINT(bugprone-use-after-move): documented safe
+  b = Status::Ok();
+  EXPECT_TRUE(b.ok());
+  EXPECT_EQ(b.message(), "");
+  EXPECT_EQ(c.message(), "rank 3 is gone");
+  b = c;
+  c = DataLossError("other");
+  EXPECT_EQ(b.ToString(), "UNAVAILABLE: rank 3 is gone");
+  b = b;  // NOLINT(clang-diagnostic-self-assign-overloaded): self-assignment is safe
+  EXPECT_EQ(b.message(), "rank 3 is gone");
+  EXPECT_EQ(Status(StatusCode::kInternal, "").message(), "");
+  EXPECT_FALSE(Status(StatusCode::kInternal, "").ok());
+}
+
 }  // namespace
 }  // namespace ciuic

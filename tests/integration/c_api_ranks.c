@@ -1,0 +1,235 @@
+/* Every collective of the C ABI, blocking and async, on the ranks ciuic-run
+ * starts: results checked element by element against values computed here,
+ * bad input checked for an error that names the argument, and the
+ * communicator still usable after it. Prints "c api: ok" and exits 0 when
+ * everything holds; otherwise names the first call that went wrong. */
+#include <ciuic/ciuic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int g_rank = -1;
+
+#define CHECK(call)                                                                              \
+  do {                                                                                           \
+    ciuic_status_t s_ = (call);                                                                  \
+    if (s_ != CIUIC_SUCCESS) {                                                                   \
+      fprintf(stderr, "rank %d: %s failed: %s: %s\n", g_rank, #call, ciuic_status_string(s_),   \
+              ciuic_last_error());                                                               \
+      return 1;                                                                                  \
+    }                                                                                            \
+  } while (0)
+
+#define EXPECT(cond, ...)                                            \
+  do {                                                               \
+    if (!(cond)) {                                                   \
+      fprintf(stderr, "rank %d: line %d: ", g_rank, __LINE__);      \
+      fprintf(stderr, __VA_ARGS__);                                  \
+      fprintf(stderr, "\n");                                         \
+      return 1;                                                      \
+    }                                                                \
+  } while (0)
+
+/* The call must fail with INVALID_ARGUMENT and a message naming `needle`. */
+#define EXPECT_REFUSED(call, needle)                                                             \
+  do {                                                                                           \
+    ciuic_status_t s_ = (call);                                                                  \
+    EXPECT(s_ == CIUIC_ERROR_INVALID_ARGUMENT && strstr(ciuic_last_error(), needle) != NULL,     \
+           "%s: want INVALID_ARGUMENT naming '%s', got %s: %s", #call, needle,                   \
+           ciuic_status_string(s_), ciuic_last_error());                                         \
+  } while (0)
+
+/* Rank r's element i: small integers, exact in float. */
+static float V(int r, size_t i) { return (float)((r + 1) * 3 + (int)(i % 7)); }
+
+static int Collectives(ciuic_comm_t comm, int rank, int n, size_t count) {
+  float* in = malloc(n * count * sizeof(float) + 4);
+  float* out = malloc(n * count * sizeof(float) + 4);
+  size_t* counts = malloc(n * sizeof(size_t));
+  EXPECT(in != NULL && out != NULL && counts != NULL, "out of memory");
+  for (size_t i = 0; i < n * count; ++i) in[i] = V(rank, i);
+
+  /* all-reduce, out of place and in place; the i-form with wait and test. */
+  CHECK(ciuic_allreduce(in, out, count, CIUIC_FLOAT32, CIUIC_SUM, comm));
+  for (size_t i = 0; i < count; ++i) {
+    float want = 0;
+    for (int r = 0; r < n; ++r) want += V(r, i);
+    EXPECT(out[i] == want, "allreduce count %zu: element %zu is %g, want %g", count, i, out[i], want);
+  }
+  memcpy(out, in, count * sizeof(float));
+  ciuic_request_t req;
+  CHECK(ciuic_iallreduce(out, out, count, CIUIC_FLOAT32, CIUIC_MAX, comm, &req));
+  int done = 0;
+  while (!done) CHECK(ciuic_test(req, &done));
+  for (size_t i = 0; i < count; ++i) EXPECT(out[i] == V(n - 1, i), "iallreduce max: element %zu is %g", i, out[i]);
+
+  /* broadcast from the last rank (blocking) and from rank 0 (async). */
+  for (size_t i = 0; i < count; ++i) out[i] = rank == n - 1 ? V(n - 1, i) : -1.0f;
+  CHECK(ciuic_broadcast(out, count, CIUIC_FLOAT32, n - 1, comm));
+  for (size_t i = 0; i < count; ++i) EXPECT(out[i] == V(n - 1, i), "broadcast: element %zu is %g", i, out[i]);
+  for (size_t i = 0; i < count; ++i) out[i] = rank == 0 ? V(0, i) : -1.0f;
+  CHECK(ciuic_ibroadcast(out, count, CIUIC_FLOAT32, 0, comm, &req));
+  CHECK(ciuic_wait(req));
+  for (size_t i = 0; i < count; ++i) EXPECT(out[i] == V(0, i), "ibroadcast: element %zu is %g", i, out[i]);
+
+  /* reduce to the last rank, blocking and async. */
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t i = 0; i < count; ++i) out[i] = -1.0f;
+    if (pass == 0) {
+      CHECK(ciuic_reduce(in, out, count, CIUIC_FLOAT32, CIUIC_SUM, n - 1, comm));
+    } else {
+      CHECK(ciuic_ireduce(in, out, count, CIUIC_FLOAT32, CIUIC_SUM, n - 1, comm, &req));
+      CHECK(ciuic_wait(req));
+    }
+    if (rank != n - 1) continue;
+    for (size_t i = 0; i < count; ++i) {
+      float want = 0;
+      for (int r = 0; r < n; ++r) want += V(r, i);
+      EXPECT(out[i] == want, "reduce pass %d: element %zu is %g, want %g", pass, i, out[i], want);
+    }
+  }
+
+  /* all-gather: block r from rank r. */
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 0) {
+      CHECK(ciuic_allgather(in, out, count, CIUIC_FLOAT32, comm));
+    } else {
+      CHECK(ciuic_iallgather(in, out, count, CIUIC_FLOAT32, comm, &req));
+      CHECK(ciuic_wait(req));
+    }
+    for (int r = 0; r < n; ++r)
+      for (size_t i = 0; i < count; ++i)
+        EXPECT(out[r * count + i] == V(r, i), "allgather pass %d: block %d element %zu is %g", pass, r, i,
+               out[r * count + i]);
+  }
+
+  /* reduce-scatter: rank r gets block r summed. */
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 0) {
+      CHECK(ciuic_reduce_scatter(in, out, count, CIUIC_FLOAT32, CIUIC_SUM, comm));
+    } else {
+      CHECK(ciuic_ireduce_scatter(in, out, count, CIUIC_FLOAT32, CIUIC_SUM, comm, &req));
+      CHECK(ciuic_wait(req));
+    }
+    for (size_t i = 0; i < count; ++i) {
+      float want = 0;
+      for (int r = 0; r < n; ++r) want += V(r, rank * count + i);
+      EXPECT(out[i] == want, "reduce_scatter pass %d: element %zu is %g, want %g", pass, i, out[i], want);
+    }
+  }
+
+  /* v-forms with uneven counts: rank r has (r + 1) * count / n elements. */
+  size_t total = 0;
+  for (int r = 0; r < n; ++r) {
+    counts[r] = (size_t)(r + 1) * count / (size_t)n;
+    total += counts[r];
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 0) {
+      CHECK(ciuic_allgatherv(in, out, counts, CIUIC_FLOAT32, comm));
+    } else {
+      CHECK(ciuic_iallgatherv(in, out, counts, CIUIC_FLOAT32, comm, &req));
+      CHECK(ciuic_wait(req));
+    }
+    size_t at = 0;
+    for (int r = 0; r < n; ++r) {
+      for (size_t i = 0; i < counts[r]; ++i, ++at)
+        EXPECT(out[at] == V(r, i), "allgatherv pass %d: rank %d's element %zu is %g", pass, r, i, out[at]);
+    }
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 0) {
+      CHECK(ciuic_reduce_scatterv(in, out, counts, CIUIC_FLOAT32, CIUIC_SUM, comm));
+    } else {
+      CHECK(ciuic_ireduce_scatterv(in, out, counts, CIUIC_FLOAT32, CIUIC_SUM, comm, &req));
+      CHECK(ciuic_wait(req));
+    }
+    size_t first = 0;
+    for (int r = 0; r < rank; ++r) first += counts[r];
+    for (size_t i = 0; i < counts[rank]; ++i) {
+      float want = 0;
+      for (int r = 0; r < n; ++r) want += V(r, first + i);
+      EXPECT(out[i] == want, "reduce_scatterv pass %d: element %zu is %g, want %g", pass, i, out[i], want);
+    }
+  }
+  (void)total;
+
+  /* all-to-all: block r of rank q's output is block q of rank r's input. */
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 0) {
+      CHECK(ciuic_alltoall(in, out, count, CIUIC_FLOAT32, comm));
+    } else {
+      CHECK(ciuic_ialltoall(in, out, count, CIUIC_FLOAT32, comm, &req));
+      CHECK(ciuic_wait(req));
+    }
+    for (int r = 0; r < n; ++r)
+      for (size_t i = 0; i < count; ++i)
+        EXPECT(out[r * count + i] == V(r, rank * count + i), "alltoall pass %d: block %d element %zu is %g", pass, r,
+               i, out[r * count + i]);
+  }
+
+  /* send/recv around the ring, blocking (even ranks send first) and async. */
+  if (n > 1) {
+    const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    if (rank % 2 == 0) {
+      CHECK(ciuic_send(in, count, CIUIC_FLOAT32, next, comm));
+      CHECK(ciuic_recv(out, count, CIUIC_FLOAT32, prev, comm));
+    } else {
+      CHECK(ciuic_recv(out, count, CIUIC_FLOAT32, prev, comm));
+      CHECK(ciuic_send(in, count, CIUIC_FLOAT32, next, comm));
+    }
+    for (size_t i = 0; i < count; ++i) EXPECT(out[i] == V(prev, i), "recv: element %zu is %g", i, out[i]);
+    ciuic_request_t sreq, rreq;
+    CHECK(ciuic_irecv(out, count, CIUIC_FLOAT32, next, comm, &rreq));
+    CHECK(ciuic_isend(in, count, CIUIC_FLOAT32, prev, comm, &sreq));
+    CHECK(ciuic_wait(sreq));
+    CHECK(ciuic_wait(rreq));
+    for (size_t i = 0; i < count; ++i) EXPECT(out[i] == V(next, i), "irecv: element %zu is %g", i, out[i]);
+  }
+
+  CHECK(ciuic_barrier(comm));
+  CHECK(ciuic_ibarrier(comm, &req));
+  CHECK(ciuic_wait(req));
+  free(in);
+  free(out);
+  free(counts);
+  return 0;
+}
+
+int main(void) {
+  ciuic_comm_t comm;
+  CHECK(ciuic_comm_init_from_env(&comm));
+  int rank, n;
+  CHECK(ciuic_comm_rank(comm, &rank));
+  CHECK(ciuic_comm_size(comm, &n));
+  g_rank = rank;
+
+  /* Counts: one element, a prime, one above a typical chunk, and 1 MiB of floats. */
+  const size_t counts[] = {1, 1009, 131073, 262144};
+  for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); ++k) {
+    if (Collectives(comm, rank, n, counts[k]) != 0) return 1;
+  }
+
+  /* Bad input: refused, named, and the communicator stays usable. */
+  float x[4] = {1, 2, 3, 4};
+  ciuic_request_t req = NULL;
+  EXPECT_REFUSED(ciuic_allreduce(NULL, x, 4, CIUIC_FLOAT32, CIUIC_SUM, comm), "sendbuf");
+  EXPECT_REFUSED(ciuic_allreduce(x, NULL, 4, CIUIC_FLOAT32, CIUIC_SUM, comm), "recvbuf");
+  EXPECT_REFUSED(ciuic_allreduce(x, x, 4, (ciuic_datatype_t)42, CIUIC_SUM, comm), "dtype");
+  EXPECT_REFUSED(ciuic_allreduce(x, x, 4, CIUIC_FLOAT32, (ciuic_redop_t)42, comm), "op");
+  EXPECT_REFUSED(ciuic_allreduce(x, x, 4, CIUIC_FLOAT32, CIUIC_SUM, NULL), "comm");
+  EXPECT_REFUSED(ciuic_broadcast(x, 4, CIUIC_FLOAT32, n, comm), "root");
+  EXPECT_REFUSED(ciuic_reduce(x, x, 4, CIUIC_FLOAT32, CIUIC_SUM, -1, comm), "root");
+  EXPECT_REFUSED(ciuic_send(x, 4, CIUIC_FLOAT32, rank, comm), "peer");
+  EXPECT_REFUSED(ciuic_recv(x, 4, CIUIC_FLOAT32, n, comm), "peer");
+  EXPECT_REFUSED(ciuic_barrier(NULL), "comm");
+  EXPECT_REFUSED(ciuic_iallreduce(x, x, 4, CIUIC_FLOAT32, CIUIC_SUM, comm, NULL), "req");
+  EXPECT_REFUSED(ciuic_wait(NULL), "req");
+  (void)req;
+  CHECK(ciuic_allreduce(x, x, 4, CIUIC_FLOAT32, CIUIC_SUM, comm));
+  EXPECT(x[0] == (float)n && x[3] == 4.0f * n, "the communicator is unusable after refused input: %g %g", x[0], x[3]);
+
+  CHECK(ciuic_comm_destroy(comm));
+  printf("rank %d of %d: c api: ok\n", rank, n);
+  return 0;
+}
