@@ -159,7 +159,8 @@ Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& 
       const Step& s = *f.step;
       // Chunks are cut from the smallest slot of the links in use (all
       // links of a communicator share one slot size).
-      const size_t slot_bytes = queues.empty() ? (512u << 10) : queues[0].link->slot_size();
+      size_t slot_bytes = queues.empty() ? (512u << 10) : queues[0].link->slot_size();
+      if (jobs[f.job].chunk_bytes > 0) slot_bytes = std::min(slot_bytes, jobs[f.job].chunk_bytes);
       f.chunk_elems = slot_bytes / DataTypeSize(jobs[f.job].dtype);
       if (f.chunk_elems == 0) return InvalidArgumentError("slot size smaller than one element");
       f.nchunks = std::max<size_t>(1, (StepCount(s) + f.chunk_elems - 1) / f.chunk_elems);

@@ -62,6 +62,10 @@ struct ExecJob {
   ExecBuffers buffers;
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
+  // Chunks of at most this many bytes (0: the links' slot size; never more
+  // than that). Every rank of an operation must use the same value: chunk k
+  // of a step is the same element range on the sender and the receiver.
+  size_t chunk_bytes = 0;
   // Keeps the regions of `buffers` alive (or referenced in a registration
   // cache) as long as any copy of the job.
   std::vector<std::shared_ptr<const void>> keep;
