@@ -52,6 +52,13 @@ class CommImpl {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<transport::BufferPool> pool;
   std::map<std::pair<int, int>, std::unique_ptr<transport::Link>> links;
+  // Links being set up without waiting on their peer (GetLink).
+  struct Building {
+    std::unique_ptr<transport::Link::Builder> builder;
+    std::chrono::steady_clock::time_point next_poll;
+  };
+  static constexpr std::chrono::microseconds kLinkPoll{200};
+  std::map<std::pair<int, int>, Building> building;
   // verbs: caller buffers registered once and reused for zero-copy sends
   // (watched, so freed memory is never reused stale; transport.h).
   std::unique_ptr<transport::RegistrationCache> reg_cache;
@@ -91,6 +98,7 @@ class CommImpl {
     if (thread.joinable()) thread.join();
     for (auto& op : queue) Complete(*op, AbortedError("communicator destroyed"));
     direct.reset();
+    building.clear();
     links.clear();
     reg_cache.reset();
     pool.reset();
@@ -147,7 +155,10 @@ class CommImpl {
   static constexpr size_t kMaxCachedPlans = 64;  // then the cache starts over
   std::map<PlanKey, Plan> plans;
   Status Finish(const OpDesc& d);
-  StatusOr<transport::Link*> GetLink(int peer, int channel);
+  // The link to `peer` on `channel`. `wait` (collectives): set it up now,
+  // waiting for the peer. Otherwise (send/recv) null while it is being set
+  // up without waiting (call again: see Executor's LinkSource).
+  StatusOr<transport::Link*> GetLink(int peer, int channel, bool wait);
   void ProgressLoop();
   Status WaitFor(OpState& op);
   void Complete(OpState& op, Status s) {
@@ -401,14 +412,59 @@ size_t PipelineChunkBytes(const OpDesc& d, int nranks) {
 }
 }  // namespace
 
-StatusOr<transport::Link*> CommImpl::GetLink(int peer, int channel) {
+StatusOr<transport::Link*> CommImpl::GetLink(int peer, int channel, bool wait) {
   auto key = std::make_pair(peer, channel);
   auto it = links.find(key);
   if (it != links.end()) return it->second.get();
-  CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<transport::Link> l,
-                         transport::Link::Create(*backend, *pool, *store, prefix, rank, peer,
-                                                 static_cast<uint32_t>(channel), link_options,
-                                                 std::chrono::milliseconds(config.timeout_ms)));
+  auto b = building.find(key);
+  if (wait && b == building.end()) {
+    // Collectives: every rank asks for its links in ascending peer order
+    // before the schedule starts, so waiting for the peer cannot deadlock.
+    CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<transport::Link> l,
+                           transport::Link::Create(*backend, *pool, *store, prefix, rank, peer,
+                                                   static_cast<uint32_t>(channel), link_options,
+                                                   std::chrono::milliseconds(config.timeout_ms)));
+    transport::Link* raw = l.get();
+    links.emplace(key, std::move(l));
+    return raw;
+  }
+  if (wait) {
+    // A link a point-to-point operation began: finish it here.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(config.timeout_ms);
+    for (;;) {
+      CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<transport::Link> l, b->second.builder->Poll());
+      if (l != nullptr) {
+        building.erase(b);
+        transport::Link* raw = l.get();
+        links.emplace(key, std::move(l));
+        return raw;
+      }
+      if (std::chrono::steady_clock::now() >= until) {
+        return DeadlineExceededError("connecting to rank " + std::to_string(peer) + ": no answer within " +
+                                     std::to_string(config.timeout_ms) + " ms");
+      }
+      std::this_thread::sleep_for(kLinkPoll);
+    }
+  }
+  // Point-to-point: built without waiting on the peer (Link::Builder). A
+  // rank whose first operation is a send to its neighbour must not wait for
+  // that neighbour to ask for the link, which it does only once its own
+  // send (to its other neighbour) is under way.
+  const auto now = std::chrono::steady_clock::now();
+  if (b == building.end()) {
+    CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<transport::Link::Builder> builder,
+                           transport::Link::Builder::Start(*backend, *pool, *store, prefix, rank, peer,
+                                                           static_cast<uint32_t>(channel), link_options,
+                                                           std::chrono::milliseconds(config.timeout_ms)));
+    b = building.emplace(key, Building{std::move(builder), now}).first;
+  }
+  if (now < b->second.next_poll) return nullptr;
+  // At most one look at the store per kLinkPoll and link (a tcp store
+  // answers each over the network).
+  b->second.next_poll = now + kLinkPoll;
+  CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<transport::Link> l, b->second.builder->Poll());
+  if (l == nullptr) return nullptr;
+  building.erase(b);
   transport::Link* raw = l.get();
   links.emplace(key, std::move(l));
   return raw;
@@ -443,6 +499,7 @@ StatusOr<ExecJob> CommImpl::JobFor(const OpDesc& d, const Plan& plan_ref) {
   const size_t es = DataTypeSize(d.dtype);
   ExecJob job;
   job.schedule = &plan->schedule;
+  job.slot_bytes = link_options.slot_size;
   job.chunk_bytes = PipelineChunkBytes(d, size);
   job.dtype = d.dtype;
   job.op = d.op == ReduceOp::kAvg ? ReduceOp::kSum : d.op;  // AVG: sum, then scale once
@@ -591,7 +648,7 @@ Status CommImpl::ExecuteCollective(const OpDesc& d, Clock::time_point deadline) 
     s = RunDirect(d, deadline);
   } else {
     direct_logged_bytes = SIZE_MAX;
-    auto source = [this](int peer, int channel) { return GetLink(peer, channel); };
+    auto source = [this](int peer, int channel) { return GetLink(peer, channel, true); };
     Executor exec(*backend, *reducer, wait_spin);
     CIUIC_ASSIGN_OR_RETURN(const Plan* plan_ptr, PlanFor(d));
     const Plan& plan = *plan_ptr;
@@ -626,7 +683,7 @@ Status CommImpl::ExecuteBatch(std::vector<std::shared_ptr<OpState>>* batch) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(config.timeout_ms);
   const OpDesc& first = (*batch)[0]->desc;
   if (!IsPointToPoint(first)) return ExecuteCollective(first, deadline);
-  auto source = [this](int peer, int channel) { return GetLink(peer, channel); };
+  auto source = [this](int peer, int channel) { return GetLink(peer, channel, false); };
   Executor exec(*backend, *reducer, wait_spin);
   // Point-to-point: this one and every send/recv queued behind it (also
   // those posted while it runs) progress together, so ISend + IRecv in

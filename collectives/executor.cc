@@ -16,7 +16,8 @@ using transport::Link;
 const char* OpName(StepOp op) { return StepOpName(op); }
 
 struct LinkQueues {
-  Link* link = nullptr;
+  Link* link = nullptr;    // null while the source is still setting it up
+  int peer = -1, channel = 0;
   std::vector<int> sends;  // flat step indices in order
   std::vector<int> recvs;
   size_t send_head = 0;    // index into sends of the first unfinished
@@ -25,6 +26,7 @@ struct LinkQueues {
   // Zero-copy chunks whose write has not completed: (flat step, link chunk
   // number), in posting order.
   std::deque<std::pair<int, uint64_t>> zero_copy;
+  Status error;            // why, when failed
   bool needed() const { return send_head < sends.size() || recv_head < recvs.size(); }
 };
 
@@ -153,13 +155,19 @@ Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& 
       link_index[key] = static_cast<int>(queues.size());
       queues.emplace_back();
       queues.back().link = l;
+      queues.back().peer = key.first;
+      queues.back().channel = key.second;
     }
     for (int i = first_new; i < static_cast<int>(flat.size()); ++i) {
       Flat& f = flat[i];
       const Step& s = *f.step;
       // Chunks are cut from the smallest slot of the links in use (all
       // links of a communicator share one slot size).
-      size_t slot_bytes = queues.empty() ? (512u << 10) : queues[0].link->slot_size();
+      size_t slot_bytes = jobs[f.job].slot_bytes;
+      for (size_t qi = 0; slot_bytes == 0 && qi < queues.size(); ++qi) {
+        if (queues[qi].link != nullptr) slot_bytes = queues[qi].link->slot_size();
+      }
+      if (slot_bytes == 0) slot_bytes = 512u << 10;
       if (jobs[f.job].chunk_bytes > 0) slot_bytes = std::min(slot_bytes, jobs[f.job].chunk_bytes);
       f.chunk_elems = slot_bytes / DataTypeSize(jobs[f.job].dtype);
       if (f.chunk_elems == 0) return InvalidArgumentError("slot size smaller than one element");
@@ -194,7 +202,7 @@ Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& 
     Flat& f = flat[i];
     const Step& s = *f.step;
     LinkQueues& q = queues[f.recv_link];
-    if (q.recvs[q.recv_head] != i) return false;  // an earlier message on this link is unfinished
+    if (q.link == nullptr || q.recvs[q.recv_head] != i) return false;  // not connected yet, or an earlier message is unfinished
     size_t first, n;
     chunk_span(f, k, &first, &n);
     const size_t bytes = n * DataTypeSize(jobs[f.job].dtype);
@@ -238,7 +246,7 @@ Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& 
     Flat& f = flat[i];
     const Step& s = *f.step;
     LinkQueues& q = queues[f.send_link];
-    if (q.sends[q.send_head] != i) return Sent::kNo;  // an earlier message on this link is unfinished
+    if (q.link == nullptr || q.sends[q.send_head] != i) return Sent::kNo;  // not connected yet, or an earlier message is unfinished
     size_t first, n;
     chunk_span(f, k, &first, &n);
     const size_t bytes = n * DataTypeSize(jobs[f.job].dtype);
@@ -312,12 +320,20 @@ Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& 
       }
     }
     for (auto& q : queues) {
+      if (q.link == nullptr) {
+        CIUIC_ASSIGN_OR_RETURN(q.link, links(q.peer, q.channel));
+        if (q.link == nullptr) continue;
+        any = true;
+      }
+      if (q.failed) continue;
       StatusOr<bool> p = q.link->Progress();
       if (!p.ok()) {
         // A peer that finished its part and closed (or died) only matters
-        // while this run still has messages to exchange with it.
-        if (q.needed() || !q.zero_copy.empty()) return p.status();
+        // while this run still needs more from it than already arrived
+        // (checked after the steps below) or sends to it.
+        if (!q.zero_copy.empty()) return p.status();
         q.failed = true;
+        q.error = p.status();
         continue;
       }
       any |= *p;
@@ -381,6 +397,15 @@ Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& 
         ++queues[f.send_link].send_head;
       }
     }
+    // A failed link is fatal once this run needs from it what cannot come:
+    // a send, or a receive beyond the chunks that arrived before the peer
+    // closed (a peer that finished and left after its last send, while this
+    // rank was still in an earlier operation, delivered everything).
+    for (auto& q : queues) {
+      if (!q.failed || !q.needed()) continue;
+      size_t len = 0;
+      if (q.send_head < q.sends.size() || q.link->PeekRecv(&len) == nullptr) return q.error;
+    }
     return any;
   };
 
@@ -391,7 +416,7 @@ Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& 
         // by the next operation as soon as the peer releases them).
         if (steps_left != 0) return false;
         for (auto& q : queues) {
-          if (!q.failed && q.link->sends_in_flight() != 0) return false;
+          if (!q.failed && q.link != nullptr && q.link->sends_in_flight() != 0) return false;
         }
         return true;
       },
@@ -400,7 +425,7 @@ Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& 
     // Writes still reading the caller's buffers would read memory the
     // caller now owns again: those links stop here (their error is sticky).
     for (auto& q : queues) {
-      if (!q.zero_copy.empty()) {
+      if (!q.zero_copy.empty() && q.link != nullptr) {
         q.link->Fail(Status(s.code(), "link to rank " + std::to_string(q.link->peer()) +
                                           " abandoned with zero-copy writes in flight: " + s.message()));
       }
@@ -412,8 +437,14 @@ Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& 
       if (f.done == f.nchunks) continue;
       const Step& st = *f.step;
       std::string peers;
-      if (StepReceives(st.op)) peers += " from rank " + std::to_string(st.recv_peer);
-      if (StepSends(st.op)) peers += " to rank " + std::to_string(st.send_peer);
+      auto unconnected = [&](int link) {
+        return link >= 0 && queues[link].link == nullptr
+                   ? " (not connected: rank " + std::to_string(queues[link].peer) +
+                         " has not asked for this link; is it in the same operation?)"
+                   : std::string();
+      };
+      if (StepReceives(st.op)) peers += " from rank " + std::to_string(st.recv_peer) + unconnected(f.recv_link);
+      if (StepSends(st.op)) peers += " to rank " + std::to_string(st.send_peer) + unconnected(f.send_link);
       return DeadlineExceededError(where(f.job, f.index) + " timed out (" + OpName(st.op) + peers +
                                    ", chunk " + std::to_string(f.done) + " of " +
                                    std::to_string(f.nchunks) + ")");

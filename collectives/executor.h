@@ -36,8 +36,9 @@ namespace ciuic::collectives {
 
 // Where the links come from: the communicator creates them on first use.
 // Get is called for every (peer, channel) a schedule uses, in ascending
-// peer order, before the schedule starts (so creation, which waits for the
-// peer, cannot deadlock between ranks that all follow that order).
+// peer order, before the schedule starts; a source may return null while
+// the link is still being set up (without waiting on the peer): it is
+// asked again on every pass, and steps on that link wait for it.
 using LinkSource = std::function<StatusOr<transport::Link*>(int peer, int channel)>;
 
 struct ExecBuffers {
@@ -62,6 +63,10 @@ struct ExecJob {
   ExecBuffers buffers;
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
+  // The links' slot size (0: ask the first link; every link of a
+  // communicator has the same), for cutting steps into chunks before every
+  // link exists.
+  size_t slot_bytes = 0;
   // Chunks of at most this many bytes (0: the links' slot size; never more
   // than that). Every rank of an operation must use the same value: chunk k
   // of a step is the same element range on the sender and the receiver.

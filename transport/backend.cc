@@ -40,23 +40,48 @@ bool BackendAvailable(BackendKind kind, const BackendOptions& options, std::stri
   return true;
 }
 
+namespace {
+std::string EndpointKey(const Backend& backend, const std::string& prefix, uint32_t tag, int from, int to) {
+  return prefix + "/ep/" + BackendName(backend.kind()) + "/" + std::to_string(tag) + "/" + std::to_string(from) +
+         "-" + std::to_string(to);
+}
+}  // namespace
+
+StatusOr<std::unique_ptr<Endpoint>> PublishEndpoint(Backend& backend, Store& store, const std::string& prefix,
+                                                    int rank, int peer, uint32_t tag) {
+  CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<Endpoint> ep, backend.CreateEndpoint(peer, tag));
+  CIUIC_RETURN_IF_ERROR(store.Set(EndpointKey(backend, prefix, tag, rank, peer), ep->Describe()));
+  return ep;
+}
+
+StatusOr<std::unique_ptr<Connection>> ConnectPublished(Backend& backend, Store& store, Endpoint& endpoint,
+                                                       const std::string& prefix, int rank, int peer,
+                                                       uint32_t tag, std::chrono::milliseconds wait,
+                                                       std::chrono::steady_clock::time_point deadline) {
+  StatusOr<std::string> theirs = store.Get(EndpointKey(backend, prefix, tag, peer, rank), wait);
+  if (!theirs.ok()) {
+    if (theirs.status().code() == StatusCode::kDeadlineExceeded) return std::unique_ptr<Connection>();
+    return Status(theirs.status().code(),
+                  "connecting to rank " + std::to_string(peer) + ": " + theirs.status().message());
+  }
+  return endpoint.Connect(*theirs, deadline);
+}
+
 StatusOr<std::unique_ptr<Connection>> ConnectThroughStore(Backend& backend, Store& store,
                                                           const std::string& prefix, int rank,
                                                           int peer, uint32_t tag,
                                                           std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<Endpoint> ep, backend.CreateEndpoint(peer, tag));
-  auto key = [&](int from, int to) {
-    return prefix + "/ep/" + BackendName(backend.kind()) + "/" + std::to_string(tag) + "/" +
-           std::to_string(from) + "-" + std::to_string(to);
-  };
-  CIUIC_RETURN_IF_ERROR(store.Set(key(rank, peer), ep->Describe()));
-  StatusOr<std::string> theirs = store.Get(key(peer, rank), timeout);
-  if (!theirs.ok()) {
-    return Status(theirs.status().code(),
-                  "connecting to rank " + std::to_string(peer) + ": " + theirs.status().message());
+  CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<Endpoint> ep, PublishEndpoint(backend, store, prefix, rank, peer, tag));
+  CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn,
+                         ConnectPublished(backend, store, *ep, prefix, rank, peer, tag, timeout, deadline));
+  if (conn == nullptr) {
+    return DeadlineExceededError("connecting to rank " + std::to_string(peer) + ": store key '" +
+                                 EndpointKey(backend, prefix, tag, peer, rank) + "' was not set within " +
+                                 std::to_string(timeout.count()) + " ms (rank " + std::to_string(peer) +
+                                 " has not connected to this rank)");
   }
-  return ep->Connect(*theirs, deadline);
+  return conn;
 }
 
 }  // namespace ciuic::transport

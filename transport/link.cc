@@ -65,6 +65,42 @@ Link::~Link() {
   pool_.Release(send_staging_);
 }
 
+std::string Link::RingKey(Backend& backend, const std::string& prefix, uint32_t tag, int from, int to) {
+  return prefix + "/ring/" + BackendName(backend.kind()) + "/" + std::to_string(tag) + "/" + std::to_string(from) +
+         "-" + std::to_string(to);
+}
+
+Status Link::PublishRing(Backend& backend, Store& store, const std::string& prefix, int rank, uint32_t tag) {
+  const size_t ring_bytes = options_.slot_size * options_.nslots;
+  CIUIC_ASSIGN_OR_RETURN(recv_ring_, pool_.Acquire(ring_bytes));
+  return store.Set(RingKey(backend, prefix, tag, rank, peer()), EncodeRing(options_, recv_ring_));
+}
+
+Status Link::AdoptPeerRing(const std::string& theirs) {
+  const int peer_rank = peer();
+  const size_t ring_bytes = options_.slot_size * options_.nslots;
+  if (theirs.size() < 24) return DataLossError("link to rank " + std::to_string(peer_rank) + ": short ring description");
+  const auto* p = reinterpret_cast<const uint8_t*>(theirs.data());
+  const uint64_t slot = GetU64(p), nslots = GetU64(p + 8);
+  remote_ring_offset_ = GetU64(p + 16);
+  if (slot != options_.slot_size || nslots != options_.nslots) {
+    return InvalidArgumentError("link to rank " + std::to_string(peer_rank) + ": it uses " +
+                                std::to_string(nslots) + " slots of " + std::to_string(slot) +
+                                " B, this rank " + std::to_string(options_.nslots) + " of " +
+                                std::to_string(options_.slot_size) +
+                                " B (CIUIC_CHUNK_SIZE / CIUIC_BUFFER_SIZE must match on all ranks)");
+  }
+  CIUIC_ASSIGN_OR_RETURN(remote_ring_, conn_->ImportRegion(theirs.substr(24)));
+  if (remote_ring_offset_ + ring_bytes > remote_ring_.size || remote_ring_offset_ + ring_bytes < remote_ring_offset_) {
+    return DataLossError("link to rank " + std::to_string(peer_rank) + ": ring outside its region");
+  }
+  direct_ = conn_->DirectPointer(remote_ring_, remote_ring_offset_) != nullptr;
+  if (!direct_) {
+    CIUIC_ASSIGN_OR_RETURN(send_staging_, pool_.Acquire(ring_bytes));
+  }
+  return Status::Ok();
+}
+
 StatusOr<std::unique_ptr<Link>> Link::Create(Backend& backend, BufferPool& pool, Store& store,
                                              const std::string& prefix, int rank, int peer,
                                              uint32_t tag, const LinkOptions& options,
@@ -75,40 +111,58 @@ StatusOr<std::unique_ptr<Link>> Link::Create(Backend& backend, BufferPool& pool,
   CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn,
                          ConnectThroughStore(backend, store, prefix, rank, peer, tag, timeout));
   std::unique_ptr<Link> link(new Link(std::move(conn), pool, options));
-  const size_t ring_bytes = options.slot_size * options.nslots;
-  CIUIC_ASSIGN_OR_RETURN(link->recv_ring_, pool.Acquire(ring_bytes));
-
-  auto key = [&](int from, int to) {
-    return prefix + "/ring/" + BackendName(backend.kind()) + "/" + std::to_string(tag) + "/" +
-           std::to_string(from) + "-" + std::to_string(to);
-  };
-  CIUIC_RETURN_IF_ERROR(store.Set(key(rank, peer), EncodeRing(options, link->recv_ring_)));
-  StatusOr<std::string> theirs = store.Get(key(peer, rank), timeout);
+  CIUIC_RETURN_IF_ERROR(link->PublishRing(backend, store, prefix, rank, tag));
+  StatusOr<std::string> theirs = store.Get(RingKey(backend, prefix, tag, peer, rank), timeout);
   if (!theirs.ok()) {
     return Status(theirs.status().code(), "link to rank " + std::to_string(peer) + ": " +
                                               theirs.status().message());
   }
-  if (theirs->size() < 24) return DataLossError("link to rank " + std::to_string(peer) + ": short ring description");
-  const auto* p = reinterpret_cast<const uint8_t*>(theirs->data());
-  const uint64_t slot = GetU64(p), nslots = GetU64(p + 8);
-  link->remote_ring_offset_ = GetU64(p + 16);
-  if (slot != options.slot_size || nslots != options.nslots) {
-    return InvalidArgumentError("link to rank " + std::to_string(peer) + ": it uses " +
-                                std::to_string(nslots) + " slots of " + std::to_string(slot) +
-                                " B, this rank " + std::to_string(options.nslots) + " of " +
-                                std::to_string(options.slot_size) +
-                                " B (CIUIC_CHUNK_SIZE / CIUIC_BUFFER_SIZE must match on all ranks)");
-  }
-  CIUIC_ASSIGN_OR_RETURN(link->remote_ring_, link->conn_->ImportRegion(theirs->substr(24)));
-  if (link->remote_ring_offset_ + ring_bytes > link->remote_ring_.size ||
-      link->remote_ring_offset_ + ring_bytes < link->remote_ring_offset_) {
-    return DataLossError("link to rank " + std::to_string(peer) + ": ring outside its region");
-  }
-  link->direct_ = link->conn_->DirectPointer(link->remote_ring_, link->remote_ring_offset_) != nullptr;
-  if (!link->direct_) {
-    CIUIC_ASSIGN_OR_RETURN(link->send_staging_, pool.Acquire(ring_bytes));
-  }
+  CIUIC_RETURN_IF_ERROR(link->AdoptPeerRing(*theirs));
   return link;
+}
+
+Link::Builder::Builder(Backend& backend, BufferPool& pool, Store& store, std::string prefix, int rank, int peer,
+                       uint32_t tag, const LinkOptions& options, std::chrono::milliseconds timeout)
+    : backend_(backend),
+      pool_(pool),
+      store_(store),
+      prefix_(std::move(prefix)),
+      rank_(rank),
+      peer_(peer),
+      tag_(tag),
+      options_(options),
+      deadline_(std::chrono::steady_clock::now() + timeout) {}
+
+StatusOr<std::unique_ptr<Link::Builder>> Link::Builder::Start(Backend& backend, BufferPool& pool, Store& store,
+                                                              const std::string& prefix, int rank, int peer,
+                                                              uint32_t tag, const LinkOptions& options,
+                                                              std::chrono::milliseconds timeout) {
+  if (options.nslots < 2 || options.slot_size == 0 || options.slot_size > (1u << 30)) {
+    return InvalidArgumentError("Link: need at least 2 slots of 1 B to 1 GiB");
+  }
+  std::unique_ptr<Builder> b(new Builder(backend, pool, store, prefix, rank, peer, tag, options, timeout));
+  CIUIC_ASSIGN_OR_RETURN(b->endpoint_, PublishEndpoint(backend, store, prefix, rank, peer, tag));
+  return b;
+}
+
+StatusOr<std::unique_ptr<Link>> Link::Builder::Poll() {
+  constexpr std::chrono::milliseconds kNoWait(0);
+  if (link_ == nullptr) {
+    CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn,
+                           ConnectPublished(backend_, store_, *endpoint_, prefix_, rank_, peer_, tag_, kNoWait,
+                                            deadline_));
+    if (conn == nullptr) return std::unique_ptr<Link>();
+    endpoint_.reset();
+    link_.reset(new Link(std::move(conn), pool_, options_));
+    CIUIC_RETURN_IF_ERROR(link_->PublishRing(backend_, store_, prefix_, rank_, tag_));
+  }
+  StatusOr<std::string> theirs = store_.Get(RingKey(backend_, prefix_, tag_, peer_, rank_), kNoWait);
+  if (!theirs.ok()) {
+    if (theirs.status().code() == StatusCode::kDeadlineExceeded) return std::unique_ptr<Link>();
+    return Status(theirs.status().code(), "link to rank " + std::to_string(peer_) + ": " + theirs.status().message());
+  }
+  CIUIC_RETURN_IF_ERROR(link_->AdoptPeerRing(*theirs));
+  return std::move(link_);
 }
 
 void* Link::AcquireSend() {
@@ -165,9 +219,11 @@ const void* Link::PeekRecv(size_t* len) const {
 }
 
 Status Link::ReleaseRecv() {
-  if (!error_.ok()) return error_;
   if (arrived_ == released_) return FailedPreconditionError("Link::ReleaseRecv: nothing received");
   ++released_;
+  // On a failed link, chunks that arrived before the failure are still
+  // delivered; only the credit for them cannot go back.
+  if (!error_.ok()) return Status::Ok();
   return Post();
 }
 

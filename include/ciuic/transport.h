@@ -363,6 +363,21 @@ StatusOr<std::unique_ptr<Connection>> ConnectThroughStore(Backend& backend, Stor
                                                           int peer, uint32_t tag,
                                                           std::chrono::milliseconds timeout);
 
+// ConnectThroughStore in two halves, for callers that must not wait on a
+// peer that has not asked for this connection yet (a ring of sends posted
+// before their receives: every rank would wait on its neighbour).
+// PublishEndpoint creates this side's endpoint and publishes it.
+// ConnectPublished reads the peer's endpoint, waiting at most `wait` for
+// it: null when it is not published yet (call again later); otherwise it
+// connects (by `deadline`; the peer does the same as soon as it reads this
+// side's). Errors: those of Store::Set/Get and Endpoint::Connect.
+StatusOr<std::unique_ptr<Endpoint>> PublishEndpoint(Backend& backend, Store& store, const std::string& prefix,
+                                                    int rank, int peer, uint32_t tag);
+StatusOr<std::unique_ptr<Connection>> ConnectPublished(Backend& backend, Store& store, Endpoint& endpoint,
+                                                       const std::string& prefix, int rank, int peer,
+                                                       uint32_t tag, std::chrono::milliseconds wait,
+                                                       std::chrono::steady_clock::time_point deadline);
+
 // ---------------------------------------------------------------------------
 // Buffer pools and the registration cache.
 
@@ -516,6 +531,36 @@ class Link {
                                                 const std::string& prefix, int rank, int peer,
                                                 uint32_t tag, const LinkOptions& options,
                                                 std::chrono::milliseconds timeout);
+  // The same without waiting on the peer: Start publishes this side's
+  // endpoint; each Poll moves on as far as the peer allows (connect once
+  // its endpoint is published, then publish this side's ring, then finish
+  // once its ring is) and returns the link when done, null before. The
+  // peer's steps are the same, so two ranks that both poll finish; one
+  // that waits on a link the peer never asks for names it at its deadline
+  // instead of holding every other link of a ring back.
+  class Builder {
+   public:
+    static StatusOr<std::unique_ptr<Builder>> Start(Backend& backend, BufferPool& pool, Store& store,
+                                                    const std::string& prefix, int rank, int peer,
+                                                    uint32_t tag, const LinkOptions& options,
+                                                    std::chrono::milliseconds timeout);
+    StatusOr<std::unique_ptr<Link>> Poll();
+    int peer() const { return peer_; }
+
+   private:
+    Builder(Backend& backend, BufferPool& pool, Store& store, std::string prefix, int rank, int peer,
+            uint32_t tag, const LinkOptions& options, std::chrono::milliseconds timeout);
+    Backend& backend_;
+    BufferPool& pool_;
+    Store& store_;
+    std::string prefix_;
+    int rank_, peer_;
+    uint32_t tag_;
+    LinkOptions options_;
+    std::chrono::steady_clock::time_point deadline_;
+    std::unique_ptr<Endpoint> endpoint_;
+    std::unique_ptr<Link> link_;  // connected, ring published, waiting for the peer's ring
+  };
   ~Link();
   Link(const Link&) = delete;
   Link& operator=(const Link&) = delete;
@@ -560,8 +605,10 @@ class Link {
   // Receiving. The next chunk in order (valid until ReleaseRecv), or nullptr
   // when none has arrived; `*len` gets its length.
   const void* PeekRecv(size_t* len) const;
-  // Gives the slot of the chunk from PeekRecv back to the sender.
-  // Errors: kFailedPrecondition (nothing received), the sticky error.
+  // Gives the slot of the chunk from PeekRecv back to the sender. On a
+  // failed link it still succeeds: chunks that arrived before the failure
+  // (a peer that sent its last chunk and left) are delivered; only their
+  // credit cannot go back. Errors: kFailedPrecondition (nothing received).
   Status ReleaseRecv();
 
   // Advances the connection; never blocks. Returns true when anything
@@ -570,6 +617,11 @@ class Link {
 
  private:
   Link(std::unique_ptr<Connection> conn, BufferPool& pool, const LinkOptions& options);
+  // Set-up after connecting: lease the receive ring and publish it; adopt
+  // the peer's ring description (Create and Builder share these).
+  Status PublishRing(Backend& backend, Store& store, const std::string& prefix, int rank, uint32_t tag);
+  Status AdoptPeerRing(const std::string& theirs);
+  static std::string RingKey(Backend& backend, const std::string& prefix, uint32_t tag, int from, int to);
   Status Post();  // posts commits and credits that were refused before
 
   std::unique_ptr<Connection> conn_;

@@ -423,6 +423,131 @@ TEST(CollectivesDirect, StoreModesGiveIdenticalBytes) {
   }
 }
 
+// With the default 512 KiB slots, a block of a few hundred KiB is cut into
+// chunks smaller than a slot (at least 4 of >= 64 KiB: ExecJob::chunk_bytes)
+// so receiving, reducing and sending overlap. Every algorithm and the other
+// collectives, 2-4 ranks over tcp, against the reference.
+TEST(CollectivesPipelining, ChunksSmallerThanSlotsGiveExactResults) {
+  for (int n : {2, 3, 4}) {
+    for (const char* algo : {"ring", "tree", "recdoubling", "rabenseifner"}) {
+      auto results = RunRanks(n, [&](int rank, transport::Store& store) -> Status {
+        CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
+        config.transport = "tcp";
+        config.algo = algo;
+        config.timeout_ms = 60000;  // default chunk and buffer sizes
+        std::shared_ptr<transport::Store> st(&store, [](transport::Store*) {});
+        CIUIC_ASSIGN_OR_RETURN(auto comm, Communicator::CreateWithStore(rank, n, st, config));
+        for (size_t count : {size_t{(1u << 20) + 3}, size_t{300007}}) {
+          CIUIC_RETURN_IF_ERROR(CheckAllReduce<float>(*comm, count, ReduceOp::kSum, false, 5));
+          CIUIC_RETURN_IF_ERROR(CheckAllReduce<int32_t>(*comm, count, ReduceOp::kMax, true, 6));
+        }
+        return CheckOthers(*comm, 300007, 7);
+      }, milliseconds(120000));
+      for (const auto& r : results) EXPECT_TRUE(r.ok()) << n << " ranks, " << algo << "\n" << ResultsText(results);
+    }
+  }
+}
+
+// A ring of sends posted before their receives, as the first operations of
+// a communicator: every rank's send needs a link its neighbour asks for
+// only in its receive, posted after its own send (links are set up without
+// waiting on the peer, Link::Builder). Before: each rank waited for its
+// neighbour's endpoint until the timeout.
+TEST(CollectivesPointToPoint, RingOfSendsBeforeReceivesOnANewCommunicator) {
+  for (const char* transport : {"tcp", "shm"}) {
+    for (int iter = 0; iter < 5; ++iter) {
+      auto results = RunRanks(3, [&](int rank, transport::Store& store) -> Status {
+        CIUIC_ASSIGN_OR_RETURN(auto c, MakeComm(rank, 3, store, transport, "auto", 20000));
+        const int n = 3, next = (rank + 1) % n, prev = (rank + n - 1) % n;
+        const size_t count = 100003;
+        std::vector<float> out(count, static_cast<float>(rank)), in(count, -1);
+        CIUIC_ASSIGN_OR_RETURN(Request rs, c->ISend(out.data(), count, DataType::kFloat32, next));
+        CIUIC_ASSIGN_OR_RETURN(Request rr, c->IRecv(in.data(), count, DataType::kFloat32, prev));
+        CIUIC_RETURN_IF_ERROR(rs.Wait());
+        CIUIC_RETURN_IF_ERROR(rr.Wait());
+        for (size_t i = 0; i < count; ++i) EXPECT_OR_FAIL(in[i] == static_cast<float>(prev), "element " + std::to_string(i));
+        return Status::Ok();
+      }, milliseconds(60000));
+      for (const auto& r : results) EXPECT_TRUE(r.ok()) << transport << " iteration " << iter << "\n" << ResultsText(results);
+    }
+  }
+}
+
+// A peer that sent its last message and destroyed its communicator while
+// this rank was still in an earlier receive: what arrived is delivered,
+// not refused because the link has since closed.
+TEST(CollectivesPointToPoint, MessagesFromAPeerThatHasLeftAreDelivered) {
+  for (int iter = 0; iter < 5; ++iter) {
+    auto results = RunRanks(2, [&](int rank, transport::Store& store) -> Status {
+      CIUIC_ASSIGN_OR_RETURN(auto c, MakeComm(rank, 2, store, "tcp", "auto", 20000));
+      std::vector<float> a(1000, 1.0f), b(1000, 2.0f);
+      if (rank == 0) {
+        CIUIC_RETURN_IF_ERROR(c->Send(a.data(), a.size(), DataType::kFloat32, 1));
+        CIUIC_RETURN_IF_ERROR(c->Send(b.data(), b.size(), DataType::kFloat32, 1));
+        return Status::Ok();  // leaves at once: the communicator says goodbye
+      }
+      std::vector<float> got_a(1000, 0), got_b(1000, 0);
+      CIUIC_RETURN_IF_ERROR(c->Recv(got_a.data(), got_a.size(), DataType::kFloat32, 0));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // rank 0 is gone by now
+      CIUIC_RETURN_IF_ERROR(c->Recv(got_b.data(), got_b.size(), DataType::kFloat32, 0));
+      EXPECT_OR_FAIL(got_a == a && got_b == b, "wrong data");
+      // Anything more from rank 0 is an error naming it, not a hang.
+      Status more = c->Recv(got_b.data(), got_b.size(), DataType::kFloat32, 0);
+      EXPECT_OR_FAIL(!more.ok() && more.message().find("rank 0") != std::string::npos,
+                     "a receive from a departed rank: " + more.ToString());
+      return Status::Ok();
+    }, milliseconds(60000));
+    for (const auto& r : results) EXPECT_TRUE(r.ok()) << "iteration " << iter << "\n" << ResultsText(results);
+  }
+}
+
+// Plans are cached per call (collective, buffers, counts, type, op, root):
+// the same buffers in another relation (out of place, in place, swapped, a
+// partial overlap that must be staged) and more distinct calls than the
+// cache holds (it starts over) all give exact results.
+TEST(CollectivesPlanCache, CallsThatDifferOnlyInBuffersOrCount) {
+  auto results = RunRanks(3, [&](int rank, transport::Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, 3, store, "tcp", "ring"));
+    const size_t count = 5000;
+    std::vector<float> a(2 * count), b(2 * count);
+    auto fill = [&](float* p) {
+      for (size_t i = 0; i < count; ++i) p[i] = static_cast<float>(rank * 100 + i % 97);
+    };
+    auto check = [&](const float* p, const char* what) -> Status {
+      for (size_t i = 0; i < count; ++i) {
+        const float want = static_cast<float>(300 + 3 * (i % 97));
+        EXPECT_OR_FAIL(p[i] == want, std::string(what) + ": element " + std::to_string(i) + " is " +
+                                         std::to_string(p[i]) + ", want " + std::to_string(want));
+      }
+      return Status::Ok();
+    };
+    for (int round = 0; round < 3; ++round) {
+      fill(a.data());
+      CIUIC_RETURN_IF_ERROR(comm->AllReduce(a.data(), b.data(), count, DataType::kFloat32, ReduceOp::kSum));
+      CIUIC_RETURN_IF_ERROR(check(b.data(), "a -> b"));
+      fill(a.data());
+      CIUIC_RETURN_IF_ERROR(comm->AllReduce(a.data(), a.data(), count, DataType::kFloat32, ReduceOp::kSum));
+      CIUIC_RETURN_IF_ERROR(check(a.data(), "a in place"));
+      fill(b.data());
+      CIUIC_RETURN_IF_ERROR(comm->AllReduce(b.data(), a.data(), count, DataType::kFloat32, ReduceOp::kSum));
+      CIUIC_RETURN_IF_ERROR(check(a.data(), "b -> a"));
+      fill(a.data() + 7);  // output overlaps the input, shifted: staged
+      CIUIC_RETURN_IF_ERROR(comm->AllReduce(a.data() + 7, a.data(), count, DataType::kFloat32, ReduceOp::kSum));
+      CIUIC_RETURN_IF_ERROR(check(a.data(), "a + 7 -> a"));
+      // More distinct calls than the cache keeps.
+      for (size_t c = 1; c <= 70; ++c) {
+        fill(b.data());
+        CIUIC_RETURN_IF_ERROR(comm->AllReduce(b.data(), a.data(), c, DataType::kFloat32, ReduceOp::kSum));
+        for (size_t i = 0; i < c; ++i) {
+          EXPECT_OR_FAIL(a[i] == static_cast<float>(300 + 3 * (i % 97)), "count " + std::to_string(c));
+        }
+      }
+    }
+    return Status::Ok();
+  }, milliseconds(120000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+}
+
 // Every rank ends with exactly the same bytes (non-integer floats, whose
 // sum depends on the order of additions).
 TEST(CollectivesDeterminism, SameBytesOnEveryRankAndRun) {
