@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -66,9 +67,12 @@ class ContractTest : public ::testing::TestWithParam<BackendKind> {
 };
 
 // Progresses `conn` until `want` completions of `kind` have been collected
-// (others are appended too), or the deadline.
+// (others are appended too), or the deadline. `also` (may be empty) runs on
+// every pass: the caller's other connections must keep moving too, as a
+// real program's do (a peer's send to this rank may wait on them).
 Status Collect(Backend& be, Connection& conn, std::vector<Completion>* out, Completion::Kind kind,
-               size_t want, Clock::time_point deadline) {
+               size_t want, Clock::time_point deadline,
+               const std::function<StatusOr<bool>()>& also = nullptr) {
   size_t have = 0;
   for (const auto& c : *out) have += c.kind == kind;
   return WaitFor(
@@ -80,7 +84,11 @@ Status Collect(Backend& be, Connection& conn, std::vector<Completion>* out, Comp
           out->push_back(buf[i]);
           have += buf[i].kind == kind;
         }
-        return n > 0;
+        bool other = false;
+        if (also != nullptr) {
+          CIUIC_ASSIGN_OR_RETURN(other, also());
+        }
+        return n > 0 || other;
       },
       [&] { return have >= want; }, deadline,
       "completions from rank " + std::to_string(conn.peer()));
@@ -122,8 +130,21 @@ Status AllPairsWrites(BackendKind kind, int rank, int n, Store& store,
   // Post all writes to every peer, then collect; the source is filled per
   // peer before that peer's writes.
   std::vector<std::vector<Completion>> got(n);
+  int current = -1;  // the peer being collected from; the others are kept moving
+  auto others = [&]() -> StatusOr<bool> {
+    bool any = false;
+    for (int q = 0; q < n; ++q) {
+      if (q == rank || q == current) continue;
+      Completion buf[32];
+      CIUIC_ASSIGN_OR_RETURN(size_t m, conns[q]->Progress(buf, 32));
+      got[q].insert(got[q].end(), buf, buf + m);
+      any |= m > 0;
+    }
+    return any;
+  };
   for (int p = 0; p < n; ++p) {
     if (p == rank) continue;
+    current = p;
     auto* s = static_cast<uint8_t*>(src->data());
     for (size_t k = 0; k < sizes.size(); ++k) {
       for (size_t i = 0; i < sizes[k]; ++i) s[offsets[k] + i] = Pattern(rank, p, k, i);
@@ -134,22 +155,18 @@ Status AllPairsWrites(BackendKind kind, int rank, int n, Store& store,
                                         static_cast<uint32_t>(1000 + k), k);
         if (st.ok()) break;
         if (st.code() != StatusCode::kResourceExhausted) return st;
-        CIUIC_RETURN_IF_ERROR(Collect(*be, *conns[p], &got[p], Completion::Kind::kWriteDone, 1, deadline));
+        CIUIC_RETURN_IF_ERROR(Collect(*be, *conns[p], &got[p], Completion::Kind::kWriteDone, 1, deadline, others));
       }
     }
     // The source is reused for the next peer: wait for local completion.
-    CIUIC_RETURN_IF_ERROR(Collect(*be, *conns[p], &got[p], Completion::Kind::kWriteDone, sizes.size(), deadline));
-    // Keep the other connections moving so no peer stalls on us.
-    for (int q = 0; q < n; ++q) {
-      if (q == rank || q == p) continue;
-      Completion buf[32];
-      CIUIC_ASSIGN_OR_RETURN(size_t m, conns[q]->Progress(buf, 32));
-      got[q].insert(got[q].end(), buf, buf + m);
-    }
+    CIUIC_RETURN_IF_ERROR(
+        Collect(*be, *conns[p], &got[p], Completion::Kind::kWriteDone, sizes.size(), deadline, others));
   }
   for (int p = 0; p < n; ++p) {
     if (p == rank) continue;
-    CIUIC_RETURN_IF_ERROR(Collect(*be, *conns[p], &got[p], Completion::Kind::kWriteReceived, sizes.size(), deadline));
+    current = p;
+    CIUIC_RETURN_IF_ERROR(
+        Collect(*be, *conns[p], &got[p], Completion::Kind::kWriteReceived, sizes.size(), deadline, others));
     size_t k = 0, done = 0;
     for (const auto& c : got[p]) {
       if (c.kind == Completion::Kind::kWriteDone) {
