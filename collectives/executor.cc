@@ -3,8 +3,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <deque>
-#include <map>
 #include <vector>
 
 namespace ciuic::collectives {
@@ -25,7 +23,16 @@ struct LinkQueues {
   bool failed = false;     // the link reported an error (see pass)
   // Zero-copy chunks whose write has not completed: (flat step, link chunk
   // number), in posting order.
-  std::deque<std::pair<int, uint64_t>> zero_copy;
+  struct ZeroCopyFifo {  // a vector and a head: no allocation until used
+    std::vector<std::pair<int, uint64_t>> items;
+    size_t head = 0;
+    bool empty() const { return head == items.size(); }
+    const std::pair<int, uint64_t>& front() const { return items[head]; }
+    void pop_front() {
+      if (++head == items.size()) items.clear(), head = 0;
+    }
+    void emplace_back(int step, uint64_t seq) { items.emplace_back(step, seq); }
+  } zero_copy;
   Status error;            // why, when failed
   bool needed() const { return send_head < sends.size() || recv_head < recvs.size(); }
 };
@@ -35,7 +42,7 @@ struct Flat {
   const Step* step = nullptr;
   int job = 0;
   int index = 0;  // within its schedule (for messages)
-  std::vector<int> deps;
+  int dep_base = 0;  // flat index of its schedule's step 0: step->deps + dep_base
   size_t nchunks = 0;
   size_t chunk_elems = 0;
   size_t done = 0;    // chunks completed (sending steps: sent, or written when zero-copy)
@@ -97,12 +104,23 @@ Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& 
   // Flattened steps of every job; links per (peer, channel), created in
   // ascending peer order for each new job (see LinkSource).
   std::vector<Flat> flat;
-  std::map<std::pair<int, int>, int> link_index;  // (peer, channel) -> queue
+  // (peer, channel) -> queue (-1: asked for, not created yet); a handful of
+  // entries, searched linearly.
+  std::vector<std::pair<std::pair<int, int>, int>> link_index;
+  auto find_link = [&link_index](std::pair<int, int> key) -> int* {
+    for (auto& e : link_index) {
+      if (e.first == key) return &e.second;
+    }
+    return nullptr;
+  };
   std::vector<LinkQueues> queues;
   int steps_left = 0;
   auto add_jobs = [&](size_t from) -> Status {
     const int first_new = static_cast<int>(flat.size());
     std::vector<std::pair<int, int>> new_links;
+    size_t more_steps = 0;
+    for (size_t job = from; job < jobs.size(); ++job) more_steps += jobs[job].schedule->steps.size();
+    flat.reserve(flat.size() + more_steps);
     for (int job = static_cast<int>(from); job < static_cast<int>(jobs.size()); ++job) {
       const Schedule& sch = *jobs[job].schedule;
       const int base = static_cast<int>(flat.size());
@@ -112,17 +130,17 @@ Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& 
         f.step = &s;
         f.job = job;
         f.index = j;
+        f.dep_base = base;
         for (int d : s.deps) {
           if (d < 0 || d >= j) return InvalidArgumentError(where(job, j) + ": bad dependency");
-          f.deps.push_back(base + d);
         }
         auto bad_peer = [&](int p) { return p < 0 || p >= sch.nranks || p == sch.rank; };
         if ((StepSends(s.op) && bad_peer(s.send_peer)) || (StepReceives(s.op) && bad_peer(s.recv_peer))) {
           return InvalidArgumentError(where(job, j) + ": bad peer");
         }
         for (int p : {StepSends(s.op) ? s.send_peer : -1, StepReceives(s.op) ? s.recv_peer : -1}) {
-          if (p >= 0 && link_index.find({p, s.channel}) == link_index.end()) {
-            link_index.emplace(std::make_pair(p, s.channel), -1);
+          if (p >= 0 && find_link({p, s.channel}) == nullptr) {
+            link_index.emplace_back(std::make_pair(p, s.channel), -1);
             new_links.emplace_back(p, s.channel);
           }
         }
@@ -150,9 +168,10 @@ Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& 
       }
     }
     std::sort(new_links.begin(), new_links.end());
+    queues.reserve(queues.size() + new_links.size());
     for (const auto& key : new_links) {
       CIUIC_ASSIGN_OR_RETURN(Link* l, links(key.first, key.second));
-      link_index[key] = static_cast<int>(queues.size());
+      *find_link(key) = static_cast<int>(queues.size());
       queues.emplace_back();
       queues.back().link = l;
       queues.back().peer = key.first;
@@ -173,11 +192,11 @@ Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& 
       if (f.chunk_elems == 0) return InvalidArgumentError("slot size smaller than one element");
       f.nchunks = std::max<size_t>(1, (StepCount(s) + f.chunk_elems - 1) / f.chunk_elems);
       if (StepSends(s.op)) {
-        f.send_link = link_index[{s.send_peer, s.channel}];
+        f.send_link = *find_link({s.send_peer, s.channel});
         queues[f.send_link].sends.push_back(i);
       }
       if (StepReceives(s.op)) {
-        f.recv_link = link_index[{s.recv_peer, s.channel}];
+        f.recv_link = *find_link({s.recv_peer, s.channel});
         queues[f.recv_link].recvs.push_back(i);
       }
       ++steps_left;
@@ -293,8 +312,8 @@ Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& 
 
   auto deps_allow = [&](int i, size_t k) {
     const Flat& f = flat[i];
-    for (int d : f.deps) {
-      const Flat& df = flat[d];
+    for (int d : f.step->deps) {
+      const Flat& df = flat[f.dep_base + d];
       if (f.step->dep_mode == DepMode::kPerChunk) {
         // Chunk k needs chunk k of the dependency (all of it when the
         // dependency has fewer chunks).
@@ -409,18 +428,19 @@ Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& 
     return any;
   };
 
+  auto done = [&] {
+    // All steps done and every send delivered (the slots may be reused
+    // by the next operation as soon as the peer releases them).
+    if (steps_left != 0) return false;
+    for (auto& q : queues) {
+      if (!q.failed && q.link != nullptr && q.link->sends_in_flight() != 0) return false;
+    }
+    return true;
+  };
+  // One-pointer closures: they fit std::function's inline buffer (the
+  // [&] lambdas themselves would be allocated on every call).
   Status s = transport::WaitFor(
-      backend_, pass,
-      [&] {
-        // All steps done and every send delivered (the slots may be reused
-        // by the next operation as soon as the peer releases them).
-        if (steps_left != 0) return false;
-        for (auto& q : queues) {
-          if (!q.failed && q.link != nullptr && q.link->sends_in_flight() != 0) return false;
-        }
-        return true;
-      },
-      deadline, "collective", spin_);
+      backend_, [&pass]() { return pass(); }, [&done]() { return done(); }, deadline, "collective", spin_);
   if (!s.ok()) {
     // Writes still reading the caller's buffers would read memory the
     // caller now owns again: those links stop here (their error is sticky).
