@@ -460,7 +460,7 @@ Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& 
       auto unconnected = [&](int link) {
         return link >= 0 && queues[link].link == nullptr
                    ? " (not connected: rank " + std::to_string(queues[link].peer) +
-                         " has not asked for this link; is it in the same operation?)"
+                         " has not asked for this link: no matching receive or send there yet)"
                    : std::string();
       };
       if (StepReceives(st.op)) peers += " from rank " + std::to_string(st.recv_peer) + unconnected(f.recv_link);

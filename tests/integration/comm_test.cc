@@ -501,6 +501,30 @@ TEST(CollectivesPointToPoint, MessagesFromAPeerThatHasLeftAreDelivered) {
   }
 }
 
+// A send to a rank that never posts the receive (nor any operation that
+// connects to this rank): an error naming it at the timeout, not a hang.
+TEST(CollectivesPointToPoint, SendToARankThatNeverAnswersNamesItAtTheTimeout) {
+  auto results = RunRanks(2, [&](int rank, transport::Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(auto c, MakeComm(rank, 2, store, "tcp", "auto", 1500));
+    if (rank == 1) {
+      CIUIC_RETURN_IF_ERROR(store.Get("sender done", milliseconds(20000)).status());
+      return Status::Ok();
+    }
+    std::vector<float> x(1000, 1.0f);
+    const auto t0 = std::chrono::steady_clock::now();
+    Status s = c->Send(x.data(), x.size(), DataType::kFloat32, 1);
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    CIUIC_RETURN_IF_ERROR(store.Set("sender done", "1"));
+    EXPECT_OR_FAIL(s.code() == StatusCode::kDeadlineExceeded, "want DEADLINE_EXCEEDED, got " + s.ToString());
+    EXPECT_OR_FAIL(s.message().find("rank 1") != std::string::npos &&
+                       s.message().find("not connected") != std::string::npos,
+                   "the error does not name the silent rank: " + s.ToString());
+    EXPECT_OR_FAIL(waited > 1.0 && waited < 10.0, "gave up after " + std::to_string(waited) + " s (timeout 1.5 s)");
+    return Status::Ok();
+  }, milliseconds(60000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+}
+
 // Plans are cached per call (collective, buffers, counts, type, op, root):
 // the same buffers in another relation (out of place, in place, swapped, a
 // partial overlap that must be staged) and more distinct calls than the
