@@ -588,6 +588,9 @@ ShmDirectOptions CommImpl::DirectOptions() const {
   ShmDirectOptions o;
   o.slot_bytes = link_options.slot_size;
   o.nslots = link_options.nslots;
+  // Where the kernels themselves turn to non-temporal stores (half the
+  // last-level cache, at most 16 MiB; CIUIC_KERNEL_NT_THRESHOLD).
+  o.stream_output_min_bytes = reducer->nt_threshold_bytes();
   if (wait_spin.count() == 0) o.spin = std::chrono::microseconds(0);
   return o;
 }

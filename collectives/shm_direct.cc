@@ -413,6 +413,10 @@ Status ShmDirect::AllReduce(const void* send, void* recv, size_t count, DataType
     if (me == 0) t_start = Clock::now();
   }
   const kernels::Reducer& reducer = adapt && m.streaming ? *streaming : cached;
+  // The copy into the caller's output (two-shot): streaming when the output
+  // is large (ShmDirectOptions::stream_output_min_bytes).
+  const kernels::Reducer& out_copier =
+      !one_shot && streaming != nullptr && count * es >= options_.stream_output_min_bytes ? *streaming : reducer;
   const size_t align_elems = std::max<size_t>(1, kSliceAlign / es);
 
   auto chunk_len = [&](size_t k) { return std::min(chunk_elems, count - k * chunk_elems); };
@@ -526,7 +530,7 @@ Status ShmDirect::AllReduce(const void* send, void* recv, size_t count, DataType
         const size_t off = out * chunk_elems * es;
         for (int q = 0; q < n; ++q) {
           const size_t a = bound(len, q), b = bound(len, q + 1);
-          reducer.Copy(out_base + off + a * es, m.Slot(q, g) + a * es, (b - a) * es);
+          out_copier.Copy(out_base + off + a * es, m.Slot(q, g) + a * es, (b - a) * es);
         }
         m.Publish(m.ctrl[me]->out.v, g + 1);
         ++out;

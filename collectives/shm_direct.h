@@ -56,6 +56,14 @@ struct ShmDirectOptions {
   // the hand-off count low where latency dominates and the cross-core
   // traffic low where bandwidth does, for any rank count.
   size_t one_shot_max_bytes = 16u << 10;
+  // Two-shot operations at least this large copy the reduced slices into
+  // the caller's output with streaming (non-temporal) stores: an output of
+  // half the last-level cache or more would not stay cached anyway, and
+  // cached stores first read every output line. The communicator passes
+  // its kernels' non-temporal threshold (16 MiB here). 2 ranks here, out of place:
+  // 16 MiB 2.4-2.6 -> 2.1-2.2 ms, 64 MiB 10.4-10.6 -> 8.6-9.3 ms, 256 MiB
+  // 41-43 -> 37-40 ms; at 1-4 MiB streaming was 1.2-1.4x slower.
+  size_t stream_output_min_bytes = 16u << 20;
   // How long a wait spins before yielding (then sleeping): 0 when ranks
   // outnumber the CPUs they share, where a spinner holds the core the
   // awaited rank needs (Open MPI's yield_when_idle).
@@ -84,7 +92,8 @@ class ShmDirect {
   // null), the same kernels with non-temporal stores: two-shot operations
   // then store what peers read either way, whichever rank 0 measured faster
   // for that size lately (this VM's cross-core reads of freshly written
-  // lines flip between fast and 3-4x slower; see Impl::streaming). Errors:
+  // lines flip between fast and 3-4x slower; see Impl::streaming), and
+  // large outputs are written with it (stream_output_min_bytes). Errors:
   // kDeadlineExceeded / kUnavailable naming the rank waited for, kAborted,
   // kDataLoss (a peer's operation differs: mismatched count, type or op).
   // After an error the object is unusable.

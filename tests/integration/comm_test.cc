@@ -16,6 +16,7 @@
 
 #include "ciuic/ciuic.h"
 #include "ciuic/collectives.h"
+#include "ciuic/kernels.h"
 #include "ciuic/transport.h"
 #include "tests/util/backend_skip.h"
 #include "tests/util/multiproc.h"
@@ -566,6 +567,27 @@ TEST(CollectivesPlanCache, CallsThatDifferOnlyInBuffersOrCount) {
           EXPECT_OR_FAIL(a[i] == static_cast<float>(300 + 3 * (i % 97)), "count " + std::to_string(c));
         }
       }
+    }
+    return Status::Ok();
+  }, milliseconds(120000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+}
+
+// The direct shm all-reduce writes outputs of half the last-level cache or
+// more with streaming stores (ShmDirectOptions::stream_output_min_bytes):
+// exact results out of place and in place, on each side of the threshold.
+TEST(CollectivesDirect, LargeOutputsWrittenWithStreamingStoresAreExact) {
+  auto results = RunRanks(2, [&](int rank, transport::Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
+    config.transport = "shm";
+    config.timeout_ms = 60000;  // default slots; "auto" runs the direct all-reduce
+    std::shared_ptr<transport::Store> st(&store, [](transport::Store*) {});
+    CIUIC_ASSIGN_OR_RETURN(auto comm, Communicator::CreateWithStore(rank, 2, st, config));
+    // The communicator's threshold: its kernels' (half the LLC, <= 16 MiB).
+    const size_t at = std::min<size_t>(kernels::CacheSizes::FromSystem().llc, 32u << 20) / 2;
+    for (size_t bytes : {at - 4096, at + 12, 2 * at}) {
+      CIUIC_RETURN_IF_ERROR(CheckAllReduce<float>(*comm, bytes / 4, ReduceOp::kSum, false, 8));
+      CIUIC_RETURN_IF_ERROR(CheckAllReduce<int32_t>(*comm, bytes / 4, ReduceOp::kMax, true, 9));
     }
     return Status::Ok();
   }, milliseconds(120000));
