@@ -2,13 +2,18 @@
 // tcp_wire.h).
 #include "transport/tcp/tcp_connection.h"
 
+#include <linux/sockios.h>
+#include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "common/log.h"
 
@@ -74,8 +79,46 @@ TcpConnection::~TcpConnection() {
       // Best effort: a full send buffer just means a plain close.
       (void)!send(t.fd, bytes, sizeof(bytes), MSG_NOSIGNAL | MSG_DONTWAIT);
     }
-    close(t.fd);
-    if (rx_[s].fd != t.fd) close(rx_[s].fd);
+  }
+  if (error_.ok()) LingerBeforeClose();
+  for (int s = 0; s < nsocks_; ++s) {
+    close(tx_[s].fd);
+    if (rx_[s].fd != tx_[s].fd) close(rx_[s].fd);
+  }
+}
+
+void TcpConnection::LingerBeforeClose() {
+  // close() on a socket with unread bytes (a credit the peer sent after our
+  // last use) resets the connection, and a reset drops what the kernel
+  // still holds of our last frames when the peer was too slow to take them
+  // (seen with ranks that outnumber the cores): the peer then misses data
+  // it needs. So: end our direction (FIN after the data), read and discard
+  // what arrives, and close once the kernel has handed all our bytes over
+  // (SIOCOUTQ 0), the peer has closed too, or kLinger has passed.
+  constexpr auto kLinger = std::chrono::seconds(2);
+  const auto until = std::chrono::steady_clock::now() + kLinger;
+  for (int s = 0; s < nsocks_; ++s) shutdown(tx_[s].fd, SHUT_WR);
+  std::vector<pollfd> fds;
+  char discard[4096];
+  for (;;) {
+    bool pending = false;
+    fds.clear();
+    for (int s = 0; s < nsocks_; ++s) {
+      const int rx = rx_[s].fd, tx = tx_[s].fd;
+      for (int fd : {rx, tx}) {
+        if (fd == tx && tx == rx && !fds.empty() && fds.back().fd == fd) continue;  // one socket both ways
+        ssize_t k;
+        while ((k = recv(fd, discard, sizeof(discard), MSG_DONTWAIT)) > 0) {
+        }
+        const bool peer_gone = k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+        if (peer_gone) continue;
+        fds.push_back(pollfd{fd, POLLIN, 0});
+        int unsent = 0;
+        if (fd == tx && ioctl(tx, SIOCOUTQ, &unsent) == 0 && unsent > 0) pending = true;
+      }
+    }
+    if (!pending || std::chrono::steady_clock::now() >= until) return;
+    (void)poll(fds.data(), fds.size(), 5);
   }
 }
 

@@ -137,6 +137,8 @@ class TcpConnection final : public Connection {
   void MakeFrames();
   // Hands queued frames to the kernel until every socket would block.
   void SendPass();
+  // Destruction, after the goodbye: see tcp_connection.cc.
+  void LingerBeforeClose();
   enum class SendResult { kAll, kPartial, kBlocked };
   // One sendmsg of socket s's queued frames (adding the bytes to *sent):
   // kAll = the kernel took everything offered, kPartial = less, kBlocked =
