@@ -416,6 +416,11 @@ StatusOr<transport::Link*> CommImpl::GetLink(int peer, int channel, bool wait) {
   auto key = std::make_pair(peer, channel);
   auto it = links.find(key);
   if (it != links.end()) return it->second.get();
+  auto keep = [&](std::unique_ptr<transport::Link> l) {
+    transport::Link* raw = l.get();
+    links.emplace(key, std::move(l));
+    return raw;
+  };
   auto b = building.find(key);
   if (wait && b == building.end()) {
     // Collectives: every rank asks for its links in ascending peer order
@@ -424,50 +429,40 @@ StatusOr<transport::Link*> CommImpl::GetLink(int peer, int channel, bool wait) {
                            transport::Link::Create(*backend, *pool, *store, prefix, rank, peer,
                                                    static_cast<uint32_t>(channel), link_options,
                                                    std::chrono::milliseconds(config.timeout_ms)));
-    transport::Link* raw = l.get();
-    links.emplace(key, std::move(l));
-    return raw;
-  }
-  if (wait) {
-    // A link a point-to-point operation began: finish it here.
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(config.timeout_ms);
-    for (;;) {
-      CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<transport::Link> l, b->second.builder->Poll());
-      if (l != nullptr) {
-        building.erase(b);
-        transport::Link* raw = l.get();
-        links.emplace(key, std::move(l));
-        return raw;
-      }
-      if (std::chrono::steady_clock::now() >= until) {
-        return DeadlineExceededError("connecting to rank " + std::to_string(peer) + ": no answer within " +
-                                     std::to_string(config.timeout_ms) + " ms");
-      }
-      std::this_thread::sleep_for(kLinkPoll);
-    }
+    return keep(std::move(l));
   }
   // Point-to-point: built without waiting on the peer (Link::Builder). A
   // rank whose first operation is a send to its neighbour must not wait for
   // that neighbour to ask for the link, which it does only once its own
-  // send (to its other neighbour) is under way.
-  const auto now = std::chrono::steady_clock::now();
-  if (b == building.end()) {
-    CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<transport::Link::Builder> builder,
-                           transport::Link::Builder::Start(*backend, *pool, *store, prefix, rank, peer,
-                                                           static_cast<uint32_t>(channel), link_options,
-                                                           std::chrono::milliseconds(config.timeout_ms)));
-    b = building.emplace(key, Building{std::move(builder), now}).first;
+  // send (to its other neighbour) is under way. (A collective that finds a
+  // link a send/recv began waits for it below.)
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(config.timeout_ms);
+  for (;;) {
+    const auto now = std::chrono::steady_clock::now();
+    if (b == building.end()) {
+      CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<transport::Link::Builder> builder,
+                             transport::Link::Builder::Start(*backend, *pool, *store, prefix, rank, peer,
+                                                             static_cast<uint32_t>(channel), link_options,
+                                                             std::chrono::milliseconds(config.timeout_ms)));
+      b = building.emplace(key, Building{std::move(builder), now}).first;
+    }
+    if (now >= b->second.next_poll) {
+      // At most one look at the store per kLinkPoll and link (a tcp store
+      // answers each over the network).
+      b->second.next_poll = now + kLinkPoll;
+      CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<transport::Link> l, b->second.builder->Poll());
+      if (l != nullptr) {
+        building.erase(b);
+        return keep(std::move(l));
+      }
+    }
+    if (!wait) return nullptr;
+    if (now >= until) {
+      return DeadlineExceededError("connecting to rank " + std::to_string(peer) + ": no answer within " +
+                                   std::to_string(config.timeout_ms) + " ms");
+    }
+    std::this_thread::sleep_for(kLinkPoll);
   }
-  if (now < b->second.next_poll) return nullptr;
-  // At most one look at the store per kLinkPoll and link (a tcp store
-  // answers each over the network).
-  b->second.next_poll = now + kLinkPoll;
-  CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<transport::Link> l, b->second.builder->Poll());
-  if (l == nullptr) return nullptr;
-  building.erase(b);
-  transport::Link* raw = l.get();
-  links.emplace(key, std::move(l));
-  return raw;
 }
 
 StatusOr<ExecJob> CommImpl::Prepare(const OpDesc& d, Plan* plan) {

@@ -177,18 +177,22 @@ Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& 
       queues.back().peer = key.first;
       queues.back().channel = key.second;
     }
+    // Chunks are cut from the links' slot size (all links of a communicator
+    // share one): the job's, else the first existing link's.
+    size_t link_slot = 512u << 10;
+    for (const LinkQueues& q : queues) {
+      if (q.link != nullptr) {
+        link_slot = q.link->slot_size();
+        break;
+      }
+    }
     for (int i = first_new; i < static_cast<int>(flat.size()); ++i) {
       Flat& f = flat[i];
       const Step& s = *f.step;
-      // Chunks are cut from the smallest slot of the links in use (all
-      // links of a communicator share one slot size).
-      size_t slot_bytes = jobs[f.job].slot_bytes;
-      for (size_t qi = 0; slot_bytes == 0 && qi < queues.size(); ++qi) {
-        if (queues[qi].link != nullptr) slot_bytes = queues[qi].link->slot_size();
-      }
-      if (slot_bytes == 0) slot_bytes = 512u << 10;
-      if (jobs[f.job].chunk_bytes > 0) slot_bytes = std::min(slot_bytes, jobs[f.job].chunk_bytes);
-      f.chunk_elems = slot_bytes / DataTypeSize(jobs[f.job].dtype);
+      const ExecJob& job = jobs[f.job];
+      size_t chunk_bytes = job.slot_bytes > 0 ? job.slot_bytes : link_slot;
+      if (job.chunk_bytes > 0) chunk_bytes = std::min(chunk_bytes, job.chunk_bytes);
+      f.chunk_elems = chunk_bytes / DataTypeSize(job.dtype);
       if (f.chunk_elems == 0) return InvalidArgumentError("slot size smaller than one element");
       f.nchunks = std::max<size_t>(1, (StepCount(s) + f.chunk_elems - 1) / f.chunk_elems);
       if (StepSends(s.op)) {

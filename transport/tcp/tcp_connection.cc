@@ -10,8 +10,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -104,14 +104,14 @@ void TcpConnection::LingerBeforeClose() {
     bool pending = false;
     fds.clear();
     for (int s = 0; s < nsocks_; ++s) {
-      const int rx = rx_[s].fd, tx = tx_[s].fd;
-      for (int fd : {rx, tx}) {
-        if (fd == tx && tx == rx && !fds.empty() && fds.back().fd == fd) continue;  // one socket both ways
+      const int tx = tx_[s].fd;
+      const int both[2] = {rx_[s].fd, tx};
+      for (int f = 0; f < (both[0] == tx ? 1 : 2); ++f) {
+        const int fd = both[f];
         ssize_t k;
         while ((k = recv(fd, discard, sizeof(discard), MSG_DONTWAIT)) > 0) {
         }
-        const bool peer_gone = k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-        if (peer_gone) continue;
+        if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) continue;  // peer gone
         fds.push_back(pollfd{fd, POLLIN, 0});
         int unsent = 0;
         if (fd == tx && ioctl(tx, SIOCOUTQ, &unsent) == 0 && unsent > 0) pending = true;
