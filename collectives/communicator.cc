@@ -18,6 +18,7 @@
 #include "ciuic/collectives.h"
 #include "ciuic/topology.h"
 #include "ciuic/transport.h"
+#include "collectives/device.h"
 #include "collectives/executor.h"
 #include "collectives/partition.h"
 #include "collectives/plan.h"
@@ -72,6 +73,10 @@ class CommImpl {
   SelectionCache selections;
   std::unique_ptr<ShmDirect> direct;  // the one-host all-reduce, made on first use
   std::optional<Tuning> tuning;       // CIUIC_TUNING_FILE
+  // GPU buffers (CIUIC_GPU): how device memory is recognised (null: it is
+  // not looked for) and the host mirrors of staged calls (device.h).
+  std::shared_ptr<DeviceMemory> devmem;
+  std::unique_ptr<MirrorCache> mirrors;
   // How long waits spin before yielding: 0 when some host runs more ranks
   // than the CPUs they share (decided by rank 0 at creation).
   std::chrono::microseconds wait_spin = transport::kDefaultSpin;
@@ -98,6 +103,7 @@ class CommImpl {
     if (thread.joinable()) thread.join();
     for (auto& op : queue) Complete(*op, AbortedError("communicator destroyed"));
     direct.reset();
+    mirrors.reset();
     building.clear();
     links.clear();
     reg_cache.reset();
@@ -106,6 +112,7 @@ class CommImpl {
   }
 
   Status Init();
+  Status InitDevice();  // CIUIC_GPU
   StatusOr<std::shared_ptr<OpState>> Submit(OpDesc desc);
   // Runs the next queued operation (with the point-to-point ones behind a
   // point-to-point one); false when the queue is empty.
@@ -124,6 +131,13 @@ class CommImpl {
   Status ExecuteBatch(std::vector<std::shared_ptr<OpState>>* batch);
   // One collective (not send/recv).
   Status ExecuteCollective(const OpDesc& d, Clock::time_point deadline);
+  // A collective with a GPU buffer: NCCL, or host mirrors around
+  // ExecuteCollective.
+  Status ExecuteOnDevice(const OpDesc& d, Clock::time_point deadline);
+  // Marks where the buffers of `d` live (nothing without GPU support).
+  void Classify(OpDesc* d) {
+    if (devmem != nullptr) ClassifyBuffers(*devmem, d);
+  }
   // Whether `d` runs on the direct shared-memory all-reduce.
   bool UseDirect(const OpDesc& d) const;
   size_t direct_logged_bytes = SIZE_MAX;  // the size last_algorithm describes
@@ -356,6 +370,7 @@ Status CommImpl::Init() {
               cost_params.alpha_s * 1e6, 1e-9 / cost_params.beta_s_per_byte);
   }
   pool = std::make_unique<transport::BufferPool>(*backend, 16u << 20);
+  CIUIC_RETURN_IF_ERROR(InitDevice());
   if (kind == BackendKind::kVerbs) reg_cache = std::make_unique<transport::RegistrationCache>(*backend);
   if (kind == BackendKind::kShm) {
     // The direct all-reduce's streaming stores (ShmDirect::AllReduce).
@@ -602,6 +617,29 @@ Status CommImpl::RunDirect(const OpDesc& d, Clock::time_point deadline) {
   return Finish(d);
 }
 
+Status CommImpl::InitDevice() {
+  if (config.gpu == "off") return Status::Ok();
+  std::string why;
+  devmem = DeviceMemoryForTesting();
+  if (devmem == nullptr) devmem = OpenCudaDeviceMemory(&why);
+  if (devmem == nullptr) {
+    if (config.gpu == "nccl") {
+      return FailedPreconditionError("rank " + std::to_string(rank) + ": CIUIC_GPU=nccl: " + why);
+    }
+    CIUIC_LOG(kInfo, "GPU buffers: not looked for: %s", why.c_str());
+    return Status::Ok();
+  }
+  mirrors = std::make_unique<MirrorCache>(devmem);
+  CIUIC_LOG(kInfo, "GPU buffers: recognised (%s driver); CIUIC_GPU=%s", devmem->name().c_str(), config.gpu.c_str());
+  return Status::Ok();
+}
+
+Status CommImpl::ExecuteOnDevice(const OpDesc& d, Clock::time_point deadline) {
+  CIUIC_ASSIGN_OR_RETURN(Staged st, StageIn(*devmem, *mirrors, 0, d, rank, size));
+  CIUIC_RETURN_IF_ERROR(ExecuteCollective(st.host, deadline));
+  return CopyBack(*devmem, st);
+}
+
 namespace {
 // The model's time for the direct shm all-reduce (not a schedule, so the
 // cost model does not cover it): one-shot = one hand-off, the copy in and
@@ -622,6 +660,7 @@ Status CommImpl::ExecuteCollective(const OpDesc& d, Clock::time_point deadline) 
   const Clock::time_point t0 = timed ? Clock::now() : Clock::time_point();
   double predicted_s = -1;
   Status s;
+  if (d.on_device()) return ExecuteOnDevice(d, deadline);
   if (UseDirect(d)) {
     const size_t bytes = d.count * DataTypeSize(d.dtype);
     const bool one_shot = ShmDirect::OneShot(bytes, DirectOptions());
@@ -688,26 +727,41 @@ Status CommImpl::ExecuteBatch(std::vector<std::shared_ptr<OpState>>* batch) {
   // either order between two ranks cannot deadlock on full rings.
   std::deque<Plan> plans;
   std::vector<ExecJob> jobs;
-  plans.emplace_back();
-  CIUIC_ASSIGN_OR_RETURN(ExecJob job, Prepare(first, &plans.back()));
+  // GPU buffers: sends copied to host mirrors here, receives copied back
+  // once the batch is done (mirror pair k for the k-th operation).
+  std::deque<Staged> staged;
+  auto prepare = [&](const OpDesc& d) -> StatusOr<ExecJob> {
+    const OpDesc* h = &d;
+    if (d.on_device()) {
+      CIUIC_ASSIGN_OR_RETURN(Staged st, StageIn(*devmem, *mirrors, plans.size(), d, rank, size));
+      staged.push_back(std::move(st));
+      h = &staged.back().host;
+    }
+    plans.emplace_back();
+    StatusOr<ExecJob> j = Prepare(*h, &plans.back());
+    if (!j.ok()) {
+      plans.pop_back();
+      if (d.on_device()) staged.pop_back();
+    }
+    return j;
+  };
+  CIUIC_ASSIGN_OR_RETURN(ExecJob job, prepare(first));
   jobs.push_back(job);
   Status more_error;
   auto more = [&](std::vector<ExecJob>* out) {
     std::lock_guard<std::mutex> lock(mu);
     while (!queue.empty() && IsPointToPoint(queue.front()->desc)) {
-      plans.emplace_back();
-      StatusOr<ExecJob> j = Prepare(queue.front()->desc, &plans.back());
-      if (!j.ok()) {
-        plans.pop_back();
-        break;  // left in the queue: it fails on its own turn
-      }
+      StatusOr<ExecJob> j = prepare(queue.front()->desc);
+      if (!j.ok()) break;  // left in the queue: it fails on its own turn
       batch->push_back(queue.front());
       queue.pop_front();
       queued.store(queue.size(), std::memory_order_release);
       out->push_back(*j);
     }
   };
-  return exec.RunMany(jobs, source, deadline, &aborted, more);
+  CIUIC_RETURN_IF_ERROR(exec.RunMany(jobs, source, deadline, &aborted, more));
+  for (const Staged& st : staged) CIUIC_RETURN_IF_ERROR(CopyBack(*devmem, st));
+  return Status::Ok();
 }
 
 template <typename F>
@@ -969,6 +1023,7 @@ thread_local Status t_blocking_status;
 
 #define CIUIC_SUBMIT(desc)                                                   \
   do {                                                                       \
+    impl_->Classify(&desc);                                                  \
     if (t_blocking) {                                                        \
       t_blocking = false;                                                    \
       t_blocking_status = impl_->RunBlocking(std::move(desc));               \
@@ -1102,7 +1157,9 @@ StatusOr<Request> Communicator::IRecv(void* buf, size_t count, DataType dtype, i
 // thread-local hand-back of the status).
 Status Communicator::AllReduce(const void* s, void* r, size_t n, DataType t, ReduceOp o) {
   CIUIC_RETURN_IF_ERROR(CheckAllReduce(s, r, n, t, o));
-  return impl_->RunBlocking(OpDesc{Collective::kAllReduce, s, r, n, {}, t, o, 0});
+  OpDesc d{Collective::kAllReduce, s, r, n, {}, t, o, 0};
+  impl_->Classify(&d);
+  return impl_->RunBlocking(std::move(d));
 }
 Status Communicator::Broadcast(void* b, size_t n, DataType t, int root) { CIUIC_BLOCKING(IBroadcast(b, n, t, root)); }
 Status Communicator::Reduce(const void* s, void* r, size_t n, DataType t, ReduceOp o, int root) { CIUIC_BLOCKING(IReduce(s, r, n, t, o, root)); }

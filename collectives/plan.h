@@ -28,6 +28,11 @@ struct OpDesc {
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   int root = 0;                 // broadcast/reduce root; send/recv peer
+  // The device ordinal holding send / recv (GPU memory), -1 for host memory
+  // (collectives/device.h).
+  int send_device = -1;
+  int recv_device = -1;
+  bool on_device() const { return send_device >= 0 || recv_device >= 0; }
 };
 
 struct Plan {

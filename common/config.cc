@@ -359,6 +359,22 @@ const Knob kKnobs[] = {
        return Status::Ok();
      },
      [](const Config& c) { return c.tuning_file; }},
+    {"CIUIC_GPU", "auto",
+     "GPU (CUDA) buffers: auto (NCCL when every rank has its own GPU, else through host copies), nccl, host, off (host buffers only)",
+     [](const std::string& t, Config* c) {
+       const std::string v = Lower(t);
+       if (v != "auto" && v != "nccl" && v != "host" && v != "off") return InvalidArgumentError("expected auto, nccl, host or off");
+       c->gpu = v;
+       return Status::Ok();
+     },
+     [](const Config& c) { return c.gpu; }},
+    {"CIUIC_NCCL_LIB", "libnccl.so.2", "the NCCL library loaded for GPU buffers (a dlopen name or a path)",
+     [](const std::string& t, Config* c) {
+       if (t.empty()) return InvalidArgumentError("expected a library name or path");
+       c->nccl_lib = t;
+       return Status::Ok();
+     },
+     [](const Config& c) { return c.nccl_lib; }},
     {"CIUIC_IB_QPS_PER_PEER", "1", "verbs queue pairs per connection, writes striped across them (1-16)",
      ParseIntIn<&Config::ib_qps_per_peer, 1, 16>, PrintInt<&Config::ib_qps_per_peer>},
 };

@@ -112,6 +112,15 @@ struct Config {
   // built-in defaults.
   std::string tuning_file;
 
+  // GPU buffers (CUDA device memory passed to a collective). CIUIC_GPU:
+  // auto (NCCL when it loads and every rank has a GPU of its own, else the
+  // operation runs on host copies of the buffers), nccl (NCCL or an error
+  // naming why not), host (always host copies), off (buffers are never
+  // looked at: host memory only; no CUDA driver is loaded).
+  // CIUIC_NCCL_LIB: the NCCL library to load (dlopen name or path).
+  std::string gpu = "auto";
+  std::string nccl_lib = "libnccl.so.2";
+
   // Names of the knobs whose value came from the environment.
   std::vector<std::string> from_env;
 

@@ -8,9 +8,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <thread>
 #include <type_traits>
 
@@ -18,7 +20,9 @@
 #include "ciuic/collectives.h"
 #include "ciuic/kernels.h"
 #include "ciuic/transport.h"
+#include "collectives/device.h"
 #include "tests/util/backend_skip.h"
+#include "tests/util/device_collectives.h"
 #include "tests/util/multiproc.h"
 
 namespace ciuic {
@@ -829,6 +833,136 @@ TEST(CollectivesTuning, BrokenFileNamesFileAndLine) {
     StatusOr<std::unique_ptr<Communicator>> missing = MakeTunedComm(rank, 1, store, bad + ".missing");
     if (missing.ok() || missing.status().message().find("CIUIC_TUNING_FILE") == std::string::npos) {
       return InternalError("a missing tuning file was not named: " + missing.status().ToString());
+    }
+    return Status::Ok();
+  }, milliseconds(60000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+}
+
+// "Device" memory for the GPU-buffer paths without a GPU: pages the host
+// cannot touch (PROT_NONE) except through this class's copies, so any code
+// that reads or writes a device buffer directly dies with SIGSEGV instead
+// of passing by luck. Both sides use it: the library (DeviceMemory) and the
+// test (TestDeviceMemory).
+class FakeDevice final : public collectives::DeviceMemory, public testing::TestDeviceMemory {
+ public:
+  // DeviceMemory (the library's side).
+  int DeviceOf(const void* p) override {
+    lookups.fetch_add(1);
+    return Find(p, 1) != nullptr ? 0 : -1;
+  }
+  Status ToHost(void* host, const void* dev, size_t bytes, int device) override {
+    if (device != 0) return InternalError("ToHost: wrong device " + std::to_string(device));
+    to_host.fetch_add(1);
+    return Copy(host, dev, bytes, dev);
+  }
+  Status ToDevice(void* dev, const void* host, size_t bytes, int device) override {
+    if (device != 0) return InternalError("ToDevice: wrong device " + std::to_string(device));
+    to_device.fetch_add(1);
+    return Copy(dev, host, bytes, dev);
+  }
+  void* AllocHost(size_t bytes, int) override { return std::malloc(bytes); }
+  void FreeHost(void* p) override { std::free(p); }
+  std::string Identity(int) override { return "fake0"; }
+  std::string name() const override { return "fake"; }
+
+  // TestDeviceMemory (the test's side).
+  void* Alloc(size_t bytes) override {
+    const size_t len = (bytes + 4095) / 4096 * 4096 + 4096;
+    void* p = mmap(nullptr, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    std::lock_guard<std::mutex> lock(mu_);
+    maps_.push_back({static_cast<char*>(p), len});
+    return p;
+  }
+  void Free(void* p) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < maps_.size(); ++i) {
+      if (maps_[i].p == p) {
+        munmap(maps_[i].p, maps_[i].len);
+        maps_.erase(maps_.begin() + i);
+        return;
+      }
+    }
+  }
+  Status Upload(void* dev, const void* host, size_t bytes) override { return Copy(dev, host, bytes, dev); }
+  Status Download(void* host, const void* dev, size_t bytes) override { return Copy(host, dev, bytes, dev); }
+
+  std::atomic<int> to_host{0}, to_device{0}, lookups{0};
+
+ private:
+  struct Map {
+    char* p;
+    size_t len;
+  };
+  const Map* Find(const void* p, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const char* c = static_cast<const char*>(p);
+    for (const Map& m : maps_) {
+      if (c >= m.p && c + bytes <= m.p + m.len) return &m;
+    }
+    return nullptr;
+  }
+  // Opens the mapping of `dev` for the copy only.
+  Status Copy(void* dst, const void* src, size_t bytes, const void* dev) {
+    if (bytes == 0) return Status::Ok();
+    const Map* m = Find(dev, bytes);
+    if (m == nullptr) return InternalError("copy of a range that is not fake device memory");
+    mprotect(m->p, m->len, PROT_READ | PROT_WRITE);
+    std::memcpy(dst, src, bytes);
+    mprotect(m->p, m->len, PROT_NONE);
+    return Status::Ok();
+  }
+  std::mutex mu_;
+  std::vector<Map> maps_;
+};
+
+// Every collective on device buffers, through host copies, over shm and
+// tcp (the fake above dies on any direct access to device memory).
+TEST(CollectivesGpuBuffers, EveryCollectiveThroughHostCopies) {
+  for (const char* transport : {"shm", "tcp"}) {
+    auto results = RunRanks(3, [&](int rank, transport::Store& store) -> Status {
+      auto fake = std::make_shared<FakeDevice>();
+      collectives::SetDeviceMemoryForTesting(fake);
+      CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, 3, store, transport, "auto"));
+      for (size_t count : {size_t{1}, size_t{1000}, size_t{70000}}) {
+        CIUIC_RETURN_IF_ERROR(testing::CheckCollectivesOnDevice(*comm, *fake, count, static_cast<int>(count % 7)));
+      }
+      if (fake->to_host.load() == 0 || fake->to_device.load() == 0) {
+        return InternalError("no device copies were made: the device buffers were not staged");
+      }
+      return Status::Ok();
+    }, milliseconds(120000));
+    for (const auto& r : results) EXPECT_TRUE(r.ok()) << transport << "\n" << ResultsText(results);
+  }
+}
+
+// CIUIC_GPU=off: buffers are not looked at (no copies); CIUIC_GPU=nccl
+// without a usable NCCL is an error naming the knob at creation.
+TEST(CollectivesGpuBuffers, KnobOffAndNcclWithoutADriver) {
+  auto results = RunRanks(1, [&](int rank, transport::Store& store) -> Status {
+    auto fake = std::make_shared<FakeDevice>();
+    collectives::SetDeviceMemoryForTesting(fake);
+    CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
+    config.transport = "shm";
+    config.gpu = "off";
+    std::shared_ptr<transport::Store> st(&store, [](transport::Store*) {});
+    CIUIC_ASSIGN_OR_RETURN(auto comm, Communicator::CreateWithStore(rank, 1, st, config));
+    std::vector<float> a(100, 1.0f), b(100, 0.0f);
+    CIUIC_RETURN_IF_ERROR(comm->AllReduce(a.data(), b.data(), a.size(), DataType::kFloat32, ReduceOp::kSum));
+    if (fake->lookups.load() != 0) return InternalError("CIUIC_GPU=off still looked for device buffers");
+    config.gpu = "auto";
+    CIUIC_ASSIGN_OR_RETURN(auto looking, Communicator::CreateWithStore(rank, 1, st, config));
+    CIUIC_RETURN_IF_ERROR(looking->AllReduce(a.data(), b.data(), a.size(), DataType::kFloat32, ReduceOp::kSum));
+    if (fake->lookups.load() == 0) return InternalError("CIUIC_GPU=auto did not look at the buffers");
+    collectives::SetDeviceMemoryForTesting(nullptr);
+    config.gpu = "nccl";
+    StatusOr<std::unique_ptr<Communicator>> nccl = Communicator::CreateWithStore(rank, 1, st, config);
+    if (nccl.ok()) {
+      return Status::Ok();  // this machine has a GPU driver and NCCL (checked on the GPU machine)
+    }
+    if (nccl.status().message().find("CIUIC_GPU=nccl") == std::string::npos) {
+      return InternalError("the error does not name CIUIC_GPU=nccl: " + nccl.status().ToString());
     }
     return Status::Ok();
   }, milliseconds(60000));
