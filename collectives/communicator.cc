@@ -20,6 +20,7 @@
 #include "ciuic/transport.h"
 #include "collectives/device.h"
 #include "collectives/executor.h"
+#include "collectives/nccl.h"
 #include "collectives/partition.h"
 #include "collectives/plan.h"
 #include "collectives/shm_direct.h"
@@ -77,6 +78,11 @@ class CommImpl {
   // not looked for) and the host mirrors of staged calls (device.h).
   std::shared_ptr<DeviceMemory> devmem;
   std::unique_ptr<MirrorCache> mirrors;
+  // Decided at the first collective on GPU buffers (DecideGpuRoute): NCCL
+  // when every rank loads it and has a GPU of its own, else host copies.
+  enum class GpuRoute { kUndecided, kNccl, kHost } gpu_route = GpuRoute::kUndecided;
+  std::unique_ptr<NcclComm> nccl;
+  Status DecideGpuRoute(const OpDesc& d, Clock::time_point deadline);
   // How long waits spin before yielding: 0 when some host runs more ranks
   // than the CPUs they share (decided by rank 0 at creation).
   std::chrono::microseconds wait_spin = transport::kDefaultSpin;
@@ -103,6 +109,7 @@ class CommImpl {
     if (thread.joinable()) thread.join();
     for (auto& op : queue) Complete(*op, AbortedError("communicator destroyed"));
     direct.reset();
+    nccl.reset();
     mirrors.reset();
     building.clear();
     links.clear();
@@ -630,11 +637,60 @@ Status CommImpl::InitDevice() {
     return Status::Ok();
   }
   mirrors = std::make_unique<MirrorCache>(devmem);
+  if (config.gpu == "host") gpu_route = GpuRoute::kHost;
+  if (config.gpu == "nccl") {
+    StatusOr<std::string> v = NcclComm::Load(config.nccl_lib);
+    if (!v.ok()) return FailedPreconditionError("rank " + std::to_string(rank) + ": CIUIC_GPU=nccl: " + v.status().message());
+  }
   CIUIC_LOG(kInfo, "GPU buffers: recognised (%s driver); CIUIC_GPU=%s", devmem->name().c_str(), config.gpu.c_str());
   return Status::Ok();
 }
 
+Status CommImpl::DecideGpuRoute(const OpDesc& d, Clock::time_point deadline) {
+  // Every rank publishes whether NCCL loads, its host and its GPU; every
+  // rank then decides the same from the same records.
+  const int dev = d.send_device >= 0 ? d.send_device : d.recv_device;
+  StatusOr<std::string> version = NcclComm::Load(config.nccl_lib);
+  if (!version.ok()) CIUIC_LOG(kInfo, "GPU buffers: %s", version.status().message().c_str());
+  const std::string mine = std::string(version.ok() ? "1" : "0") + " " + HostName() + "/" + devmem->Identity(dev);
+  CIUIC_RETURN_IF_ERROR(store->Set(prefix + "/gpu/" + std::to_string(rank), mine));
+  std::string why_not;
+  std::map<std::string, int> holder;  // host/GPU -> first rank on it
+  for (int r = 0; r < size; ++r) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    StatusOr<std::string> v = store->Get(prefix + "/gpu/" + std::to_string(r), std::max(left, std::chrono::milliseconds(1)));
+    if (!v.ok()) {
+      return Status(v.status().code(), "rank " + std::to_string(r) +
+                                            " has not reached this collective on GPU buffers (every rank must pass "
+                                            "device memory to the same calls): " + v.status().message());
+    }
+    const std::string where = v->substr(2);
+    if (why_not.empty() && (*v)[0] != '1') why_not = "rank " + std::to_string(r) + " cannot load NCCL";
+    auto [it, fresh] = holder.emplace(where, r);
+    if (why_not.empty() && !fresh) {
+      why_not = "ranks " + std::to_string(it->second) + " and " + std::to_string(r) + " share GPU " + where +
+                " (NCCL takes one rank per GPU)";
+    }
+  }
+  if (!why_not.empty()) {
+    if (config.gpu == "nccl") return FailedPreconditionError("CIUIC_GPU=nccl: " + why_not);
+    CIUIC_LOG(kInfo, "GPU buffers: through host copies: %s", why_not.c_str());
+    gpu_route = GpuRoute::kHost;
+    return Status::Ok();
+  }
+  CIUIC_ASSIGN_OR_RETURN(nccl, NcclComm::Create(*store, prefix + "/gpu/nccl-id", rank, size, dev, deadline));
+  CIUIC_LOG(kInfo, "GPU buffers: NCCL %s on GPU %s", version->c_str(), mine.substr(2).c_str());
+  gpu_route = GpuRoute::kNccl;
+  return Status::Ok();
+}
+
 Status CommImpl::ExecuteOnDevice(const OpDesc& d, Clock::time_point deadline) {
+  if (gpu_route == GpuRoute::kUndecided) CIUIC_RETURN_IF_ERROR(DecideGpuRoute(d, deadline));
+  if (nccl != nullptr && nccl->Supports(d)) {
+    direct_logged_bytes = SIZE_MAX;
+    last_algorithm = std::string("nccl for ") + CollectiveName(d.coll) + ": GPU buffers, every rank on a GPU of its own";
+    return nccl->Run(d, rank, size, deadline, &aborted);
+  }
   CIUIC_ASSIGN_OR_RETURN(Staged st, StageIn(*devmem, *mirrors, 0, d, rank, size));
   CIUIC_RETURN_IF_ERROR(ExecuteCollective(st.host, deadline));
   return CopyBack(*devmem, st);

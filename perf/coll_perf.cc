@@ -25,6 +25,10 @@
 #include <string>
 #include <vector>
 
+#ifdef CIUIC_PERF_CUDA
+#include <cuda_runtime.h>
+#endif
+
 #include "ciuic/collectives.h"
 #include "ciuic/config.h"
 #include "ciuic/transport.h"
@@ -61,6 +65,7 @@ struct Options {
   std::string transport;
   std::string format = "table";
   bool inplace = true;
+  bool cuda = false;  // --mem cuda: buffers in GPU memory (cudaMalloc)
 };
 
 [[noreturn]] void Usage(const char* argv0, const std::string& error) {
@@ -69,8 +74,11 @@ struct Options {
                "usage: %s [-N ranks] [-b minbytes] [-e maxbytes] [-f factor | -i step] [-n iters]\n"
                "          [-w warmup] [-c 0|1] [-o sum|prod|min|max|avg] [-d float|double|half|bfloat16|int32|int64|uint8]\n"
                "          [-r root] [-a algo] [-t shm|tcp|verbs] [--no-inplace] [--format table|csv|json]\n"
+               "          [--mem host|cuda]\n"
                "  -N  local ranks to fork when not started by a launcher (default 1)\n"
                "  -a  algorithm (CIUIC_ALGO): auto, ring, tree, recdoubling, rabenseifner, ...\n"
+               "  --mem  where the buffers live: host (default) or cuda (GPU memory; CIUIC_GPU decides\n"
+               "         between NCCL and host copies; builds with CUDA only)\n"
                "  sizes take K/M/G suffixes; -n 0 = scaled by size\n",
                argv0);
   std::exit(error.empty() ? 0 : 2);
@@ -116,6 +124,14 @@ Options Parse(int argc, char** argv) {
     else if (a == "-a" || a == "--algo") o.algo = next();
     else if (a == "-t" || a == "--transport") o.transport = next();
     else if (a == "--no-inplace") o.inplace = false;
+    else if (a == "--mem") {
+      const std::string v = next();
+      if (v != "host" && v != "cuda") Usage(argv[0], "--mem: host or cuda");
+      o.cuda = v == "cuda";
+#ifndef CIUIC_PERF_CUDA
+      if (o.cuda) Usage(argv[0], "--mem cuda: this build has no CUDA (CIUIC_WITH_CUDA=OFF)");
+#endif
+    }
     else if (a == "--format") {
       o.format = next();
       if (o.format != "table" && o.format != "csv" && o.format != "json") Usage(argv[0], "--format: table, csv or json");
@@ -271,12 +287,65 @@ Case MakeCase(const std::string& op, size_t bytes, size_t es, int n) {
   return c;
 }
 
+// Buffers: host memory, or GPU memory with host shadows for filling and
+// checking.
+struct Buffers {
+  std::vector<char> send_h, recv_h;
+  char* send = nullptr;  // what the collectives get
+  char* recv = nullptr;
+  bool cuda = false;
+  ~Buffers() {
+#ifdef CIUIC_PERF_CUDA
+    if (cuda) {
+      cudaFree(send);
+      cudaFree(recv);
+    }
+#endif
+  }
+};
+
+void CopyBuf(const Options& o, void* dst, const void* src, size_t bytes) {
+#ifdef CIUIC_PERF_CUDA
+  if (o.cuda) {
+    cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+    return;
+  }
+#endif
+  (void)o;
+  std::memcpy(dst, src, bytes);
+}
+
+ciuic::Status MakeBuffers(const Options& o, size_t cap, Buffers* b) {
+  // Touch the host buffers once up front: first-touch faults cost ~12 us / 4 KiB.
+  b->send_h.assign(cap, 1);
+  b->recv_h.assign(cap, 2);
+  b->send = b->send_h.data();
+  b->recv = b->recv_h.data();
+#ifdef CIUIC_PERF_CUDA
+  if (o.cuda) {
+    void* s = nullptr;
+    void* r = nullptr;
+    cudaError_t e = cudaMalloc(&s, cap);
+    if (e == cudaSuccess) e = cudaMalloc(&r, cap);
+    if (e != cudaSuccess) return ciuic::UnavailableError(std::string("--mem cuda: cudaMalloc: ") + cudaGetErrorString(e));
+    b->cuda = true;
+    b->send = static_cast<char*>(s);
+    b->recv = static_cast<char*>(r);
+    cudaMemcpy(s, b->send_h.data(), cap, cudaMemcpyHostToDevice);
+    cudaMemcpy(r, b->recv_h.data(), cap, cudaMemcpyHostToDevice);
+  }
+#else
+  (void)o;
+#endif
+  return ciuic::Status::Ok();
+}
+
 Status RunOnce(Communicator& comm, const Options& o, const Case& c, DataType t, ReduceOp op, const void* send,
                void* recv) {
   switch (o.coll) {
     case Coll::kAllReduce: return comm.AllReduce(send, recv, c.count, t, op);
     case Coll::kBroadcast:
-      if (send != recv && comm.rank() == o.root) std::memcpy(recv, send, c.count * ciuic::DataTypeSize(t));
+      if (send != recv && comm.rank() == o.root) CopyBuf(o, recv, send, c.count * ciuic::DataTypeSize(t));
       return comm.Broadcast(recv, c.count, t, o.root);
     case Coll::kReduce: return comm.Reduce(send, recv, c.count, t, op, o.root);
     case Coll::kAllGather: return comm.AllGather(send, recv, c.count, t);
@@ -288,20 +357,25 @@ Status RunOnce(Communicator& comm, const Options& o, const Case& c, DataType t, 
 
 // Fills inputs, runs once, and counts wrong output elements on this rank.
 ciuic::StatusOr<size_t> Check(Communicator& comm, const Options& o, const Case& c, DataType t, ReduceOp op,
-                              void* send, void* recv, bool inplace) {
+                              Buffers& b, bool inplace) {
   const int r = comm.rank(), n = comm.size();
+  void* send = b.send_h.data();
   for (size_t i = 0; i < c.send_elems; ++i) Store(send, t, i, Value(r, i));
   const size_t es = ciuic::DataTypeSize(t);
-  void* out = recv;
-  const void* in = send;
+  void* out = b.recv_h.data();
   if (inplace) {
     out = send;
-    if (o.op == "allgather") in = static_cast<char*>(send) + r * c.count * es;  // MPI-style in place
     if (o.op == "allgather") {
       for (size_t i = 0; i < c.count; ++i) Store(send, t, r * c.count + i, Value(r, i));
     }
   }
-  CIUIC_RETURN_IF_ERROR(RunOnce(comm, o, c, t, op, in, out));
+  // The same pointers in the buffers the collective gets.
+  const size_t in_bytes = (inplace && o.op == "allgather" ? c.recv_elems : c.send_elems) * es;
+  if (b.cuda) CopyBuf(o, b.send, send, in_bytes);
+  char* dev_out = inplace ? b.send : b.recv;
+  const char* dev_in = inplace && o.op == "allgather" ? b.send + r * c.count * es : b.send;
+  CIUIC_RETURN_IF_ERROR(RunOnce(comm, o, c, t, op, dev_in, dev_out));
+  if (b.cuda) CopyBuf(o, out, dev_out, c.recv_elems * es);
   size_t wrong = 0;
   auto expect = [&](size_t i, double v) { wrong += Load(out, t, i) != v; };
   if (o.op == "allreduce") {
@@ -348,8 +422,11 @@ int RunRank(const Options& o, std::unique_ptr<Communicator> comm) {
   const size_t es = ciuic::DataTypeSize(ti.dtype);
   const Case big = MakeCase(o.op, o.max_bytes, es, n);
   const size_t cap = std::max(big.send_elems, big.recv_elems) * es + 64;
-  // Touch the buffers once up front: first-touch faults cost ~12 us / 4 KiB.
-  std::vector<char> send(cap, 1), recv(cap, 2);
+  Buffers buffers;
+  if (Status bs = MakeBuffers(o, cap, &buffers); !bs.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, bs.ToString().c_str());
+    return 1;
+  }
   const bool json = o.format == "json", csv = o.format == "csv";
   if (rank == 0) {
     auto config = ciuic::Config::FromEnv();
@@ -359,8 +436,17 @@ int RunRank(const Options& o, std::unique_ptr<Communicator> comm) {
     char date[64];
     std::strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
     std::printf("# ciuic %s_perf  version %s  git %s  %s\n", o.op.c_str(), ciuic::Version(), ciuic::GitRevision(), date);
-    std::printf("# host %s  ranks %d  transport %s  dtype %s  redop %s  root %d  check %d\n", host, n,
-                comm->transport_name().c_str(), ti.name, o.redop.c_str(), o.root, o.check);
+    std::printf("# host %s  ranks %d  transport %s  dtype %s  redop %s  root %d  check %d  memory %s\n", host, n,
+                comm->transport_name().c_str(), ti.name, o.redop.c_str(), o.root, o.check, o.cuda ? "cuda" : "host");
+#ifdef CIUIC_PERF_CUDA
+    if (o.cuda) {
+      cudaDeviceProp prop;
+      int dev = 0;
+      if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess) {
+        std::printf("# gpu %d %s\n", dev, prop.name);
+      }
+    }
+#endif
     if (config.ok()) {
       for (const auto& k : ciuic::DescribeKnobs(*config)) {
         if (k.source != "default") std::printf("# %s=%s\n", k.name.c_str(), k.value.c_str());
@@ -393,10 +479,10 @@ int RunRank(const Options& o, std::unique_ptr<Communicator> comm) {
     const bool can_inplace = o.op != "reduce_scatter" && o.op != "alltoall";
     for (int pass = 0; pass < (o.inplace && can_inplace ? 2 : 1); ++pass) {
       const bool inplace = pass == 1;
-      void* out = inplace ? send.data() : recv.data();
-      const void* in = send.data();
-      if (inplace && o.op == "allgather") in = send.data() + rank * c.count * es;
-      if (o.op == "alltoall") out = recv.data();
+      void* out = inplace ? buffers.send : buffers.recv;
+      const void* in = buffers.send;
+      if (inplace && o.op == "allgather") in = buffers.send + rank * c.count * es;
+      if (o.op == "alltoall") out = buffers.recv;
       Status s;
       for (int w = 0; w < o.warmup && s.ok(); ++w) s = RunOnce(*comm, o, c, ti.dtype, op, in, out);
       if (s.ok()) s = comm->Barrier();
@@ -406,7 +492,7 @@ int RunRank(const Options& o, std::unique_ptr<Communicator> comm) {
       row.algo = comm->last_algorithm();
       double wrong = 0;
       if (s.ok() && o.check) {
-        auto w = Check(*comm, o, c, ti.dtype, op, send.data(), recv.data(), inplace);
+        auto w = Check(*comm, o, c, ti.dtype, op, buffers, inplace);
         if (w.ok()) wrong = static_cast<double>(*w);
         else s = w.status();
       }

@@ -54,7 +54,10 @@ class [[nodiscard]] Status {
       : code_(other.code_),
         message_(other.message_ == nullptr ? nullptr : std::make_unique<std::string>(*other.message_)) {}
   Status& operator=(const Status& other) {
-    if (this != &other) *this = Status(other);
+    if (this != &other) {
+      code_ = other.code_;
+      message_ = other.message_ == nullptr ? nullptr : std::make_unique<std::string>(*other.message_);
+    }
     return *this;
   }
   Status(Status&& other) noexcept = default;
