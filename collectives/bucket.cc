@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "ciuic/collectives.h"
+#include "collectives/device.h"
 
 namespace ciuic {
 
@@ -12,6 +13,7 @@ struct FusionBucket::Pack {
     void* tensor;
     size_t offset;
     size_t bytes;
+    int device;  // GPU ordinal of the tensor, -1 for host memory
   };
   std::vector<Entry> entries;
   Request request;
@@ -55,8 +57,14 @@ Status FusionBucket::Add(void* tensor, size_t count) {
     p.sent = false;
   }
   Pack& p = *packs_[used_ - 1];
-  std::memcpy(p.data.data() + p.bytes, tensor, bytes);
-  p.entries.push_back({tensor, p.bytes, bytes});
+  collectives::DeviceMemory* mem = collectives::DeviceMemoryOf(comm_);
+  const int device = mem != nullptr ? mem->DeviceOf(tensor) : -1;
+  if (device >= 0) {
+    CIUIC_RETURN_IF_ERROR(mem->ToHost(p.data.data() + p.bytes, tensor, bytes, device));
+  } else {
+    std::memcpy(p.data.data() + p.bytes, tensor, bytes);
+  }
+  p.entries.push_back({tensor, p.bytes, bytes, device});
   p.bytes += bytes;
   return Status::Ok();
 }
@@ -79,7 +87,14 @@ Status FusionBucket::Wait() {
     if (!p.sent) continue;
     Status s = p.request.Wait();
     if (s.ok()) {
-      for (const auto& e : p.entries) std::memcpy(e.tensor, p.data.data() + e.offset, e.bytes);
+      for (const auto& e : p.entries) {
+        if (e.device >= 0) {
+          s = collectives::DeviceMemoryOf(comm_)->ToDevice(e.tensor, p.data.data() + e.offset, e.bytes, e.device);
+          if (!s.ok() && first.ok()) first = s;
+        } else {
+          std::memcpy(e.tensor, p.data.data() + e.offset, e.bytes);
+        }
+      }
     } else if (first.ok()) {
       first = s;
     }

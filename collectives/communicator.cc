@@ -1044,6 +1044,10 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::CreateFromEnv() {
   return comm;
 }
 
+namespace collectives {
+DeviceMemory* DeviceMemoryOf(const Communicator& comm) { return comm.impl_->devmem.get(); }
+}  // namespace collectives
+
 int Communicator::rank() const { return impl_->rank; }
 int Communicator::size() const { return impl_->size; }
 std::string Communicator::transport_name() const { return transport::BackendName(impl_->backend->kind()); }

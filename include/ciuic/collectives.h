@@ -36,9 +36,13 @@ namespace transport {
 class Store;
 }
 
+class Communicator;
 namespace collectives {
 struct OpState;
 class CommImpl;
+class DeviceMemory;
+// How the communicator recognises GPU memory (null: it does not look).
+DeviceMemory* DeviceMemoryOf(const Communicator& comm);
 }  // namespace collectives
 
 
@@ -131,6 +135,7 @@ class Communicator {
 
  private:
   explicit Communicator(std::shared_ptr<collectives::CommImpl> impl);
+  friend collectives::DeviceMemory* collectives::DeviceMemoryOf(const Communicator& comm);
 
   std::shared_ptr<collectives::CommImpl> impl_;
 };
@@ -142,7 +147,8 @@ class Communicator {
 // the results back into the tensors. A tensor larger than the capacity is
 // all-reduced in place on its own. Every rank must add the same sizes in
 // the same order. Packs are reused, so steady-state training steps allocate
-// nothing. Thread contract: one thread at a time.
+// nothing. GPU tensors (CUDA device memory) are copied into and out of the
+// host packs. Thread contract: one thread at a time.
 class FusionBucket {
  public:
   // capacity_bytes 0 = CIUIC_BUFFER_SIZE. Errors: none at construction; Add

@@ -6,6 +6,8 @@
 #define CIUIC_TESTS_UTIL_DEVICE_COLLECTIVES_H_
 
 #include <cstring>
+#include <iterator>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -194,6 +196,27 @@ inline Status CheckCollectivesOnDevice(Communicator& c, TestDeviceMemory& m, siz
     CIUIC_RETURN_IF_ERROR(dev.Set(input(rank, count)));
     CIUIC_RETURN_IF_ERROR(c.AllReduce(dev.get(), host_out.data(), count, DataType::kFloat32, ReduceOp::kSum));
     CIUIC_DEV_EXPECT(same(host_out, std::vector<float>(want_sum.begin(), want_sum.begin() + count)), "allreduce device to host");
+  }
+  // A fusion bucket of GPU tensors: packed on the host, the oversized one
+  // all-reduced on its own, results back in device memory.
+  {
+    const size_t sizes[] = {3, 100, 1, 5000, 77};  // 5000 floats > the 8 KiB capacity
+    std::vector<std::unique_ptr<DevFloats>> tensors;
+    FusionBucket bucket(c, DataType::kFloat32, ReduceOp::kSum, 8 << 10);
+    for (size_t k = 0; k < std::size(sizes); ++k) {
+      tensors.push_back(std::make_unique<DevFloats>(m, sizes[k]));
+      CIUIC_RETURN_IF_ERROR(tensors.back()->Set(input(rank + static_cast<int>(k), sizes[k])));
+      CIUIC_RETURN_IF_ERROR(bucket.Add(tensors.back()->get(), sizes[k]));
+    }
+    CIUIC_RETURN_IF_ERROR(bucket.Wait());
+    for (size_t k = 0; k < std::size(sizes); ++k) {
+      CIUIC_ASSIGN_OR_RETURN(auto got, tensors[k]->Get());
+      for (size_t i = 0; i < sizes[k]; ++i) {
+        float want = 0;
+        for (int r = 0; r < n; ++r) want += DevInput(r + static_cast<int>(k), i, salt);
+        CIUIC_DEV_EXPECT(got[i] == want, "fusion bucket tensor " + std::to_string(k) + " element " + std::to_string(i));
+      }
+    }
   }
   return Status::Ok();
 }
