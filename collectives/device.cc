@@ -69,14 +69,7 @@ void ClassifyBuffers(DeviceMemory& mem, OpDesc* d) {
 
 StatusOr<Staged> StageIn(DeviceMemory& mem, MirrorCache& cache, size_t index, const OpDesc& d, int rank,
                          int nranks) {
-  CollectiveArgs args;
-  args.collective = d.coll;
-  args.rank = rank;
-  args.nranks = nranks;
-  args.count = d.count;
-  args.counts = d.counts;
-  args.root = d.root;
-  args.peer = d.root;
+  const CollectiveArgs args = ArgsFor(d, rank, nranks, 1);
   // The in-place layout: where a collective's input sits inside its output
   // (or the reverse) when it runs in place.
   CIUIC_ASSIGN_OR_RETURN(const BufferLayout layout, LayoutFor(args, true));

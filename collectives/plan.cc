@@ -43,10 +43,7 @@ std::optional<Selection> TunedSelection(const Tuning& tuning, transport::Backend
 
 }  // namespace
 
-StatusOr<Plan> MakePlan(const OpDesc& op, int rank, int nranks, int nchannels, const std::string& algo,
-                        const CostParams& params, SelectionCache* cache, const Tuning* tuning,
-                        transport::BackendKind backend) {
-  const size_t es = DataTypeSize(op.dtype);
+CollectiveArgs ArgsFor(const OpDesc& op, int rank, int nranks, int nchannels) {
   CollectiveArgs args;
   args.collective = op.coll;
   args.rank = rank;
@@ -56,6 +53,14 @@ StatusOr<Plan> MakePlan(const OpDesc& op, int rank, int nranks, int nchannels, c
   args.root = op.root;
   args.peer = op.root;
   args.nchannels = nchannels;
+  return args;
+}
+
+StatusOr<Plan> MakePlan(const OpDesc& op, int rank, int nranks, int nchannels, const std::string& algo,
+                        const CostParams& params, SelectionCache* cache, const Tuning* tuning,
+                        transport::BackendKind backend) {
+  const size_t es = DataTypeSize(op.dtype);
+  const CollectiveArgs args = ArgsFor(op, rank, nranks, nchannels);
   size_t bytes = op.count * es;
   if (op.coll == Collective::kAllGather || op.coll == Collective::kReduceScatter || op.coll == Collective::kAllToAll) {
     bytes *= static_cast<size_t>(nranks);

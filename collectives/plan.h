@@ -35,6 +35,9 @@ struct OpDesc {
   bool on_device() const { return send_device >= 0 || recv_device >= 0; }
 };
 
+// The generators' arguments for `op` on `rank` of `nranks`.
+CollectiveArgs ArgsFor(const OpDesc& op, int rank, int nranks, int nchannels);
+
 struct Plan {
   Schedule schedule;
   BufferLayout layout;      // element counts of input/output and how they may alias
