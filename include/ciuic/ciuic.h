@@ -101,7 +101,11 @@ ciuic_status_t ciuic_reduce_local_cuda(void* dst, const void* const* srcs, int n
  * CIUIC_ERROR_ABORTED after ciuic_comm_abort. After a peer failure every
  * later call on that communicator returns the first error.
  * Thread contract: one thread at a time per communicator; requests may be
- * waited on from any thread. */
+ * waited on from any thread.
+ * Buffers may be CUDA device memory: NCCL runs such calls when every rank
+ * has a GPU of its own (CIUIC_GPU, CIUIC_NCCL_LIB), else they run on host
+ * copies; the input must be ready (work on the legacy default stream is
+ * waited for, other streams must be synchronised by the caller). */
 typedef struct ciuic_comm* ciuic_comm_t;
 typedef struct ciuic_request* ciuic_request_t;
 

@@ -14,6 +14,14 @@
 // and the communicator keeps returning that first error (sticky). Nothing
 // aborts the process.
 //
+// GPU buffers: any buffer may be CUDA device memory. At the first
+// collective on device memory the ranks decide together: NCCL (loaded at
+// run time) when every rank has a GPU of its own, else host copies of the
+// buffers around the host collectives (CIUIC_GPU=auto|nccl|host|off). As
+// with CUDA-aware MPI the input must be ready when the call is made (work
+// on the legacy default stream is waited for); the output is in device
+// memory when the call or its Wait returns.
+//
 // Thread contract: a Communicator's methods may be called from one thread
 // at a time (the usual "one thread per communicator"); Request::Wait/Test
 // may be called from any thread.
