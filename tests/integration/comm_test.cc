@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <type_traits>
 
@@ -849,7 +850,7 @@ class FakeDevice final : public collectives::DeviceMemory, public testing::TestD
   // DeviceMemory (the library's side).
   int DeviceOf(const void* p) override {
     lookups.fetch_add(1);
-    return Find(p, 1) != nullptr ? 0 : -1;
+    return Find(p, 1).has_value() ? 0 : -1;
   }
   Status ToHost(void* host, const void* dev, size_t bytes, int device) override {
     if (device != 0) return InternalError("ToHost: wrong device " + std::to_string(device));
@@ -895,19 +896,21 @@ class FakeDevice final : public collectives::DeviceMemory, public testing::TestD
     char* p;
     size_t len;
   };
-  const Map* Find(const void* p, size_t bytes) {
+  // A copy: the vector may grow on another thread (the test allocates
+  // while the progress thread copies).
+  std::optional<Map> Find(const void* p, size_t bytes) {
     std::lock_guard<std::mutex> lock(mu_);
     const char* c = static_cast<const char*>(p);
     for (const Map& m : maps_) {
-      if (c >= m.p && c + bytes <= m.p + m.len) return &m;
+      if (c >= m.p && c + bytes <= m.p + m.len) return m;
     }
-    return nullptr;
+    return std::nullopt;
   }
   // Opens the mapping of `dev` for the copy only.
   Status Copy(void* dst, const void* src, size_t bytes, const void* dev) {
     if (bytes == 0) return Status::Ok();
-    const Map* m = Find(dev, bytes);
-    if (m == nullptr) return InternalError("copy of a range that is not fake device memory");
+    const std::optional<Map> m = Find(dev, bytes);
+    if (!m.has_value()) return InternalError("copy of a range that is not fake device memory");
     mprotect(m->p, m->len, PROT_READ | PROT_WRITE);
     std::memcpy(dst, src, bytes);
     mprotect(m->p, m->len, PROT_NONE);
