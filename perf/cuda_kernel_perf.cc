@@ -2,10 +2,12 @@
 // device-to-device cudaMemcpy in the same run. GB/s counts bytes read +
 // bytes written. Every result is copied back and checked against the CPU
 // reference (#wrong). Times with CUDA events: median of 5 repetitions after
-// warm-up.
+// warm-up. `cuda_kernel_perf MAX_MIB --breakdown`: the host cost of a call
+// and the aligned kernel with 1, 2 and 4 vectors per thread side by side.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +17,7 @@
 #include "ciuic/ciuic.h"
 #include "ciuic/kernels.h"
 #include "common/version.h"
+#include "kernels/cuda/reduce_cuda.h"
 #include "kernels/reference.h"
 
 namespace {
@@ -78,6 +81,82 @@ void Fill(void* p, size_t count, DataType dt, int salt) {
   }
 }
 
+// Host microseconds per call of `fn` (wall clock, `calls` calls).
+template <typename F>
+double HostUs(F fn, int calls) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < calls; ++i) fn();
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / calls;
+}
+
+// What one call costs the host (the GPU work of a small call is shorter
+// than its launch), and the aligned kernel's vectors per thread side by
+// side (f32 sum; every result checked).
+size_t Breakdown(size_t max_bytes) {
+  void* a = nullptr;
+  CUDA_OK(cudaMalloc(&a, 1 << 20));
+  cudaPointerAttributes attr;
+  int dev = 0, sms = 0;
+  const double pga = HostUs([&] { (void)cudaPointerGetAttributes(&attr, a); }, 10000);
+  const double gd = HostUs([&] { (void)cudaGetDevice(&dev); }, 10000);
+  const double da = HostUs([&] { (void)cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev); }, 10000);
+  const void* srcs[2] = {a, a};
+  CUDA_OK(cudaDeviceSynchronize());
+  const double call = HostUs([&] {
+    (void)ciuic_reduce_local_cuda(a, srcs, 2, 1024, CIUIC_FLOAT32, CIUIC_SUM, nullptr);
+  }, 500);
+  CUDA_OK(cudaDeviceSynchronize());
+  std::printf("# host us per call: cudaPointerGetAttributes %.2f, cudaGetDevice %.3f, "
+              "cudaDeviceGetAttribute %.2f, ciuic_reduce_local_cuda(2 x 4 KiB) %.2f\n",
+              pga, gd, da, call);
+  cudaFree(a);
+  std::printf("%-5s %2s %11s | %9s %9s %9s | %6s\n", "type", "n", "bytes", "unroll 1", "unroll 2", "unroll 4", "#wrong");
+  size_t total_wrong = 0;
+  const DataType dt = DataType::kFloat32;
+  for (int n : {2, 4, 8}) {
+    for (size_t bytes = 1u << 20; bytes <= max_bytes; bytes *= 4) {
+      const size_t count = bytes / 4;
+      std::vector<std::vector<unsigned char>> host(n, std::vector<unsigned char>(bytes));
+      std::vector<const void*> hs(n), ds(n);
+      std::vector<void*> owned;
+      for (int k = 0; k < n; ++k) {
+        Fill(host[k].data(), count, dt, k + 1);
+        hs[k] = host[k].data();
+        void* d;
+        CUDA_OK(cudaMalloc(&d, bytes));
+        CUDA_OK(cudaMemcpy(d, host[k].data(), bytes, cudaMemcpyHostToDevice));
+        owned.push_back(d);
+        ds[k] = d;
+      }
+      void* out;
+      CUDA_OK(cudaMalloc(&out, bytes));
+      std::vector<unsigned char> want(kPeriod * 4), got(bytes);
+      const size_t period = count < kPeriod ? count : kPeriod;
+      ciuic::kernels::ref::Reduce(want.data(), hs.data(), n, period, dt, ReduceOp::kSum);
+      double gbs[3];
+      size_t wrong = 0;
+      const int unrolls[3] = {1, 2, 4};
+      for (int u = 0; u < 3; ++u) {
+        ciuic::kernels::cuda::SetVectorUnrollForBenchmark(unrolls[u]);
+        CUDA_OK(cudaMemset(out, 0, bytes));
+        const float t = MedianMs([&] {
+          (void)ciuic_reduce_local_cuda(out, ds.data(), n, count, CIUIC_FLOAT32, CIUIC_SUM, nullptr);
+        }, bytes >= (64u << 20) ? 5 : 50);
+        gbs[u] = (n + 1.0) * bytes / (t * 1e-3) / 1e9;
+        CUDA_OK(cudaMemcpy(got.data(), out, bytes, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < count; ++i) wrong += std::memcmp(got.data() + i * 4, want.data() + (i % period) * 4, 4) != 0;
+      }
+      ciuic::kernels::cuda::SetVectorUnrollForBenchmark(0);
+      total_wrong += wrong;
+      std::printf("%-5s %2d %11zu | %9.1f %9.1f %9.1f | %6zu\n", "f32", n, bytes, gbs[0], gbs[1], gbs[2], wrong);
+      std::fflush(stdout);
+      for (void* d : owned) cudaFree(d);
+      cudaFree(out);
+    }
+  }
+  return total_wrong;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -97,6 +176,11 @@ int main(int argc, char** argv) {
   std::printf("%-5s %-4s %2s %11s | %9s %9s %6s | %6s\n", "type", "op", "n", "bytes", "ciuic",
               "memcpy", "/mcpy", "#wrong");
   size_t total_wrong = 0;
+  if (argc > 2 && std::string(argv[2]) == "--breakdown") {
+    total_wrong = Breakdown(max_bytes);
+    std::printf("# %zu wrong elements in total\n", total_wrong);
+    return total_wrong == 0 ? 0 : 1;
+  }
   for (DataType dt : {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16}) {
     for (int n : {2, 8}) {
       for (size_t bytes = 1u << 20; bytes <= max_bytes; bytes *= 16) {

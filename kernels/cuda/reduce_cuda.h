@@ -13,6 +13,10 @@ namespace ciuic::kernels::cuda {
 // kUnavailable (no device, launch failure).
 Status Reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType dtype,
               ReduceOp op, cudaStream_t stream);
+
+// Benchmarks only: vectors per thread and pass of the aligned kernel (1, 2
+// or 4; 0 = chosen by the input count). Not thread-safe with running calls.
+void SetVectorUnrollForBenchmark(int unroll);
 }  // namespace ciuic::kernels::cuda
 
 #endif  // CIUIC_KERNELS_CUDA_REDUCE_CUDA_H_
