@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "collectives/algorithms.h"
+#include "collectives/nccl.h"
 
 namespace ciuic::collectives {
 
@@ -132,6 +133,19 @@ StatusOr<Staged> StageIn(DeviceMemory& mem, MirrorCache& cache, size_t index, co
 Status CopyBack(DeviceMemory& mem, const Staged& s) {
   if (s.device_out == nullptr || s.out_bytes == 0) return Status::Ok();
   return mem.ToDevice(s.device_out, s.mirror_out, s.out_bytes, s.out_device);
+}
+
+GpuSupport DescribeGpuSupport(const Config& config) {
+  GpuSupport g;
+  if (config.gpu == "off") return g;
+  g.looked = true;
+  std::string why;
+  g.driver = OpenCudaDeviceMemory(&why) != nullptr;
+  g.driver_text = g.driver ? "usable" : why;
+  StatusOr<std::string> v = NcclComm::Load(config.nccl_lib);
+  g.nccl = v.ok();
+  g.nccl_text = v.ok() ? *v + " (" + config.nccl_lib + ")" : v.status().message();
+  return g;
 }
 
 #ifndef CIUIC_COLLECTIVES_CUDA

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "ciuic/config.h"
 #include "ciuic/status.h"
 #include "collectives/plan.h"
 
@@ -53,6 +54,17 @@ class DeviceMemory {
 // (/dev/nvidiactl or /proc/driver/nvidia). Null otherwise, with the reason
 // in *why. Opening initialises the driver (cuInit) but creates no context.
 std::shared_ptr<DeviceMemory> OpenCudaDeviceMemory(std::string* why);
+
+// What GPU buffers would get under `config` (for ciuic-info): whether the
+// CUDA driver is usable, NCCL's version or why it does not load.
+struct GpuSupport {
+  bool looked = false;  // false: CIUIC_GPU=off
+  bool driver = false;
+  std::string driver_text;  // "usable" or why not
+  bool nccl = false;
+  std::string nccl_text;  // "2.28.9 (libnccl.so.2)" or why not
+};
+GpuSupport DescribeGpuSupport(const Config& config);
 
 // Tests: communicators created from now on use `m` instead of CUDA (null:
 // CUDA again).

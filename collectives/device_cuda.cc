@@ -166,7 +166,7 @@ class CudaDeviceMemory final : public DeviceMemory {
 }  // namespace
 
 std::shared_ptr<DeviceMemory> OpenCudaDeviceMemory(std::string* why) {
-  if (!Exists("/dev/nvidiactl") && !Exists("/proc/driver/nvidia/version")) {
+  if (!Exists("/dev/nvidiactl") && !Exists("/proc/driver/nvidia/version") && !Exists("/dev/dxg")) {
     *why = "no NVIDIA driver on this machine (no /dev/nvidiactl)";
     return nullptr;
   }

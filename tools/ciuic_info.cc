@@ -10,6 +10,7 @@
 #include "ciuic/config.h"
 #include "ciuic/kernels.h"
 #include "ciuic/topology.h"
+#include "collectives/device.h"
 #include "common/version.h"
 
 namespace {
@@ -73,6 +74,18 @@ int Main(int argc, char** argv) {
   const std::vector<ciuic::KnobDescription> knobs = ciuic::DescribeKnobs(*config);
   const std::vector<std::string> unknown = ciuic::UnknownEnvKnobs();
   const size_t nt = r->nt_threshold_bytes();
+  // GPU buffers: what a collective on device memory would use.
+  const ciuic::collectives::GpuSupport gpu = ciuic::collectives::DescribeGpuSupport(*config);
+  std::string gpu_route = "not looked for (CIUIC_GPU=off): host buffers only";
+  if (gpu.looked) {
+    if (!gpu.driver) {
+      gpu_route = "none (no CUDA driver)";
+    } else if (config->gpu == "host" || !gpu.nccl) {
+      gpu_route = "host copies";
+    } else {
+      gpu_route = "NCCL when every rank has a GPU of its own, else host copies";
+    }
+  }
   if (json) {
     std::printf("{\n  \"version\": %s,\n  \"git\": %s,\n  \"build\": %s,\n",
                 Json(ciuic::Version()).c_str(), Json(ciuic::GitRevision()).c_str(),
@@ -88,6 +101,10 @@ int Main(int argc, char** argv) {
                 "\"nt_threshold_bytes\": %s, \"prefetch_bytes\": %zu, \"prefetch_from_bytes\": %zu},\n",
                 r->tile_bytes(), r->tile_large_bytes(), nt == SIZE_MAX ? "null" : std::to_string(nt).c_str(),
                 r->prefetch_bytes(), r->prefetch_min_bytes());
+    std::printf("  \"gpu\": {\"cuda_driver\": %s, \"cuda_driver_text\": %s, \"nccl\": %s, \"nccl_text\": %s, "
+                "\"route\": %s},\n",
+                gpu.driver ? "true" : "false", Json(gpu.driver_text).c_str(), gpu.nccl ? "true" : "false",
+                Json(gpu.nccl_text).c_str(), Json(gpu_route).c_str());
     std::printf("  \"knobs\": [\n");
     for (size_t i = 0; i < knobs.size(); ++i) {
       std::printf("    {\"name\": %s, \"value\": %s, \"default\": %s, \"source\": %s, \"doc\": %s}%s\n",
@@ -112,6 +129,10 @@ int Main(int argc, char** argv) {
               "prefetch %zu B ahead for working sets > %zu B\n",
               r->tile_bytes(), r->tile_large_bytes(), nt == SIZE_MAX ? "never" : (std::to_string(nt) + " B").c_str(),
               r->prefetch_bytes(), r->prefetch_min_bytes());
+  if (gpu.looked) {
+    std::printf("gpu:     CUDA driver: %s; NCCL: %s\n", gpu.driver_text.c_str(), gpu.nccl_text.c_str());
+  }
+  std::printf("gpu buffers: %s\n", gpu_route.c_str());
   std::printf("knobs:\n");
   for (const auto& k : knobs) {
     std::printf("  %-26s = %-10s [%s] %s\n", k.name.c_str(),
