@@ -141,6 +141,9 @@ class CommImpl {
   // A collective with a GPU buffer: NCCL, or host mirrors around
   // ExecuteCollective.
   Status ExecuteOnDevice(const OpDesc& d, Clock::time_point deadline);
+  // A large all-reduce on one device's buffers through host copies, in
+  // chunks whose copies overlap the host all-reduce (device.h).
+  Status AllReduceStagedPipelined(const OpDesc& d, Clock::time_point deadline);
   // Marks where the buffers of `d` live (nothing without GPU support).
   void Classify(OpDesc* d) {
     if (devmem != nullptr) ClassifyBuffers(*devmem, d);
@@ -691,9 +694,48 @@ Status CommImpl::ExecuteOnDevice(const OpDesc& d, Clock::time_point deadline) {
     last_algorithm = std::string("nccl for ") + CollectiveName(d.coll) + ": GPU buffers, every rank on a GPU of its own";
     return nccl->Run(d, rank, size, deadline, &aborted);
   }
+  const size_t bytes = d.count * DataTypeSize(d.dtype);
+  if (d.coll == Collective::kAllReduce && d.send_device >= 0 && d.recv_device == d.send_device &&
+      bytes >= kPipelinedStagingMinBytes) {
+    return AllReduceStagedPipelined(d, deadline);
+  }
   CIUIC_ASSIGN_OR_RETURN(Staged st, StageIn(*devmem, *mirrors, 0, d, rank, size));
   CIUIC_RETURN_IF_ERROR(ExecuteCollective(st.host, deadline));
   return CopyBack(*devmem, st);
+}
+
+Status CommImpl::AllReduceStagedPipelined(const OpDesc& d, Clock::time_point deadline) {
+  const size_t es = DataTypeSize(d.dtype);
+  const size_t bytes = d.count * es;
+  const size_t chunk = StagingChunkBytes(bytes, es);
+  const int dev = d.send_device;
+  DeviceMemory& mem = *devmem;
+  CIUIC_ASSIGN_OR_RETURN(char* m, mirrors->Get(0, bytes, dev));
+  const char* src = static_cast<const char*>(d.send);
+  char* dst = static_cast<char*>(d.recv);
+  constexpr int kIn = 0, kOut = 1;  // copy lanes
+  // Whatever happens, no copy may still run into or out of the mirror
+  // when this returns.
+  auto drain = [&](Status s) {
+    Status a = mem.WaitLane(dev, kIn);
+    Status b = mem.WaitLane(dev, kOut);
+    if (s.ok()) s = !a.ok() ? a : b;
+    return s;
+  };
+  Status s = mem.ToHostAsync(m, src, std::min(chunk, bytes), dev, kIn);
+  for (size_t off = 0; s.ok() && off < bytes; off += chunk) {
+    const size_t n = std::min(chunk, bytes - off);
+    s = mem.WaitLane(dev, kIn);  // chunk `off` is on the host
+    if (s.ok() && off + n < bytes) s = mem.ToHostAsync(m + off + n, src + off + n, std::min(chunk, bytes - off - n), dev, kIn);
+    if (!s.ok()) break;
+    OpDesc h = d;
+    h.send_device = h.recv_device = -1;
+    h.send = h.recv = m + off;
+    h.count = n / es;
+    s = ExecuteCollective(h, deadline);
+    if (s.ok()) s = mem.ToDeviceAsync(dst + off, m + off, n, dev, kOut);
+  }
+  return drain(s);
 }
 
 namespace {

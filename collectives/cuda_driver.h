@@ -25,6 +25,8 @@ struct CudaDriver {
   decltype(&::cuCtxPopCurrent) CtxPopCurrent = nullptr;
   decltype(&::cuMemcpyDtoH) MemcpyDtoH = nullptr;
   decltype(&::cuMemcpyHtoD) MemcpyHtoD = nullptr;
+  decltype(&::cuMemcpyDtoHAsync) MemcpyDtoHAsync = nullptr;
+  decltype(&::cuMemcpyHtoDAsync) MemcpyHtoDAsync = nullptr;
   decltype(&::cuMemHostAlloc) MemHostAlloc = nullptr;
   decltype(&::cuMemFreeHost) MemFreeHost = nullptr;
   decltype(&::cuStreamCreate) StreamCreate = nullptr;

@@ -130,6 +130,11 @@ StatusOr<Staged> StageIn(DeviceMemory& mem, MirrorCache& cache, size_t index, co
   return s;
 }
 
+size_t StagingChunkBytes(size_t bytes, size_t elem) {
+  const size_t c = std::clamp<size_t>(bytes / 8, size_t{512} << 10, size_t{8} << 20);
+  return std::max(elem, c / elem * elem);
+}
+
 Status CopyBack(DeviceMemory& mem, const Staged& s) {
   if (s.device_out == nullptr || s.out_bytes == 0) return Status::Ok();
   return mem.ToDevice(s.device_out, s.mirror_out, s.out_bytes, s.out_device);

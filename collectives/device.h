@@ -40,6 +40,24 @@ class DeviceMemory {
   // Errors: kInternal with the driver's message.
   virtual Status ToHost(void* host, const void* dev, size_t bytes, int device) = 0;
   virtual Status ToDevice(void* dev, const void* host, size_t bytes, int device) = 0;
+  // The same, queued on `lane` (0 or 1: one stream per lane and device,
+  // ordered after work on the legacy default stream) and finished by
+  // WaitLane; `host` must be page-locked (AllocHost) for the copy to run
+  // in the background. A driver without queues may copy at once.
+  virtual Status ToHostAsync(void* host, const void* dev, size_t bytes, int device, int lane) {
+    (void)lane;
+    return ToHost(host, dev, bytes, device);
+  }
+  virtual Status ToDeviceAsync(void* dev, const void* host, size_t bytes, int device, int lane) {
+    (void)lane;
+    return ToDevice(dev, host, bytes, device);
+  }
+  // Waits for every copy queued on `lane` of `device`. Errors: the copies'.
+  virtual Status WaitLane(int device, int lane) {
+    (void)device;
+    (void)lane;
+    return Status::Ok();
+  }
   // Host memory for mirrors, page-locked where the driver can (faster
   // copies); nullptr when none could be had.
   virtual void* AllocHost(size_t bytes, int device) = 0;
@@ -111,6 +129,15 @@ struct Staged {
 StatusOr<Staged> StageIn(DeviceMemory& mem, MirrorCache& cache, size_t index, const OpDesc& d, int rank,
                          int nranks);
 Status CopyBack(DeviceMemory& mem, const Staged& s);
+
+// Large all-reduces with both buffers on one device are staged in chunks,
+// pipelined: chunk i+1 comes to the host while chunk i is all-reduced there
+// and chunk i-1 goes back (two copy lanes). Every rank cuts the same
+// chunks (a function of the count alone).
+constexpr size_t kPipelinedStagingMinBytes = size_t{2} << 20;
+// Chunk size for `bytes` of elements of `elem` bytes: bytes/8 within
+// [512 KiB, 8 MiB], a multiple of the element size.
+size_t StagingChunkBytes(size_t bytes, size_t elem);
 
 }  // namespace ciuic::collectives
 

@@ -3,6 +3,9 @@
 #include <dlfcn.h>
 #include <sys/stat.h>
 
+#include <map>
+#include <utility>
+
 #include "collectives/cuda_driver.h"
 #include "collectives/device.h"
 #include "common/log.h"
@@ -42,6 +45,8 @@ StatusOr<CudaDriver*> CudaDriver::Get() {
                     Resolve(lib, "cuCtxPushCurrent_v2", &d->CtxPushCurrent) &&
                     Resolve(lib, "cuCtxPopCurrent_v2", &d->CtxPopCurrent) &&
                     Resolve(lib, "cuMemcpyDtoH_v2", &d->MemcpyDtoH) && Resolve(lib, "cuMemcpyHtoD_v2", &d->MemcpyHtoD) &&
+                    Resolve(lib, "cuMemcpyDtoHAsync_v2", &d->MemcpyDtoHAsync) &&
+                    Resolve(lib, "cuMemcpyHtoDAsync_v2", &d->MemcpyHtoDAsync) &&
                     Resolve(lib, "cuMemHostAlloc", &d->MemHostAlloc) && Resolve(lib, "cuMemFreeHost", &d->MemFreeHost) &&
                     Resolve(lib, "cuStreamCreate", &d->StreamCreate) && Resolve(lib, "cuStreamQuery", &d->StreamQuery) &&
                     Resolve(lib, "cuStreamSynchronize", &d->StreamSynchronize);
@@ -136,6 +141,33 @@ class CudaDeviceMemory final : public DeviceMemory {
     return r == CUDA_SUCCESS ? Status::Ok() : d_.Error("cuMemcpyHtoD", r);
   }
 
+  Status ToHostAsync(void* host, const void* dev, size_t bytes, int device, int lane) override {
+    if (bytes == 0) return Status::Ok();
+    CudaDriver::Scope scope(d_, device);
+    CIUIC_RETURN_IF_ERROR(scope.status());
+    CIUIC_ASSIGN_OR_RETURN(CUstream s, Lane(device, lane, true));
+    const CUresult r = d_.MemcpyDtoHAsync(host, reinterpret_cast<CUdeviceptr>(dev), bytes, s);
+    return r == CUDA_SUCCESS ? Status::Ok() : d_.Error("cuMemcpyDtoHAsync", r);
+  }
+
+  Status ToDeviceAsync(void* dev, const void* host, size_t bytes, int device, int lane) override {
+    if (bytes == 0) return Status::Ok();
+    CudaDriver::Scope scope(d_, device);
+    CIUIC_RETURN_IF_ERROR(scope.status());
+    CIUIC_ASSIGN_OR_RETURN(CUstream s, Lane(device, lane, true));
+    const CUresult r = d_.MemcpyHtoDAsync(reinterpret_cast<CUdeviceptr>(dev), host, bytes, s);
+    return r == CUDA_SUCCESS ? Status::Ok() : d_.Error("cuMemcpyHtoDAsync", r);
+  }
+
+  Status WaitLane(int device, int lane) override {
+    CIUIC_ASSIGN_OR_RETURN(CUstream s, Lane(device, lane, false));
+    if (s == nullptr) return Status::Ok();
+    CudaDriver::Scope scope(d_, device);
+    CIUIC_RETURN_IF_ERROR(scope.status());
+    const CUresult r = d_.StreamSynchronize(s);
+    return r == CUDA_SUCCESS ? Status::Ok() : d_.Error("cuStreamSynchronize", r);
+  }
+
   void* AllocHost(size_t bytes, int device) override {
     CudaDriver::Scope scope(d_, device < 0 ? 0 : device);
     if (!scope.status().ok()) return nullptr;
@@ -160,7 +192,25 @@ class CudaDeviceMemory final : public DeviceMemory {
   std::string name() const override { return "cuda"; }
 
  private:
+  // The stream of (device, lane), made on first use (`make`) in the
+  // device's primary context (current in the caller's scope): a blocking
+  // stream, so its copies come after work on the legacy default stream.
+  StatusOr<CUstream> Lane(int device, int lane, bool make) {
+    std::lock_guard<std::mutex> lock(mu_);
+    CUstream& s = lanes_[{device, lane}];
+    if (s == nullptr && make) {
+      const CUresult r = d_.StreamCreate(&s, CU_STREAM_DEFAULT);
+      if (r != CUDA_SUCCESS) {
+        s = nullptr;
+        return d_.Error("cuStreamCreate", r);
+      }
+    }
+    return s;
+  }
+
   CudaDriver& d_;
+  std::mutex mu_;
+  std::map<std::pair<int, int>, CUstream> lanes_;  // kept for the process's life
 };
 
 }  // namespace
