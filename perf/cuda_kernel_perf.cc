@@ -81,6 +81,42 @@ void Fill(void* p, size_t count, DataType dt, int salt) {
   }
 }
 
+// n inputs of `bytes` (filled by Fill with salts 1..n) on the host and on
+// the device, and the reference of one period of their sum.
+struct Inputs {
+  Inputs(int n, size_t bytes, DataType dt) : host(n, std::vector<unsigned char>(bytes)), hs(n), ds(n) {
+    const size_t es = ciuic::DataTypeSize(dt), count = bytes / es;
+    for (int k = 0; k < n; ++k) {
+      Fill(host[k].data(), count, dt, k + 1);
+      hs[k] = host[k].data();
+      void* d;
+      CUDA_OK(cudaMalloc(&d, bytes));
+      CUDA_OK(cudaMemcpy(d, host[k].data(), bytes, cudaMemcpyHostToDevice));
+      ds[k] = d;
+    }
+    period = count < kPeriod ? count : kPeriod;
+    want.resize(kPeriod * es);
+    ciuic::kernels::ref::Reduce(want.data(), hs.data(), n, period, dt, ReduceOp::kSum);
+  }
+  ~Inputs() {
+    for (const void* d : ds) cudaFree(const_cast<void*>(d));
+  }
+  Inputs(const Inputs&) = delete;
+  Inputs& operator=(const Inputs&) = delete;
+  // Output elements that differ from the reference.
+  size_t Wrong(const void* dev_out, size_t count, size_t es) const {
+    std::vector<unsigned char> got(count * es);
+    CUDA_OK(cudaMemcpy(got.data(), dev_out, got.size(), cudaMemcpyDeviceToHost));
+    size_t wrong = 0;
+    for (size_t i = 0; i < count; ++i) wrong += std::memcmp(got.data() + i * es, want.data() + (i % period) * es, es) != 0;
+    return wrong;
+  }
+  std::vector<std::vector<unsigned char>> host;
+  std::vector<const void*> hs, ds;
+  std::vector<unsigned char> want;
+  size_t period = 0;
+};
+
 // Host microseconds per call of `fn` (wall clock, `calls` calls).
 template <typename F>
 double HostUs(F fn, int calls) {
@@ -116,23 +152,9 @@ size_t Breakdown(size_t max_bytes) {
   for (int n : {2, 4, 8}) {
     for (size_t bytes = 1u << 20; bytes <= max_bytes; bytes *= 4) {
       const size_t count = bytes / 4;
-      std::vector<std::vector<unsigned char>> host(n, std::vector<unsigned char>(bytes));
-      std::vector<const void*> hs(n), ds(n);
-      std::vector<void*> owned;
-      for (int k = 0; k < n; ++k) {
-        Fill(host[k].data(), count, dt, k + 1);
-        hs[k] = host[k].data();
-        void* d;
-        CUDA_OK(cudaMalloc(&d, bytes));
-        CUDA_OK(cudaMemcpy(d, host[k].data(), bytes, cudaMemcpyHostToDevice));
-        owned.push_back(d);
-        ds[k] = d;
-      }
+      Inputs in(n, bytes, dt);
       void* out;
       CUDA_OK(cudaMalloc(&out, bytes));
-      std::vector<unsigned char> want(kPeriod * 4), got(bytes);
-      const size_t period = count < kPeriod ? count : kPeriod;
-      ciuic::kernels::ref::Reduce(want.data(), hs.data(), n, period, dt, ReduceOp::kSum);
       double gbs[3];
       size_t wrong = 0;
       const int unrolls[3] = {1, 2, 4};
@@ -140,17 +162,15 @@ size_t Breakdown(size_t max_bytes) {
         ciuic::kernels::cuda::SetVectorUnrollForBenchmark(unrolls[u]);
         CUDA_OK(cudaMemset(out, 0, bytes));
         const float t = MedianMs([&] {
-          (void)ciuic_reduce_local_cuda(out, ds.data(), n, count, CIUIC_FLOAT32, CIUIC_SUM, nullptr);
+          (void)ciuic_reduce_local_cuda(out, in.ds.data(), n, count, CIUIC_FLOAT32, CIUIC_SUM, nullptr);
         }, bytes >= (64u << 20) ? 5 : 50);
         gbs[u] = (n + 1.0) * bytes / (t * 1e-3) / 1e9;
-        CUDA_OK(cudaMemcpy(got.data(), out, bytes, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < count; ++i) wrong += std::memcmp(got.data() + i * 4, want.data() + (i % period) * 4, 4) != 0;
+        wrong += in.Wrong(out, count, 4);
       }
       ciuic::kernels::cuda::SetVectorUnrollForBenchmark(0);
       total_wrong += wrong;
       std::printf("%-5s %2d %11zu | %9.1f %9.1f %9.1f | %6zu\n", "f32", n, bytes, gbs[0], gbs[1], gbs[2], wrong);
       std::fflush(stdout);
-      for (void* d : owned) cudaFree(d);
       cudaFree(out);
     }
   }
@@ -185,18 +205,8 @@ int main(int argc, char** argv) {
     for (int n : {2, 8}) {
       for (size_t bytes = 1u << 20; bytes <= max_bytes; bytes *= 16) {
         const size_t es = ciuic::DataTypeSize(dt), count = bytes / es;
-        std::vector<std::vector<unsigned char>> host(n, std::vector<unsigned char>(bytes));
-        std::vector<const void*> hs(n), ds(n);
-        std::vector<void*> owned;
-        for (int k = 0; k < n; ++k) {
-          Fill(host[k].data(), count, dt, k + 1);
-          hs[k] = host[k].data();
-          void* d;
-          CUDA_OK(cudaMalloc(&d, bytes));
-          CUDA_OK(cudaMemcpy(d, host[k].data(), bytes, cudaMemcpyHostToDevice));
-          owned.push_back(d);
-          ds[k] = d;
-        }
+        Inputs in(n, bytes, dt);
+        const std::vector<const void*>& ds = in.ds;
         void *out, *tmp;
         CUDA_OK(cudaMalloc(&out, bytes));
         CUDA_OK(cudaMalloc(&tmp, bytes));
@@ -209,21 +219,13 @@ int main(int argc, char** argv) {
           }
         }, iters);
         const float tm = MedianMs([&] { cudaMemcpyAsync(tmp, ds[0], bytes, cudaMemcpyDeviceToDevice); }, iters);
-        std::vector<unsigned char> got(bytes), want(kPeriod * es);
-        CUDA_OK(cudaMemcpy(got.data(), out, bytes, cudaMemcpyDeviceToHost));
-        const size_t period = count < kPeriod ? count : kPeriod;
-        ciuic::kernels::ref::Reduce(want.data(), hs.data(), n, period, dt, ReduceOp::kSum);
-        size_t wrong = 0;
-        for (size_t i = 0; i < count; ++i) {
-          wrong += std::memcmp(got.data() + i * es, want.data() + (i % period) * es, es) != 0;
-        }
+        const size_t wrong = in.Wrong(out, count, es);
         total_wrong += wrong;
         const double gbs = (n + 1.0) * bytes / (t * 1e-3) / 1e9;
         const double mgbs = 2.0 * bytes / (tm * 1e-3) / 1e9;
         std::printf("%-5s %-4s %2d %11zu | %9.1f %9.1f %6.2f | %6zu\n", ciuic::DataTypeName(dt), "sum",
                     n, bytes, gbs, mgbs, gbs / mgbs, wrong);
         std::fflush(stdout);
-        for (void* d : owned) cudaFree(d);
         cudaFree(out);
         cudaFree(tmp);
       }
