@@ -146,7 +146,8 @@ size_t Breakdown(size_t max_bytes) {
               "cudaDeviceGetAttribute %.2f, ciuic_reduce_local_cuda(2 x 4 KiB) %.2f\n",
               pga, gd, da, call);
   cudaFree(a);
-  std::printf("%-5s %2s %11s | %9s %9s %9s | %6s\n", "type", "n", "bytes", "unroll 1", "unroll 2", "unroll 4", "#wrong");
+  std::printf("%-5s %2s %11s | %9s %9s %9s %9s | %6s\n", "type", "n", "bytes", "unroll 1", "unroll 2", "unroll 4",
+              "4, 8/SM", "#wrong");
   size_t total_wrong = 0;
   const DataType dt = DataType::kFloat32;
   for (int n : {2, 4, 8}) {
@@ -155,11 +156,14 @@ size_t Breakdown(size_t max_bytes) {
       Inputs in(n, bytes, dt);
       void* out;
       CUDA_OK(cudaMalloc(&out, bytes));
-      double gbs[3];
+      double gbs[4];
       size_t wrong = 0;
-      const int unrolls[3] = {1, 2, 4};
-      for (int u = 0; u < 3; ++u) {
+      // Vectors per thread 1, 2, 4 with one wave of resident blocks; then 4
+      // with the former grid of 8 blocks per multiprocessor.
+      const int unrolls[4] = {1, 2, 4, 4};
+      for (int u = 0; u < 4; ++u) {
         ciuic::kernels::cuda::SetVectorUnrollForBenchmark(unrolls[u]);
+        ciuic::kernels::cuda::SetGridForBenchmark(u == 3 ? 1 : 0);
         CUDA_OK(cudaMemset(out, 0, bytes));
         const float t = MedianMs([&] {
           (void)ciuic_reduce_local_cuda(out, in.ds.data(), n, count, CIUIC_FLOAT32, CIUIC_SUM, nullptr);
@@ -168,8 +172,10 @@ size_t Breakdown(size_t max_bytes) {
         wrong += in.Wrong(out, count, 4);
       }
       ciuic::kernels::cuda::SetVectorUnrollForBenchmark(0);
+      ciuic::kernels::cuda::SetGridForBenchmark(0);
       total_wrong += wrong;
-      std::printf("%-5s %2d %11zu | %9.1f %9.1f %9.1f | %6zu\n", "f32", n, bytes, gbs[0], gbs[1], gbs[2], wrong);
+      std::printf("%-5s %2d %11zu | %9.1f %9.1f %9.1f %9.1f | %6zu\n", "f32", n, bytes, gbs[0], gbs[1], gbs[2], gbs[3],
+                  wrong);
       std::fflush(stdout);
       cudaFree(out);
     }

@@ -156,10 +156,32 @@ int SmCount() {
 
 std::atomic<int> g_unroll_override{0};
 
-int Blocks(size_t work, int threads) {
+std::atomic<int> g_grid_override{0};
+
+// Blocks of `kernel` that run at once on one multiprocessor (registers and
+// threads allow), asked once per kernel.
+template <typename K>
+int ResidentBlocks(K kernel, int threads) {
+  static std::atomic<int> cached{0};
+  int b = cached.load(std::memory_order_relaxed);
+  if (b > 0) return b;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, threads, 0) != cudaSuccess || b <= 0) {
+    cudaGetLastError();
+    b = 8;
+  }
+  cached.store(b, std::memory_order_relaxed);
+  return b;
+}
+
+// Grid for `work` items of one thread each: no more blocks than run at once
+// (`resident` per multiprocessor), so a grid-stride loop ends in one wave
+// instead of leaving a partial second wave (8 per multiprocessor before:
+// with the unrolled kernel's registers 5 fit, and the other 3 ran after).
+int Blocks(size_t work, int threads, int resident = 8) {
   const int sms = SmCount();
   const size_t want = (work + threads - 1) / threads;
-  const size_t cap = static_cast<size_t>(sms) * 8;  // enough to fill, grid-stride beyond
+  const int per_sm = g_grid_override.load(std::memory_order_relaxed) == 1 ? 8 : resident;
+  const size_t cap = static_cast<size_t>(sms) * per_sm;
   return static_cast<int>(want < cap ? (want == 0 ? 1 : want) : cap);
 }
 
@@ -180,11 +202,14 @@ cudaError_t Launch(void* dst, const Ptrs& src, int n, size_t count, int op, cuda
     if (unroll <= 0) unroll = 4;
     S* d = static_cast<S*>(dst);
     if (unroll >= 4) {
-      VectorKernel<S, 4><<<Blocks((nvec + 3) / 4, kThreads), kThreads, 0, stream>>>(d, src, n, nvec, op);
+      const int r = ResidentBlocks(VectorKernel<S, 4>, kThreads);
+      VectorKernel<S, 4><<<Blocks((nvec + 3) / 4, kThreads, r), kThreads, 0, stream>>>(d, src, n, nvec, op);
     } else if (unroll == 2) {
-      VectorKernel<S, 2><<<Blocks((nvec + 1) / 2, kThreads), kThreads, 0, stream>>>(d, src, n, nvec, op);
+      const int r = ResidentBlocks(VectorKernel<S, 2>, kThreads);
+      VectorKernel<S, 2><<<Blocks((nvec + 1) / 2, kThreads, r), kThreads, 0, stream>>>(d, src, n, nvec, op);
     } else {
-      VectorKernel<S, 1><<<Blocks(nvec, kThreads), kThreads, 0, stream>>>(d, src, n, nvec, op);
+      const int r = ResidentBlocks(VectorKernel<S, 1>, kThreads);
+      VectorKernel<S, 1><<<Blocks(nvec, kThreads, r), kThreads, 0, stream>>>(d, src, n, nvec, op);
     }
     done = nvec * kVec;
   }
@@ -219,6 +244,7 @@ Status CheckDevicePointer(const void* p, const std::string& name) {
 }  // namespace
 
 void SetVectorUnrollForBenchmark(int unroll) { g_unroll_override.store(unroll, std::memory_order_relaxed); }
+void SetGridForBenchmark(int mode) { g_grid_override.store(mode, std::memory_order_relaxed); }
 
 Status Reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType dtype,
               ReduceOp op, cudaStream_t stream) {

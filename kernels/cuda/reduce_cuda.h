@@ -17,6 +17,9 @@ Status Reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataT
 // Benchmarks only: vectors per thread and pass of the aligned kernel (1, 2
 // or 4; 0 = chosen by the input count). Not thread-safe with running calls.
 void SetVectorUnrollForBenchmark(int unroll);
+// Benchmarks only: the grid of the aligned kernel: 0 = one wave of the
+// blocks that fit at once (the default), 1 = 8 blocks per multiprocessor.
+void SetGridForBenchmark(int mode);
 }  // namespace ciuic::kernels::cuda
 
 #endif  // CIUIC_KERNELS_CUDA_REDUCE_CUDA_H_
