@@ -175,8 +175,8 @@ int ResidentBlocks(K kernel, int threads) {
 
 // Grid for `work` items of one thread each: no more blocks than run at once
 // (`resident` per multiprocessor), so a grid-stride loop ends in one wave
-// instead of leaving a partial second wave (8 per multiprocessor before:
-// with the unrolled kernel's registers 5 fit, and the other 3 ran after).
+// instead of leaving a second wave (8 per multiprocessor before: the
+// unrolled kernel's 63 registers a thread let 4 fit, the other 4 ran after).
 int Blocks(size_t work, int threads, int resident = 8) {
   const int sms = SmCount();
   const size_t want = (work + threads - 1) / threads;
