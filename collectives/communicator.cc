@@ -146,7 +146,12 @@ class CommImpl {
   Status AllReduceStagedPipelined(const OpDesc& d, Clock::time_point deadline);
   // Marks where the buffers of `d` live (nothing without GPU support).
   void Classify(OpDesc* d) {
-    if (devmem != nullptr) ClassifyBuffers(*devmem, d);
+    if (devmem == nullptr) return;
+    ClassifyBuffers(*devmem, d);
+    // A reduce's output off the root is unused (may be anything): it takes
+    // the input's kind, so every rank with device input picks the same
+    // route (NCCL or host copies) as the root.
+    if (d->coll == Collective::kReduce && rank != d->root) d->recv_device = d->send_device;
   }
   // Whether `d` runs on the direct shared-memory all-reduce.
   bool UseDirect(const OpDesc& d) const;

@@ -115,6 +115,14 @@ inline Status CheckCollectivesOnDevice(Communicator& c, TestDeviceMemory& m, siz
     CIUIC_DEV_EXPECT(same(got, rank == 0 ? std::vector<float>(want_sum.begin(), want_sum.begin() + count)
                                          : std::vector<float>(count, -1)),
                      "reduce");
+    // Off the root the output is unused: a host pointer there changes
+    // nothing (the route follows the input).
+    float unused = 0;
+    CIUIC_RETURN_IF_ERROR(c.Reduce(in.get(), rank == 0 ? static_cast<void*>(out.get()) : &unused, count,
+                                   DataType::kFloat32, ReduceOp::kSum, 0));
+    CIUIC_ASSIGN_OR_RETURN(got, out.Get());
+    if (rank == 0) CIUIC_DEV_EXPECT(same(got, std::vector<float>(want_sum.begin(), want_sum.begin() + count)), "reduce, host output off the root");
+    CIUIC_DEV_EXPECT(unused == 0, "reduce wrote the unused output off the root");
   }
   // All-gather out of place and in place (input inside the output).
   {
