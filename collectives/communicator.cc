@@ -757,13 +757,13 @@ double DirectPredictedSeconds(size_t bytes, int n, bool one_shot, const CostPara
 }  // namespace
 
 Status CommImpl::ExecuteCollective(const OpDesc& d, Clock::time_point deadline) {
+  if (d.on_device()) return ExecuteOnDevice(d, deadline);  // comes back here with host buffers
   // CIUIC_DEBUG=INFO: the model's prediction next to the measured time of
   // every call (not timed otherwise: this is the small-message path).
   const bool timed = LogEnabled(LogLevel::kInfo);
   const Clock::time_point t0 = timed ? Clock::now() : Clock::time_point();
   double predicted_s = -1;
   Status s;
-  if (d.on_device()) return ExecuteOnDevice(d, deadline);
   if (UseDirect(d)) {
     const size_t bytes = d.count * DataTypeSize(d.dtype);
     const bool one_shot = ShmDirect::OneShot(bytes, DirectOptions());
