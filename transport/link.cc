@@ -228,6 +228,7 @@ Status Link::ReleaseRecv() {
 }
 
 Status Link::Post() {
+  const uint64_t posted_before = posted_;
   while (posted_ < committed_) {
     const size_t slot = posted_ % options_.nslots;
     const size_t len = pending_len_[slot];
@@ -250,12 +251,16 @@ Status Link::Post() {
   }
   // Credits in batches of half the ring (see transport.h).
   const uint64_t batch = std::max<uint64_t>(1, options_.nslots / 2);
-  if (released_ - credit_sent_ >= batch) {
+  const uint64_t owed = released_ - credit_sent_;
+  const bool rides = posted_ != posted_before && conn_->MessagesRideWithWrites();
+  if (owed >= batch || (owed > 0 && rides)) {
     uint8_t msg[kCreditBytes];
     PutU64(msg, released_);
     Status s = conn_->PostMessage(msg, sizeof(msg));
     if (s.ok()) {
       credit_sent_ = released_;
+      ++credit_messages_;
+      if (!rides) ++credit_messages_alone_;
     } else if (s.code() != StatusCode::kResourceExhausted) {
       return error_ = s;
     }
@@ -311,7 +316,7 @@ Status WaitFor(Backend& backend, const std::function<StatusOr<bool>()>& progress
   // up to ~1 ms (lets an oversubscribed peer run), then sleep until the
   // backend sees activity, at most 10 ms at a time so a lost wake-up costs
   // little.
-  constexpr auto kYield = std::chrono::microseconds(1000);
+  static const auto kYield = std::chrono::microseconds(getenv("XY")?atoi(getenv("XY")):1000);
   constexpr auto kMaxSleep = std::chrono::microseconds(10000);
   auto last = Clock::now();
   for (;;) {

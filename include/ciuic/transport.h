@@ -280,6 +280,11 @@ class Connection {
   // How many writes may be outstanding (posted, no kWriteDone yet).
   virtual size_t max_outstanding() const = 0;
 
+  // True when a message posted right after a write travels with it at no
+  // extra cost (tcp: one sendmsg, one segment), so a Link may return its
+  // credits with every chunk it sends instead of in separate messages.
+  virtual bool MessagesRideWithWrites() const { return false; }
+
   // If `dst` is directly addressable from this process (shm), a pointer to
   // its byte `offset`, so kernels can write the payload in place and a
   // zero-length PostWrite then only notifies. nullptr otherwise.
@@ -507,6 +512,10 @@ class RegistrationCache {
 // released and unannounced, not per slot: one message instead of several,
 // and the sender still always has at least half the ring, so any schedule
 // that runs with a ring of that size cannot wait on a withheld credit.
+// Where messages ride with writes for free (Connection::
+// MessagesRideWithWrites, tcp), credits owed also go out with every chunk
+// sent, so a two-way exchange of small messages needs no credit message of
+// its own (one segment per chunk instead of 1.25).
 // Where the peer's ring is directly addressable (shm), AcquireSend hands
 // out the peer's slot itself, so a kernel can reduce straight into it and
 // the commit is only a notification; otherwise the chunk goes through a
@@ -615,6 +624,11 @@ class Link {
   // happened (a completion, a retried post). Errors: the connection's (sticky).
   StatusOr<bool> Progress();
 
+  // Credit messages sent so far: all of them, and those that went out with
+  // no chunk of ours beside them (a message of their own on the wire).
+  uint64_t credit_messages() const { return credit_messages_; }
+  uint64_t credit_messages_alone() const { return credit_messages_alone_; }
+
  private:
   Link(std::unique_ptr<Connection> conn, BufferPool& pool, const LinkOptions& options);
   // Set-up after connecting: lease the receive ring and publish it; adopt
@@ -647,6 +661,8 @@ class Link {
   uint64_t arrived_ = 0;
   uint64_t released_ = 0;
   uint64_t credit_sent_ = 0;   // released count last sent to the peer
+  uint64_t credit_messages_ = 0;
+  uint64_t credit_messages_alone_ = 0;
   std::vector<uint32_t> recv_len_;  // by slot
   Status error_;
 };

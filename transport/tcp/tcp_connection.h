@@ -77,6 +77,8 @@ class TcpConnection final : public Connection {
   Status PostMessage(const void* data, size_t len) override;
   StatusOr<size_t> Progress(Completion* out, size_t max) override;
   size_t max_outstanding() const override { return kMaxOutstanding; }
+  // A message queued behind a write goes out in the same sendmsg.
+  bool MessagesRideWithWrites() const override { return true; }
 
  private:
   struct Op {

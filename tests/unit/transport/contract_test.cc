@@ -371,6 +371,70 @@ TEST_P(ContractTest, LinkFlowControlSlowReceiver) {
   ExpectAllOk(results);
 }
 
+// A two-way exchange of small chunks in lockstep (the traffic of a small
+// all-reduce): the ring keeps going on credits alone, and where messages
+// ride with writes (tcp) every credit goes out beside a chunk, never as a
+// message of its own; elsewhere they go in batches of half the ring.
+TEST_P(ContractTest, LinkCreditsRideWithChunksInAnExchange) {
+  const BackendKind kind = GetParam();
+  constexpr int kRounds = 64;
+  constexpr size_t kSlots = 4;
+  auto results = RunRanks(2, [&](int rank, Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(auto be, OpenBackend(kind, ChildOptions(rank, 2)));
+    BufferPool pool(*be, 1u << 20);
+    LinkOptions lo;
+    lo.slot_size = 4096;
+    lo.nslots = kSlots;
+    CIUIC_ASSIGN_OR_RETURN(auto link, Link::Create(*be, pool, store, "x", rank, 1 - rank, 4, lo, kStoreTimeout));
+    const auto deadline = Clock::now() + milliseconds(60000);
+    auto progress = [&]() { return link->Progress(); };
+    auto send = [&](int c) -> Status {
+      void* slot = nullptr;
+      CIUIC_RETURN_IF_ERROR(WaitFor(*be, progress, [&] { return (slot = link->AcquireSend()) != nullptr; },
+                                    deadline, "a free slot"));
+      const size_t len = 8 + c % 56;
+      auto* p = static_cast<uint8_t*>(slot);
+      for (size_t i = 0; i < len; ++i) p[i] = Pattern(rank, 1 - rank, c, i);
+      return link->CommitSend(len);
+    };
+    auto recv = [&](int c) -> Status {
+      size_t len = 0;
+      const void* data = nullptr;
+      CIUIC_RETURN_IF_ERROR(WaitFor(*be, progress, [&] { return (data = link->PeekRecv(&len)) != nullptr; },
+                                    deadline, "chunk " + std::to_string(c)));
+      if (len != 8 + static_cast<size_t>(c) % 56) return DataLossError("chunk " + std::to_string(c) + ": length " + std::to_string(len));
+      const auto* p = static_cast<const uint8_t*>(data);
+      for (size_t i = 0; i < len; ++i) {
+        if (p[i] != Pattern(1 - rank, rank, c, i)) return DataLossError("chunk " + std::to_string(c) + " byte " + std::to_string(i));
+      }
+      return link->ReleaseRecv();
+    };
+    for (int c = 0; c < kRounds; ++c) {
+      if (rank == 0) {
+        CIUIC_RETURN_IF_ERROR(send(c));
+        CIUIC_RETURN_IF_ERROR(recv(c));
+      } else {
+        CIUIC_RETURN_IF_ERROR(recv(c));
+        CIUIC_RETURN_IF_ERROR(send(c));
+      }
+    }
+    CIUIC_RETURN_IF_ERROR(WaitFor(*be, progress, [&] { return link->sends_in_flight() == 0; }, deadline, "sends"));
+    const uint64_t all = link->credit_messages(), alone = link->credit_messages_alone();
+    const std::string counts = "rank " + std::to_string(rank) + ": " + std::to_string(all) + " credit messages, " +
+                               std::to_string(alone) + " alone";
+    if (kind == BackendKind::kTcp) {
+      // Each release is followed by this rank's next chunk, which carries it.
+      if (all < kRounds - 1 || alone != 0) return InternalError(counts + " (want >= 63, 0 alone)");
+    } else if (all != alone || all < kRounds / (kSlots / 2) - 1) {
+      return InternalError(counts + " (want >= 31, all alone)");
+    }
+    CIUIC_RETURN_IF_ERROR(store.Add("done", 1).status());
+    return WaitFor(*be, progress, [&] { auto v = store.Add("done", 0); return v.ok() && *v >= 2; },
+                   deadline, "the peer");
+  }, milliseconds(120000));
+  ExpectAllOk(results);
+}
+
 // Zero-copy sends through a Link: chunks go straight from registered caller
 // memory (no staging slot) on links that are not direct; a chunk's source
 // may be reused once sends_done() passes it (here it is scribbled over at
