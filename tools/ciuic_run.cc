@@ -98,8 +98,8 @@ const char kUsage[] =
     "Starts N ranks of prog on this machine with a rendezvous store.\n"
     "  -n, -np, --np N         number of ranks (1-1024)\n"
     "  --transport T           CIUIC_TRANSPORT for every rank: shm, tcp, verbs or auto\n"
-    "  --bind core|numa|none   bind each rank to its cores / NUMA node (default: core\n"
-    "                          when there are at least N cores, else none)\n"
+    "  --bind core|numa|none   bind each rank to its cores / NUMA node (default: core;\n"
+    "                          with more ranks than cores, neighbouring ranks share one)\n"
     "  --timeout SEC           stop the job after SEC seconds (exit 124)\n"
     "  --hosts K               simulated hosts: K network namespaces joined by a bridge\n"
     "                          (needs root); rank r runs on host r*K/N\n"
@@ -674,15 +674,28 @@ std::vector<std::vector<int>> PlanBinding(const Options& o) {
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
   if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return out;
-  int cores = 0;
+  // The cores this process may use, each as its usable CPUs, in topology order.
+  std::vector<std::vector<int>> cores;
   for (const auto& core : topo->cores) {
-    bool usable = false;
-    for (int cpu : core.cpus) usable |= cpu >= 0 && cpu < CPU_SETSIZE && CPU_ISSET(cpu, &allowed);
-    cores += usable;
+    std::vector<int> usable;
+    for (int cpu : core.cpus) {
+      if (cpu >= 0 && cpu < CPU_SETSIZE && CPU_ISSET(cpu, &allowed)) usable.push_back(cpu);
+    }
+    if (!usable.empty()) cores.push_back(std::move(usable));
   }
-  if (o.bind == Bind::kDefault && cores < o.nranks) {
-    Say(std::to_string(o.nranks) + " ranks on " + std::to_string(cores) +
-        (cores == 1 ? " core" : " cores") + ": ranks are not bound (--bind core shares cores among them)");
+  const int ncores = static_cast<int>(cores.size());
+  if (o.bind != Bind::kNuma && ncores > 0 && ncores < o.nranks) {
+    // More ranks than cores: each rank on one core, neighbouring ranks
+    // sharing it (rank r on core r * cores / N). Unbound, the scheduler
+    // moved them about: 4 ranks on 2 cores ran a tcp 8-byte all-reduce in
+    // 38 us in one start and 65-75 us in the next; bound like this, 38-42
+    // us in every start, and neighbours (ring and recursive-doubling
+    // partners) hand over on one core (perf/RESULTS.md).
+    for (int r = 0; r < o.nranks; ++r) {
+      out[r] = cores[static_cast<size_t>(static_cast<int64_t>(r) * ncores / o.nranks)];
+    }
+    Say(std::to_string(o.nranks) + " ranks on " + std::to_string(ncores) + (ncores == 1 ? " core" : " cores") +
+        ": neighbouring ranks share a core (--bind none leaves them unbound)");
     return out;
   }
   auto placement = ciuic::topology::PlaceRanks(*topo, o.nranks, {}, /*use_gpus=*/false);

@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -619,15 +620,50 @@ TEST_F(CiuicRunTest, BindNumaGivesEachRankCpusOfOneNode) {
   }
 }
 
-TEST_F(CiuicRunTest, MoreRanksThanCoresAreNotBoundByDefault) {
+TEST_F(CiuicRunTest, MoreRanksThanCoresShareCoresInBlocksByDefault) {
   cpu_set_t set;
   ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
   const int n = CPU_COUNT(&set) + 1;  // more ranks than CPUs, so more than cores
   if (n > 64) GTEST_SKIP() << "too many CPUs for a quick test (" << n - 1 << ")";
-  Launch l(Args({"-n", std::to_string(n)}, Sh("true")));
+  Launch l(Args({"-n", std::to_string(n)}, Sh("grep Cpus_allowed_list /proc/self/status")));
   const Result r = l.Finish();
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(Count(r.err, "ranks are not bound"), 1u) << r.err;
+  EXPECT_EQ(Count(r.err, "neighbouring ranks share a core"), 1u) << r.err;
+  const auto cpus = AllowedCpus(r.out);
+  ASSERT_EQ(cpus.size(), static_cast<size_t>(n)) << r.out;
+  // Every rank is bound to CPUs of this process; two ranks' sets are equal
+  // (one core) or disjoint; ranks on one core are consecutive, and more than
+  // one core is used when there is more than one CPU.
+  std::vector<std::vector<int>> distinct;
+  std::vector<int> prev;
+  for (const auto& [rank, list] : cpus) {
+    ASSERT_FALSE(list.empty()) << "rank " << rank;
+    for (int c : list) EXPECT_TRUE(CPU_ISSET(c, &set)) << "rank " << rank << " got CPU " << c;
+    if (list != prev) {
+      for (const auto& d : distinct) {
+        EXPECT_NE(d, list) << "rank " << rank << " shares a core with a rank that is not its neighbour: " << r.out;
+        std::vector<int> both;
+        std::set_intersection(d.begin(), d.end(), list.begin(), list.end(), std::back_inserter(both));
+        EXPECT_TRUE(both.empty()) << "overlapping CPU sets: " << r.out;
+      }
+      distinct.push_back(list);
+      prev = list;
+    }
+  }
+  size_t bound = 0;
+  for (const auto& d : distinct) bound += d.size();
+  EXPECT_EQ(bound, static_cast<size_t>(CPU_COUNT(&set))) << "not every core used: " << r.out;
+}
+
+TEST_F(CiuicRunTest, MoreRanksThanCoresWithBindNoneAreNotBound) {
+  cpu_set_t set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  const int n = CPU_COUNT(&set) + 1;
+  if (n > 64) GTEST_SKIP() << "too many CPUs for a quick test (" << n - 1 << ")";
+  Launch l(Args({"-n", std::to_string(n), "--bind", "none"}, Sh("true")));
+  const Result r = l.Finish();
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(r.err.empty()) << r.err;
 }
 
 // ---- Simulated hosts ----------------------------------------------------------
