@@ -329,11 +329,21 @@ Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& 
     return true;
   };
 
+  // Passes since every link was last progressed (see below).
+  unsigned since_full = 0;
   auto pass = [&]() -> StatusOr<bool> {
     if (abort != nullptr && abort->load(std::memory_order_relaxed)) {
       return AbortedError(jobs[0].schedule->algorithm + ": communicator aborted");
     }
     bool any = false;
+    // A link with no receive due in this run and a free slot for any send
+    // it still has only progresses its sends, and not at all when it has
+    // nothing of ours to hand over or complete (a broadcast's root reads no
+    // socket between its sends), except on every 16th pass, so what arrives
+    // there (credits) is still taken in and a sleeping wait is not woken by
+    // it again and again.
+    const bool full = ++since_full >= 16;
+    if (full) since_full = 0;
     if (more != nullptr) {
       const size_t had = jobs.size();
       more(&jobs);
@@ -349,7 +359,10 @@ Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& 
         any = true;
       }
       if (q.failed) continue;
-      StatusOr<bool> p = q.link->Progress();
+      const bool sends_only = !full && q.recv_head == q.recvs.size() &&
+                              (q.send_head == q.sends.size() || q.link->CanSend());
+      if (sends_only && !q.link->SendsPending()) continue;
+      StatusOr<bool> p = q.link->Progress(/*receive=*/!sends_only);
       if (!p.ok()) {
         // A peer that finished its part and closed (or died) only matters
         // while this run still needs more from it than already arrived

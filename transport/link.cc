@@ -268,13 +268,13 @@ Status Link::Post() {
   return Status::Ok();
 }
 
-StatusOr<bool> Link::Progress() {
+StatusOr<bool> Link::Progress(bool receive) {
   if (!error_.ok()) return error_;
   const uint64_t before_posted = posted_, before_credit = credit_sent_;
   // Per thread, not per call: a Completion array is ~1.4 KiB of
   // default-initialised bytes, and Progress runs in tight polling loops.
   static thread_local Completion done[16];
-  StatusOr<size_t> n = conn_->Progress(done, 16);
+  StatusOr<size_t> n = receive ? conn_->Progress(done, 16) : conn_->ProgressSends(done, 16);
   if (!n.ok()) return error_ = n.status();
   auto who = [this] { return "link to rank " + std::to_string(conn_->peer()); };
   for (size_t i = 0; i < *n; ++i) {

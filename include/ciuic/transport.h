@@ -277,6 +277,11 @@ class Connection {
   // malformed frame), kInternal (device error).
   virtual StatusOr<size_t> Progress(Completion* out, size_t max) = 0;
 
+  // Progress of the sending side only (hands queued writes and messages
+  // over, completes them), for a caller that expects nothing from the peer
+  // now: no receive system call. The default progresses both sides.
+  virtual StatusOr<size_t> ProgressSends(Completion* out, size_t max) { return Progress(out, max); }
+
   // How many writes may be outstanding (posted, no kWriteDone yet).
   virtual size_t max_outstanding() const = 0;
 
@@ -284,6 +289,12 @@ class Connection {
   // extra cost (tcp: one sendmsg, one segment), so a Link may return its
   // credits with every chunk it sends instead of in separate messages.
   virtual bool MessagesRideWithWrites() const { return false; }
+
+  // False only when nothing posted here waits for this side's Progress
+  // (every write and message handed over and completed), so a caller that
+  // expects nothing from the peer may skip Progress. The default (true)
+  // asks to be progressed always.
+  virtual bool HasQueuedSends() const { return true; }
 
   // If `dst` is directly addressable from this process (shm), a pointer to
   // its byte `offset`, so kernels can write the payload in place and a
@@ -590,6 +601,15 @@ class Link {
   Status CommitSend(size_t len);
   // Chunks committed whose write has not completed locally yet.
   size_t sends_in_flight() const;
+  // Whether Progress has work on this side's sends: chunks or credits not
+  // yet handed over or not yet completed (see Connection::HasQueuedSends).
+  // False lets a caller that expects nothing from the peer and has a free
+  // slot (or nothing to send) skip Progress, and true lets it call
+  // Progress(false): a broadcast's root then reads no socket between its
+  // sends.
+  bool SendsPending() const {
+    return posted_ != committed_ || write_done_ != posted_ || conn_->HasQueuedSends();
+  }
 
   // Zero-copy sending (links that are not direct): whether the peer has a
   // free slot, and a send of `len` bytes (<= slot_size()) straight from
@@ -622,7 +642,9 @@ class Link {
 
   // Advances the connection; never blocks. Returns true when anything
   // happened (a completion, a retried post). Errors: the connection's (sticky).
-  StatusOr<bool> Progress();
+  // receive = false: the sending side only (Connection::ProgressSends), for
+  // a caller that expects no chunk and needs no credit now.
+  StatusOr<bool> Progress(bool receive = true);
 
   // Credit messages sent so far: all of them, and those that went out with
   // no chunk of ours beside them (a message of their own on the wire).

@@ -548,6 +548,13 @@ size_t TcpConnection::Deliver(Completion* out, size_t max, bool* stuck) {
   return n;
 }
 
+StatusOr<size_t> TcpConnection::ProgressSends(Completion* out, size_t max) {
+  if (!error_.ok()) return error_;
+  if (!tx_error_.ok()) return Progress(out, max);  // surfaced by the receive side
+  SendPass();
+  return Retire(out, max);
+}
+
 StatusOr<size_t> TcpConnection::Progress(Completion* out, size_t max) {
   if (!error_.ok()) return error_;
   if (tx_error_.ok()) SendPass();

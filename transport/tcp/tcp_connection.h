@@ -76,9 +76,12 @@ class TcpConnection final : public Connection {
                    size_t dst_offset, size_t len, uint32_t imm, uint64_t wr_id) override;
   Status PostMessage(const void* data, size_t len) override;
   StatusOr<size_t> Progress(Completion* out, size_t max) override;
+  StatusOr<size_t> ProgressSends(Completion* out, size_t max) override;
   size_t max_outstanding() const override { return kMaxOutstanding; }
   // A message queued behind a write goes out in the same sendmsg.
   bool MessagesRideWithWrites() const override { return true; }
+  // Ops stay queued until every frame is handed to the kernel and retired.
+  bool HasQueuedSends() const override { return !ops_.empty(); }
 
  private:
   struct Op {

@@ -428,9 +428,68 @@ TEST_P(ContractTest, LinkCreditsRideWithChunksInAnExchange) {
     } else if (all != alone || all < kRounds / (kSlots / 2) - 1) {
       return InternalError(counts + " (want >= 31, all alone)");
     }
+    // Both are done with the link: wait for the peer without touching it
+    // (the peer may already have closed its side).
     CIUIC_RETURN_IF_ERROR(store.Add("done", 1).status());
-    return WaitFor(*be, progress, [&] { auto v = store.Add("done", 0); return v.ok() && *v >= 2; },
-                   deadline, "the peer");
+    return WaitFor(*be, []() -> StatusOr<bool> { return false; },
+                   [&] { auto v = store.Add("done", 0); return v.ok() && *v >= 2; }, deadline, "the peer");
+  }, milliseconds(120000));
+  ExpectAllOk(results);
+}
+
+// A sender that expects nothing back progresses its sends only
+// (Link::Progress(false)) while it has a free slot, and reads (credits)
+// only when the ring is full; every chunk still arrives intact. Once all is
+// handed over a tcp link says it has nothing pending (the executor then
+// leaves it alone); backends that do not tell keep asking to be progressed.
+TEST_P(ContractTest, LinkSendsProgressWithoutReceiving) {
+  const BackendKind kind = GetParam();
+  constexpr int kChunks = 100;
+  auto results = RunRanks(2, [&](int rank, Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(auto be, OpenBackend(kind, ChildOptions(rank, 2)));
+    BufferPool pool(*be, 1u << 20);
+    LinkOptions lo;
+    lo.slot_size = 4096;
+    lo.nslots = 4;
+    CIUIC_ASSIGN_OR_RETURN(auto link, Link::Create(*be, pool, store, "s", rank, 1 - rank, 5, lo, kStoreTimeout));
+    const auto deadline = Clock::now() + milliseconds(60000);
+    if (rank == 0) {
+      int full = 0;
+      auto sends_only = [&]() -> StatusOr<bool> { return link->Progress(link->CanSend() ? false : (++full, true)); };
+      for (int c = 0; c < kChunks; ++c) {
+        void* slot = nullptr;
+        CIUIC_RETURN_IF_ERROR(WaitFor(*be, sends_only, [&] { return (slot = link->AcquireSend()) != nullptr; },
+                                      deadline, "a free slot"));
+        const size_t len = 1 + (c * 53) % 4096;
+        auto* p = static_cast<uint8_t*>(slot);
+        for (size_t i = 0; i < len; ++i) p[i] = Pattern(0, 1, c, i);
+        CIUIC_RETURN_IF_ERROR(link->CommitSend(len));
+      }
+      CIUIC_RETURN_IF_ERROR(WaitFor(*be, sends_only, [&] { return link->sends_in_flight() == 0; }, deadline, "sends"));
+      if (full == 0) return InternalError("the ring never filled: the receiver was never behind");
+      if (kind == BackendKind::kTcp && link->SendsPending()) return InternalError("tcp link still has sends pending");
+      if (kind != BackendKind::kTcp && !link->SendsPending()) {
+        return InternalError("a backend that does not report its queue must keep asking for progress");
+      }
+      CIUIC_RETURN_IF_ERROR(store.Set("sender-done", "1"));
+      return store.Get("receiver-done", kStoreTimeout).status();
+    }
+    auto progress = [&]() { return link->Progress(); };
+    for (int c = 0; c < kChunks; ++c) {
+      size_t len = 0;
+      const void* data = nullptr;
+      CIUIC_RETURN_IF_ERROR(WaitFor(*be, progress, [&] { return (data = link->PeekRecv(&len)) != nullptr; },
+                                    deadline, "chunk " + std::to_string(c)));
+      if (len != 1 + static_cast<size_t>(c * 53) % 4096) return DataLossError("chunk " + std::to_string(c) + " has " + std::to_string(len) + " bytes");
+      const auto* p = static_cast<const uint8_t*>(data);
+      for (size_t i = 0; i < len; ++i) {
+        if (p[i] != Pattern(0, 1, c, i)) return DataLossError("chunk " + std::to_string(c) + " byte " + std::to_string(i));
+      }
+      if (c % 25 == 0) std::this_thread::sleep_for(milliseconds(2));  // fall behind now and then
+      CIUIC_RETURN_IF_ERROR(link->ReleaseRecv());
+    }
+    CIUIC_RETURN_IF_ERROR(store.Get("sender-done", kStoreTimeout).status());
+    return store.Set("receiver-done", "1");
   }, milliseconds(120000));
   ExpectAllOk(results);
 }
