@@ -595,7 +595,8 @@ Status CommImpl::Finish(const OpDesc& d) {
 }
 
 bool CommImpl::UseDirect(const OpDesc& d) const {
-  if (d.coll != Collective::kAllReduce || size < 2 || backend->kind() != BackendKind::kShm) return false;
+  if (size < 2 || backend->kind() != BackendKind::kShm) return false;
+  if (d.coll != Collective::kAllReduce && d.coll != Collective::kBroadcast) return false;
   if (algo_choice == AlgoChoice::kOther) return false;
   const size_t bytes = d.count * DataTypeSize(d.dtype);
   if (algo_choice == AlgoChoice::kAuto && tuning.has_value()) {
@@ -603,6 +604,7 @@ bool CommImpl::UseDirect(const OpDesc& d) const {
     const TuningRule* rule = FindRule(*tuning, d.coll, BackendKind::kShm, size, bytes);
     if (rule != nullptr && rule->algorithm != "direct") return false;
   }
+  if (d.coll == Collective::kBroadcast) return true;  // one buffer
   // Partly overlapping buffers: the schedules stage such input; so do they.
   const auto s = reinterpret_cast<uintptr_t>(d.send);
   const auto r = reinterpret_cast<uintptr_t>(d.recv);
@@ -624,6 +626,9 @@ Status CommImpl::RunDirect(const OpDesc& d, Clock::time_point deadline) {
   if (direct == nullptr) {
     CIUIC_ASSIGN_OR_RETURN(direct, ShmDirect::Create(*backend, *store, prefix, rank, size, DirectOptions(),
                                                      std::chrono::milliseconds(config.timeout_ms)));
+  }
+  if (d.coll == Collective::kBroadcast) {
+    return direct->Broadcast(d.recv, d.count, d.dtype, d.root, *reducer, deadline, &aborted);
   }
   const ReduceOp op = d.op == ReduceOp::kAvg ? ReduceOp::kSum : d.op;
   CIUIC_RETURN_IF_ERROR(direct->AllReduce(d.send, d.recv, d.count, d.dtype, op, *reducer,
@@ -766,7 +771,8 @@ Status CommImpl::ExecuteCollective(const OpDesc& d, Clock::time_point deadline) 
   Status s;
   if (UseDirect(d)) {
     const size_t bytes = d.count * DataTypeSize(d.dtype);
-    const bool one_shot = ShmDirect::OneShot(bytes, DirectOptions());
+    const bool bcast = d.coll == Collective::kBroadcast;
+    const bool one_shot = bcast || ShmDirect::OneShot(bytes, DirectOptions());
     if (bytes != direct_logged_bytes) {
       // Said once per size, not per call.
       direct_logged_bytes = bytes;
@@ -776,14 +782,18 @@ Status CommImpl::ExecuteCollective(const OpDesc& d, Clock::time_point deadline) 
                                    ? FindRule(*tuning, d.coll, BackendKind::kShm, size, bytes)
                                    : nullptr;
       if (rule != nullptr) reason = "tuned: " + FormatRule(*rule) + " (" + tuning->origin + ":" + std::to_string(rule->line) + ")";
-      last_algorithm = std::string("direct (") + (one_shot ? "one-shot" : "two-shot") + ") for allreduce " +
-                       std::to_string(bytes) + " B on " + std::to_string(size) + " ranks: " + reason;
-      CIUIC_LOG(kInfo, "allreduce count=%zu: %s", d.count, last_algorithm.c_str());
+      last_algorithm = bcast ? "direct for broadcast " + std::to_string(bytes) + " B on " + std::to_string(size) +
+                                   " ranks: " + reason
+                             : std::string("direct (") + (one_shot ? "one-shot" : "two-shot") + ") for allreduce " +
+                                   std::to_string(bytes) + " B on " + std::to_string(size) + " ranks: " + reason;
+      CIUIC_LOG(kInfo, "%s count=%zu: %s", bcast ? "broadcast" : "allreduce", d.count, last_algorithm.c_str());
     }
     if (timed) {
       CostParams p = cost_params;
       if (tuning.has_value()) ApplyTuning(*tuning, backend->kind(), &p, d.dtype, d.op);
-      predicted_s = DirectPredictedSeconds(bytes, size, one_shot, p);
+      // A broadcast: one hand-off, the root's copy in and the copy out.
+      predicted_s = bcast ? p.alpha_s + 2 * static_cast<double>(bytes) * p.copy_s_per_byte
+                          : DirectPredictedSeconds(bytes, size, one_shot, p);
     }
     s = RunDirect(d, deadline);
   } else {

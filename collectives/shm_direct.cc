@@ -69,6 +69,8 @@ constexpr size_t kInlineBytes = 32;
 // Rank 0 runs the store mode it measured slower once every this many calls
 // of a size class, so a change of the machine's state is noticed.
 constexpr uint64_t kExploreEvery = 32;
+// A broadcast's SlotHeader::op: this bit | the root (ReduceOps are small).
+constexpr uint32_t kBroadcastOp = 0x80000000u;
 struct alignas(64) SlotHeader {
   std::atomic<uint64_t> stamp;  // global chunk index + 1 once the chunk is in
   uint64_t seq;                 // operation sequence number
@@ -192,29 +194,32 @@ struct ShmDirect::Impl {
   Status PeerStatus(int r, bool poll_connection) const {
     if (ctrl[r]->failed.load(std::memory_order_acquire) != 0) {
       std::string why(ctrl[r]->reason, strnlen(ctrl[r]->reason, sizeof(ctrl[r]->reason)));
-      return UnavailableError("allreduce (direct shm): rank " + std::to_string(r) + " failed: " + why);
+      return UnavailableError("direct shm: rank " + std::to_string(r) + " failed: " + why);
     }
     if (poll_connection && conns[r] != nullptr) {
       transport::Completion c[4];
       StatusOr<size_t> p = conns[r]->Progress(c, 4);
-      if (!p.ok()) return Status(p.status().code(), "allreduce (direct shm): rank " + std::to_string(r) + ": " + p.status().message());
+      if (!p.ok()) return Status(p.status().code(), "direct shm: rank " + std::to_string(r) + ": " + p.status().message());
     }
     return Status::Ok();
   }
 
-  Status CheckHeader(int r, uint64_t g, uint64_t want_seq, size_t count, DataType dtype,
-                     ReduceOp op) const {
+  // The header's `op` field: a ReduceOp for an all-reduce, kBroadcastOp |
+  // root for a broadcast; the text names it in errors.
+  static std::string OpText(uint32_t code) {
+    if ((code & kBroadcastOp) != 0) return "broadcast from rank " + std::to_string(code & ~kBroadcastOp);
+    return std::string("allreduce ") + ReduceOpName(static_cast<ReduceOp>(code));
+  }
+  Status CheckHeader(int r, uint64_t g, uint64_t want_seq, size_t count, DataType dtype, uint32_t op) const {
     const SlotHeader& h = Header(r, g);
-    if (h.seq == want_seq && h.count == count &&
-        h.dtype == static_cast<uint32_t>(dtype) && h.op == static_cast<uint32_t>(op)) {
+    if (h.seq == want_seq && h.count == count && h.dtype == static_cast<uint32_t>(dtype) && h.op == op) {
       return Status::Ok();
     }
-    return DataLossError("allreduce (direct shm): rank " + std::to_string(r) + " is in another operation (its #" +
-                         std::to_string(h.seq) + ": count " + std::to_string(h.count) + ", dtype " +
-                         std::to_string(h.dtype) + ", op " + std::to_string(h.op) + "; this rank's #" +
-                         std::to_string(want_seq) + ": count " + std::to_string(count) + ", " +
-                         DataTypeName(dtype) + ", " + ReduceOpName(op) +
-                         "): mismatched counts or calls across ranks?");
+    return DataLossError("direct shm: rank " + std::to_string(r) + " is in another operation (its #" +
+                         std::to_string(h.seq) + ": " + OpText(h.op) + ", count " + std::to_string(h.count) +
+                         ", dtype " + std::to_string(h.dtype) + "; this rank's #" + std::to_string(want_seq) + ": " +
+                         OpText(op) + ", count " + std::to_string(count) + ", " + DataTypeName(dtype) +
+                         "): mismatched counts, roots or calls across ranks?");
   }
 };
 
@@ -235,10 +240,10 @@ class Stall {
       last_liveness_ = now;
     }
     if (abort_ != nullptr && abort_->load(std::memory_order_relaxed)) {
-      return AbortedError("allreduce (direct shm): communicator aborted");
+      return AbortedError("direct shm: communicator aborted");
     }
     if (now >= deadline_) {
-      return DeadlineExceededError("allreduce (direct shm): timed out waiting for rank " +
+      return DeadlineExceededError("direct shm: timed out waiting for rank " +
                                    std::to_string(peer) + " (" + what + ", chunk " +
                                    std::to_string(target - 1) + ")");
     }
@@ -490,7 +495,7 @@ Status ShmDirect::AllReduce(const void* send, void* recv, size_t count, DataType
       if (r < 0) {
         for (int q = 0; q < n; ++q) {
           if (q == me) continue;
-          Status bad = m.CheckHeader(q, g, seq, count, dtype, op);
+          Status bad = m.CheckHeader(q, g, seq, count, dtype, static_cast<uint32_t>(op));
           if (!bad.ok()) return m.Fail(bad);
         }
         const size_t len = chunk_len(red);
@@ -560,6 +565,82 @@ Status ShmDirect::AllReduce(const void* send, void* recv, size_t count, DataType
       m.ctrl[0]->best_stores[bucket].store(st.Estimate(1) < st.Estimate(0) ? 1 : 0, std::memory_order_relaxed);
     }
   }
+  return Status::Ok();
+}
+
+Status ShmDirect::Broadcast(void* buf, size_t count, DataType dtype, int root, const kernels::Reducer& copier,
+                            Clock::time_point deadline, const std::atomic<bool>* abort) {
+  Impl& m = *impl_;
+  if (!m.error.ok()) return Status(m.error.code(), "direct shm failed earlier: " + m.error.message());
+  if (root < 0 || root >= m.size) {
+    return InvalidArgumentError("direct shm broadcast: root " + std::to_string(root) + " outside [0, " +
+                                std::to_string(m.size) + ")");
+  }
+  if (count == 0) return Status::Ok();
+  const size_t es = DataTypeSize(dtype);
+  const size_t chunk_elems = m.slot_bytes / es;
+  if (chunk_elems == 0) return InvalidArgumentError("direct shm broadcast: slot smaller than one element");
+  const size_t nchunks = (count + chunk_elems - 1) / chunk_elems;
+  const uint64_t g0 = m.next_chunk;
+  const uint64_t seq = m.seq;
+  const int me = m.rank;
+  const uint32_t code = kBroadcastOp | static_cast<uint32_t>(root);
+  const bool inline_data = count * es <= kInlineBytes;  // one chunk, in the header line
+  auto* base = static_cast<char*>(buf);
+  Stall stall(m, deadline, abort);
+  for (size_t k = 0; k < nchunks;) {
+    const uint64_t g = g0 + k;
+    const size_t len = std::min(chunk_elems, count - k * chunk_elems) * es;
+    char* at = base + k * chunk_elems * es;
+    Status s;
+    if (me == root) {
+      // The slot is free once every rank finished chunk g - nslots.
+      if (g >= m.nslots && m.free_upto < g - m.nslots + 1) {
+        const uint64_t need = g - m.nslots + 1;
+        const int r = m.FirstBelow(&Control::out, need);
+        if (r >= 0) {
+          s = stall.Wait(r, m.Word(r, &Control::out), need, "freeing a slot");
+          if (!s.ok()) return m.Fail(s);
+          continue;
+        }
+        uint64_t low = UINT64_MAX;
+        for (int q = 0; q < m.size; ++q) low = std::min(low, m.ctrl[q]->out.v.load(std::memory_order_acquire));
+        m.free_upto = low;
+      }
+      SlotHeader& h = m.Header(me, g);
+      if (inline_data) {
+        std::memcpy(h.inline_data, at, len);
+      } else {
+        copier.Copy(m.Slot(me, g), at, len);
+      }
+      h.seq = seq;
+      h.count = count;
+      h.dtype = static_cast<uint32_t>(dtype);
+      h.op = code;
+      m.Publish(h.stamp, g + 1);
+      // The root reads no region: done with the chunk at once.
+      m.Publish(m.ctrl[me]->out.v, g + 1);
+    } else {
+      SlotHeader& h = m.Header(root, g);
+      if (h.stamp.load(std::memory_order_acquire) != g + 1) {
+        s = stall.Wait(root, &h.stamp, g + 1, "its broadcast");
+        if (!s.ok()) return m.Fail(s);
+        continue;
+      }
+      s = m.CheckHeader(root, g, seq, count, dtype, code);
+      if (!s.ok()) return m.Fail(s);
+      if (inline_data) {
+        std::memcpy(at, h.inline_data, len);
+      } else {
+        copier.Copy(at, m.Slot(root, g), len);
+      }
+      m.Publish(m.ctrl[me]->out.v, g + 1);
+    }
+    stall.Reset();
+    ++k;
+  }
+  m.next_chunk = g0 + nchunks;
+  m.seq = seq + 1;
   return Status::Ok();
 }
 

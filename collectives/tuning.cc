@@ -86,15 +86,18 @@ const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, Red
 // Whether `name` may be the algorithm of a rule for (collective, backend);
 // otherwise `why` says what is wrong.
 bool RuleAlgorithmOk(Collective c, transport::BackendKind backend, const std::string& name, std::string* why) {
-  if (name == "direct" && c == Collective::kAllReduce) {
+  if (name == "direct" && (c == Collective::kAllReduce || c == Collective::kBroadcast)) {
     if (backend == transport::BackendKind::kShm) return true;
-    *why = "algorithm 'direct' for allreduce is the one-host shared-memory all-reduce: only with backend shm";
+    *why = std::string("algorithm 'direct' for ") + CollectiveName(c) +
+           " runs through one host's shared memory: only with backend shm";
     return false;
   }
   StatusOr<Algorithm> a = ParseAlgorithm(c, name);
   if (a.ok()) return true;
   *why = a.status().message();
-  if (c == Collective::kAllReduce && backend == transport::BackendKind::kShm) *why += ", direct";
+  if ((c == Collective::kAllReduce || c == Collective::kBroadcast) && backend == transport::BackendKind::kShm) {
+    *why += ", direct";
+  }
   return false;
 }
 

@@ -433,6 +433,100 @@ TEST(CollectivesDirect, StoreModesGiveIdenticalBytes) {
 // chunks smaller than a slot (at least 4 of >= 64 KiB: ExecJob::chunk_bytes)
 // so receiving, reducing and sending overlap. Every algorithm and the other
 // collectives, 2-4 ranks over tcp, against the reference.
+// The direct shm broadcast: every root, sizes inline in the slot header
+// (<= 32 B), one chunk and many (two 64 KiB slots, so the root wraps around
+// them and waits for the slowest reader), every dtype width, interleaved
+// with direct all-reduces (the two share the chunk sequence), on 2-9 ranks.
+TEST(CollectivesDirect, BroadcastEveryRootAndSize) {
+  for (int n : {2, 3, 4, 9}) {
+    auto results = RunRanks(n, [&](int rank, transport::Store& store) -> Status {
+      CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, n, store, "shm", "direct"));
+      int salt = 0;
+      for (size_t count : {size_t{1}, size_t{8}, size_t{9}, size_t{1000}, size_t{100000}}) {
+        for (int root = 0; root < n; ++root) {
+          ++salt;
+          std::vector<float> f(count);
+          Fill(&f, rank, salt);
+          CIUIC_RETURN_IF_ERROR(comm->Broadcast(f.data(), count, DataType::kFloat32, root));
+          for (size_t i = 0; i < count; ++i) {
+            EXPECT_OR_FAIL(f[i] == Input(root, i, salt), "f32 broadcast of " + std::to_string(count) + " from " +
+                                                          std::to_string(root) + ", element " + std::to_string(i));
+          }
+          std::vector<uint8_t> b(count * 3 + 1, static_cast<uint8_t>(rank));
+          CIUIC_RETURN_IF_ERROR(comm->Broadcast(b.data(), b.size(), DataType::kUint8, root));
+          for (size_t i = 0; i < b.size(); ++i) EXPECT_OR_FAIL(b[i] == root, "u8 broadcast element " + std::to_string(i));
+          std::vector<double> d(count, rank + 0.5);
+          CIUIC_RETURN_IF_ERROR(comm->Broadcast(d.data(), count, DataType::kFloat64, root));
+          for (size_t i = 0; i < count; ++i) EXPECT_OR_FAIL(d[i] == root + 0.5, "f64 broadcast element " + std::to_string(i));
+        }
+        CIUIC_RETURN_IF_ERROR(CheckAllReduce<float>(*comm, count, ReduceOp::kSum, false, ++salt));
+      }
+      return Status::Ok();
+    }, milliseconds(120000));
+    for (const auto& r : results) EXPECT_TRUE(r.ok()) << n << " ranks\n" << ResultsText(results);
+  }
+}
+
+// Ranks that disagree on the root or the count of a direct broadcast get
+// an error naming the peer and what it runs, not wrong data or a hang; a
+// root killed before its broadcast is named by the survivors.
+TEST(CollectivesDirect, BroadcastMismatchesAndADeadRootAreErrors) {
+  auto results = RunRanks(3, [&](int rank, transport::Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, 3, store, "shm", "auto", 2000));
+    std::vector<float> x(1000, 1.0f);
+    // Rank 2 names root 1, the others root 0: ranks 0 and 1 agree and
+    // finish; rank 2 waits for a root that never publishes and says so at
+    // the timeout, naming it.
+    Status s = comm->Broadcast(x.data(), x.size(), DataType::kFloat32, rank == 2 ? 1 : 0);
+    if (rank == 2 && (s.ok() || s.message().find("rank 1") == std::string::npos)) {
+      return InternalError("a broadcast from a root that never sent: " + s.ToString());
+    }
+    // Ranks 0 and 1 stay until rank 2 has its answer (leaving would make
+    // it name the rank that left instead).
+    CIUIC_RETURN_IF_ERROR(store.Add("answered", rank == 2 ? 1 : 0).status());
+    for (int w = 0; w < 2000; ++w) {
+      auto v = store.Add("answered", 0);
+      if (v.ok() && *v >= 1) break;
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+    if (!s.ok() && s.message().find("rank") == std::string::npos) return InternalError("no rank named: " + s.ToString());
+    return Status::Ok();
+  }, milliseconds(60000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+
+  results = RunRanks(2, [&](int rank, transport::Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, 2, store, "shm", "auto", 5000));
+    std::vector<float> x(rank == 0 ? 100 : 99, 1.0f);
+    Status s = comm->Broadcast(x.data(), x.size(), DataType::kFloat32, 0);
+    if (rank == 1) {
+      if (s.ok()) return InternalError("a broadcast of another count was accepted");
+      if (s.message().find("rank 0") == std::string::npos || s.message().find("broadcast from rank 0") == std::string::npos) {
+        return InternalError("the error does not name rank 0's broadcast: " + s.ToString());
+      }
+    }
+    return Status::Ok();
+  }, milliseconds(60000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+
+  results = RunRanks(3, [&](int rank, transport::Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, 3, store, "shm", "auto", 20000));
+    std::vector<float> x(1000, 1.0f);
+    CIUIC_RETURN_IF_ERROR(comm->Broadcast(x.data(), x.size(), DataType::kFloat32, 0));
+    // The root returns once its data is out: everyone is past it here.
+    CIUIC_RETURN_IF_ERROR(comm->Barrier());
+    if (rank == 0) kill(getpid(), SIGKILL);
+    const auto t0 = std::chrono::steady_clock::now();
+    Status s = comm->Broadcast(x.data(), x.size(), DataType::kFloat32, 0);
+    if (s.ok()) return InternalError("no error although the root was killed");
+    if (s.message().find("rank 0") == std::string::npos) return InternalError("error does not name rank 0: " + s.ToString());
+    if (std::chrono::steady_clock::now() - t0 > milliseconds(15000)) return InternalError("noticed only at the timeout");
+    return Status::Ok();
+  }, milliseconds(60000));
+  EXPECT_EQ(results[0].signal, SIGKILL) << ResultsText(results);
+  EXPECT_TRUE(results[1].ok()) << ResultsText(results);
+  EXPECT_TRUE(results[2].ok()) << ResultsText(results);
+}
+
 TEST(CollectivesPipelining, ChunksSmallerThanSlotsGiveExactResults) {
   for (int n : {2, 3, 4}) {
     for (const char* algo : {"ring", "tree", "recdoubling", "rabenseifner"}) {

@@ -146,8 +146,9 @@ TEST(TuningTest, EveryErrorNamesFileLineAndProblem) {
       {"rule allreduce shm ranks 2 from 0 fast",
        "unknown algorithm 'fast' for allreduce; valid: ring, tree, rabenseifner, recdoubling, direct"},
       {"rule broadcast shm ranks 2 from 0 recdoubling", "unknown algorithm 'recdoubling' for broadcast; valid: ring, binomial"},
-      {"rule allreduce tcp ranks 2 from 0 direct", "'direct' for allreduce is the one-host shared-memory all-reduce: only with backend shm"},
-      {"rule broadcast shm ranks 2 from 0 direct", "unknown algorithm 'direct' for broadcast"},
+      {"rule allreduce tcp ranks 2 from 0 direct", "'direct' for allreduce runs through one host's shared memory: only with backend shm"},
+      {"rule reduce shm ranks 2 from 0 direct", "unknown algorithm 'direct' for reduce"},
+      {"rule broadcast tcp ranks 2 from 0 direct", "'direct' for broadcast runs through one host's shared memory: only with backend shm"},
       {"rule allreduce shm ranks 2 from 4096 tree", "duplicate rule for allreduce shm ranks 2 from 4096 (line 5)"},
       {"rule allreduce shm ranks 2 from 100 tree", "rules for allreduce shm ranks 2 are not sorted: from 100 after from 4096 (line 5)"},
   };
