@@ -596,15 +596,32 @@ Status CommImpl::Finish(const OpDesc& d) {
 
 bool CommImpl::UseDirect(const OpDesc& d) const {
   if (size < 2 || backend->kind() != BackendKind::kShm) return false;
-  if (d.coll != Collective::kAllReduce && d.coll != Collective::kBroadcast) return false;
   if (algo_choice == AlgoChoice::kOther) return false;
   const size_t bytes = d.count * DataTypeSize(d.dtype);
+  // The small collectives' one exchange (ShmDirect::Reduce, ...): each
+  // rank's whole input in one slot, up to the one-shot size.
+  size_t input = 0;
+  switch (d.coll) {
+    case Collective::kAllReduce:
+    case Collective::kBroadcast: break;
+    case Collective::kReduce:
+    case Collective::kAllGather: input = bytes; break;
+    case Collective::kReduceScatter:
+    case Collective::kAllToAll: input = bytes * static_cast<size_t>(size); break;
+    case Collective::kBarrier: break;
+    default: return false;
+  }
+  const bool exchange = d.coll != Collective::kAllReduce && d.coll != Collective::kBroadcast;
+  if (exchange) {
+    const ShmDirectOptions o = DirectOptions();
+    if (input > o.one_shot_max_bytes || input > o.slot_bytes) return false;
+  }
   if (algo_choice == AlgoChoice::kAuto && tuning.has_value()) {
     // A measured rule for this size decides (direct or a schedule).
     const TuningRule* rule = FindRule(*tuning, d.coll, BackendKind::kShm, size, bytes);
     if (rule != nullptr && rule->algorithm != "direct") return false;
   }
-  if (d.coll == Collective::kBroadcast) return true;  // one buffer
+  if (d.coll != Collective::kAllReduce) return true;  // inputs copied before outputs are written
   // Partly overlapping buffers: the schedules stage such input; so do they.
   const auto s = reinterpret_cast<uintptr_t>(d.send);
   const auto r = reinterpret_cast<uintptr_t>(d.recv);
@@ -627,10 +644,20 @@ Status CommImpl::RunDirect(const OpDesc& d, Clock::time_point deadline) {
     CIUIC_ASSIGN_OR_RETURN(direct, ShmDirect::Create(*backend, *store, prefix, rank, size, DirectOptions(),
                                                      std::chrono::milliseconds(config.timeout_ms)));
   }
-  if (d.coll == Collective::kBroadcast) {
-    return direct->Broadcast(d.recv, d.count, d.dtype, d.root, *reducer, deadline, &aborted);
-  }
   const ReduceOp op = d.op == ReduceOp::kAvg ? ReduceOp::kSum : d.op;
+  switch (d.coll) {
+    case Collective::kBroadcast: return direct->Broadcast(d.recv, d.count, d.dtype, d.root, *reducer, deadline, &aborted);
+    case Collective::kReduce:
+      CIUIC_RETURN_IF_ERROR(direct->Reduce(d.send, d.recv, d.count, d.dtype, op, d.root, *reducer, deadline, &aborted));
+      return Finish(d);
+    case Collective::kAllGather: return direct->AllGather(d.send, d.recv, d.count, d.dtype, deadline, &aborted);
+    case Collective::kReduceScatter:
+      CIUIC_RETURN_IF_ERROR(direct->ReduceScatter(d.send, d.recv, d.count, d.dtype, op, *reducer, deadline, &aborted));
+      return Finish(d);
+    case Collective::kAllToAll: return direct->AllToAll(d.send, d.recv, d.count, d.dtype, deadline, &aborted);
+    case Collective::kBarrier: return direct->Barrier(deadline, &aborted);
+    default: break;
+  }
   CIUIC_RETURN_IF_ERROR(direct->AllReduce(d.send, d.recv, d.count, d.dtype, op, *reducer,
                                            streaming_reducer.has_value() ? &*streaming_reducer : nullptr,
                                            deadline, &aborted));
@@ -771,7 +798,7 @@ Status CommImpl::ExecuteCollective(const OpDesc& d, Clock::time_point deadline) 
   Status s;
   if (UseDirect(d)) {
     const size_t bytes = d.count * DataTypeSize(d.dtype);
-    const bool bcast = d.coll == Collective::kBroadcast;
+    const bool bcast = d.coll != Collective::kAllReduce;  // broadcast, or one of the small exchanges
     const bool one_shot = bcast || ShmDirect::OneShot(bytes, DirectOptions());
     if (bytes != direct_logged_bytes) {
       // Said once per size, not per call.
@@ -782,11 +809,11 @@ Status CommImpl::ExecuteCollective(const OpDesc& d, Clock::time_point deadline) 
                                    ? FindRule(*tuning, d.coll, BackendKind::kShm, size, bytes)
                                    : nullptr;
       if (rule != nullptr) reason = "tuned: " + FormatRule(*rule) + " (" + tuning->origin + ":" + std::to_string(rule->line) + ")";
-      last_algorithm = bcast ? "direct for broadcast " + std::to_string(bytes) + " B on " + std::to_string(size) +
-                                   " ranks: " + reason
+      last_algorithm = bcast ? std::string("direct for ") + CollectiveName(d.coll) + " " + std::to_string(bytes) +
+                                   " B on " + std::to_string(size) + " ranks: " + reason
                              : std::string("direct (") + (one_shot ? "one-shot" : "two-shot") + ") for allreduce " +
                                    std::to_string(bytes) + " B on " + std::to_string(size) + " ranks: " + reason;
-      CIUIC_LOG(kInfo, "%s count=%zu: %s", bcast ? "broadcast" : "allreduce", d.count, last_algorithm.c_str());
+      CIUIC_LOG(kInfo, "%s count=%zu: %s", CollectiveName(d.coll), d.count, last_algorithm.c_str());
     }
     if (timed) {
       CostParams p = cost_params;

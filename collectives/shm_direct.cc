@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <functional>
 #include <ctime>
 
 #include "common/cpu_relax.h"
@@ -69,8 +70,19 @@ constexpr size_t kInlineBytes = 32;
 // Rank 0 runs the store mode it measured slower once every this many calls
 // of a size class, so a change of the machine's state is noticed.
 constexpr uint64_t kExploreEvery = 32;
-// A broadcast's SlotHeader::op: this bit | the root (ReduceOps are small).
+// SlotHeader::op of the operations other than all-reduce (whose op is its
+// ReduceOp, a small number): a bit per collective, with the root (bits
+// 8-23) and the ReduceOp (bits 0-7) where they have one.
 constexpr uint32_t kBroadcastOp = 0x80000000u;
+constexpr uint32_t kReduceOp = 0x40000000u;
+constexpr uint32_t kAllGatherOp = 0x20000000u;
+constexpr uint32_t kReduceScatterOp = 0x10000000u;
+constexpr uint32_t kAllToAllOp = 0x08000000u;
+constexpr uint32_t kBarrierOp = 0x04000000u;
+constexpr uint32_t kKindMask = 0xfc000000u;
+uint32_t OpCode(uint32_t kind, int root, ReduceOp op) {
+  return kind | (static_cast<uint32_t>(root) & 0xffffu) << 8 | static_cast<uint32_t>(op);
+}
 struct alignas(64) SlotHeader {
   std::atomic<uint64_t> stamp;  // global chunk index + 1 once the chunk is in
   uint64_t seq;                 // operation sequence number
@@ -207,8 +219,18 @@ struct ShmDirect::Impl {
   // The header's `op` field: a ReduceOp for an all-reduce, kBroadcastOp |
   // root for a broadcast; the text names it in errors.
   static std::string OpText(uint32_t code) {
-    if ((code & kBroadcastOp) != 0) return "broadcast from rank " + std::to_string(code & ~kBroadcastOp);
-    return std::string("allreduce ") + ReduceOpName(static_cast<ReduceOp>(code));
+    const std::string root = "rank " + std::to_string(code >> 8 & 0xffffu);
+    const char* op = ReduceOpName(static_cast<ReduceOp>(code & 0xffu));
+    switch (code & kKindMask) {
+      case 0: return std::string("allreduce ") + op;
+      case kBroadcastOp: return "broadcast from " + root;
+      case kReduceOp: return std::string("reduce ") + op + " to " + root;
+      case kAllGatherOp: return "allgather";
+      case kReduceScatterOp: return std::string("reduce_scatter ") + op;
+      case kAllToAllOp: return "alltoall";
+      case kBarrierOp: return "barrier";
+    }
+    return "operation " + std::to_string(code);
   }
   Status CheckHeader(int r, uint64_t g, uint64_t want_seq, size_t count, DataType dtype, uint32_t op) const {
     const SlotHeader& h = Header(r, g);
@@ -286,6 +308,75 @@ class Stall {
   Clock::time_point since_;
   Clock::time_point last_liveness_;
 };
+
+namespace {
+// The one exchange of the small collectives (ShmDirect::Reduce and the
+// others): copies `in_bytes` of `in` into this rank's slot of the next
+// chunk and publishes it; when `reads`, waits for every rank's, checks
+// that they run the same operation and calls `take` with the n inputs in
+// rank order; then marks the chunk done.
+Status Exchange(ShmDirect::Impl& m, const void* in, size_t in_bytes, uint32_t code, size_t count, DataType dtype,
+                bool reads, const std::function<Status(const char* const* inputs)>& take,
+                Clock::time_point deadline, const std::atomic<bool>* abort) {
+  if (!m.error.ok()) return Status(m.error.code(), "direct shm failed earlier: " + m.error.message());
+  if (in_bytes > m.slot_bytes) {
+    return InvalidArgumentError("direct shm " + ShmDirect::Impl::OpText(code) + ": an input of " +
+                                std::to_string(in_bytes) + " B does not fit a slot of " + std::to_string(m.slot_bytes) +
+                                " B");
+  }
+  const uint64_t g = m.next_chunk;
+  const uint64_t seq = m.seq;
+  const int me = m.rank;
+  Stall stall(m, deadline, abort);
+  while (g >= m.nslots && m.free_upto < g - m.nslots + 1) {
+    const uint64_t need = g - m.nslots + 1;
+    const int r = m.FirstBelow(&Control::out, need);
+    if (r >= 0) {
+      Status s = stall.Wait(r, m.Word(r, &Control::out), need, "freeing a slot");
+      if (!s.ok()) return m.Fail(s);
+      continue;
+    }
+    uint64_t low = UINT64_MAX;
+    for (int q = 0; q < m.size; ++q) low = std::min(low, m.ctrl[q]->out.v.load(std::memory_order_acquire));
+    m.free_upto = low;
+  }
+  stall.Reset();
+  const bool inline_chunk = in_bytes <= kInlineBytes;
+  SlotHeader& h = m.Header(me, g);
+  if (in_bytes > 0) std::memcpy(inline_chunk ? static_cast<void*>(h.inline_data) : m.Slot(me, g), in, in_bytes);
+  h.seq = seq;
+  h.count = count;
+  h.dtype = static_cast<uint32_t>(dtype);
+  h.op = code;
+  m.Publish(h.stamp, g + 1);
+  if (reads) {
+    for (int r = m.FirstNotIn(g); r >= 0; r = m.FirstNotIn(g)) {
+      Status s = stall.Wait(r, &m.Header(r, g).stamp, g + 1, "its input");
+      if (!s.ok()) return m.Fail(s);
+    }
+    const char* stack[64];
+    std::vector<const char*> heap;
+    const char** inputs = stack;
+    if (m.size > 64) {
+      heap.resize(m.size);
+      inputs = heap.data();
+    }
+    for (int q = 0; q < m.size; ++q) {
+      if (q != me) {
+        Status bad = m.CheckHeader(q, g, seq, count, dtype, code);
+        if (!bad.ok()) return m.Fail(bad);
+      }
+      inputs[q] = inline_chunk ? reinterpret_cast<const char*>(m.Header(q, g).inline_data) : m.Slot(q, g);
+    }
+    Status s = take(inputs);
+    if (!s.ok()) return m.Fail(s);
+  }
+  m.Publish(m.ctrl[me]->out.v, g + 1);
+  m.next_chunk = g + 1;
+  m.seq = seq + 1;
+  return Status::Ok();
+}
+}  // namespace
 
 ShmDirect::ShmDirect(std::unique_ptr<Impl> impl, const ShmDirectOptions& options)
     : impl_(std::move(impl)), options_(options) {}
@@ -584,7 +675,7 @@ Status ShmDirect::Broadcast(void* buf, size_t count, DataType dtype, int root, c
   const uint64_t g0 = m.next_chunk;
   const uint64_t seq = m.seq;
   const int me = m.rank;
-  const uint32_t code = kBroadcastOp | static_cast<uint32_t>(root);
+  const uint32_t code = OpCode(kBroadcastOp, root, ReduceOp::kSum);
   const bool inline_data = count * es <= kInlineBytes;  // one chunk, in the header line
   auto* base = static_cast<char*>(buf);
   Stall stall(m, deadline, abort);
@@ -642,6 +733,73 @@ Status ShmDirect::Broadcast(void* buf, size_t count, DataType dtype, int root, c
   m.next_chunk = g0 + nchunks;
   m.seq = seq + 1;
   return Status::Ok();
+}
+
+Status ShmDirect::Reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root,
+                         const kernels::Reducer& reducer, Clock::time_point deadline, const std::atomic<bool>* abort) {
+  Impl& m = *impl_;
+  if (op == ReduceOp::kAvg) return InvalidArgumentError("direct shm reduce: AVG is the caller's (sum, then scale)");
+  const bool is_root = m.rank == root;
+  return Exchange(m, send, count * DataTypeSize(dtype), OpCode(kReduceOp, root, op), count, dtype, is_root,
+                  [&](const char* const* in) {
+                    return ReduceInOrder(reducer, recv, reinterpret_cast<const void* const*>(in), m.size, count,
+                                         dtype, op);
+                  },
+                  deadline, abort);
+}
+
+Status ShmDirect::AllGather(const void* send, void* recv, size_t count, DataType dtype, Clock::time_point deadline,
+                            const std::atomic<bool>* abort) {
+  Impl& m = *impl_;
+  const size_t bytes = count * DataTypeSize(dtype);
+  return Exchange(m, send, bytes, OpCode(kAllGatherOp, 0, ReduceOp::kSum), count, dtype, true,
+                  [&](const char* const* in) {
+                    for (int q = 0; q < m.size; ++q) {
+                      if (bytes > 0) std::memcpy(static_cast<char*>(recv) + q * bytes, in[q], bytes);
+                    }
+                    return Status::Ok();
+                  },
+                  deadline, abort);
+}
+
+Status ShmDirect::ReduceScatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                                const kernels::Reducer& reducer, Clock::time_point deadline,
+                                const std::atomic<bool>* abort) {
+  Impl& m = *impl_;
+  if (op == ReduceOp::kAvg) return InvalidArgumentError("direct shm reduce_scatter: AVG is the caller's (sum, then scale)");
+  const size_t bytes = count * DataTypeSize(dtype);
+  return Exchange(m, send, bytes * m.size, OpCode(kReduceScatterOp, 0, op), count, dtype, true,
+                  [&](const char* const* in) {
+                    const void* stack[64];
+                    std::vector<const void*> heap;
+                    const void** srcs = stack;
+                    if (m.size > 64) {
+                      heap.resize(m.size);
+                      srcs = heap.data();
+                    }
+                    for (int q = 0; q < m.size; ++q) srcs[q] = in[q] + m.rank * bytes;
+                    return ReduceInOrder(reducer, recv, srcs, m.size, count, dtype, op);
+                  },
+                  deadline, abort);
+}
+
+Status ShmDirect::AllToAll(const void* send, void* recv, size_t count, DataType dtype, Clock::time_point deadline,
+                           const std::atomic<bool>* abort) {
+  Impl& m = *impl_;
+  const size_t bytes = count * DataTypeSize(dtype);
+  return Exchange(m, send, bytes * m.size, OpCode(kAllToAllOp, 0, ReduceOp::kSum), count, dtype, true,
+                  [&](const char* const* in) {
+                    for (int q = 0; q < m.size; ++q) {
+                      if (bytes > 0) std::memcpy(static_cast<char*>(recv) + q * bytes, in[q] + m.rank * bytes, bytes);
+                    }
+                    return Status::Ok();
+                  },
+                  deadline, abort);
+}
+
+Status ShmDirect::Barrier(Clock::time_point deadline, const std::atomic<bool>* abort) {
+  return Exchange(*impl_, nullptr, 0, OpCode(kBarrierOp, 0, ReduceOp::kSum), 0, DataType::kUint8, true,
+                  [](const char* const*) { return Status::Ok(); }, deadline, abort);
 }
 
 }  // namespace ciuic::collectives

@@ -112,6 +112,28 @@ class ShmDirect {
   Status Broadcast(void* buf, size_t count, DataType dtype, int root, const kernels::Reducer& copier,
                    std::chrono::steady_clock::time_point deadline, const std::atomic<bool>* abort);
 
+  // Small collectives in one exchange: every rank copies its whole input
+  // (at most one slot) into its slot, waits until every rank's is in, and
+  // takes what it needs from all n slots (in rank order), so a call costs
+  // one hand-off and no rings. The root of a reduce reduces the n inputs;
+  // the other ranks of a reduce leave once their input is in. Inputs may
+  // lie inside the outputs (in place): they are copied before any output
+  // is written. Errors: as AllReduce; kInvalidArgument when an input does
+  // not fit a slot.
+  Status Reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root,
+                const kernels::Reducer& reducer, std::chrono::steady_clock::time_point deadline,
+                const std::atomic<bool>* abort);
+  Status AllGather(const void* send, void* recv, size_t count, DataType dtype, std::chrono::steady_clock::time_point deadline,
+                   const std::atomic<bool>* abort);
+  // `count`: elements each rank ends with (its input holds n * count).
+  Status ReduceScatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                       const kernels::Reducer& reducer, std::chrono::steady_clock::time_point deadline,
+                       const std::atomic<bool>* abort);
+  // `count`: elements per peer (input and output hold n * count).
+  Status AllToAll(const void* send, void* recv, size_t count, DataType dtype, std::chrono::steady_clock::time_point deadline,
+                  const std::atomic<bool>* abort);
+  Status Barrier(std::chrono::steady_clock::time_point deadline, const std::atomic<bool>* abort);
+
   // Whether an all-reduce of `bytes` runs one-shot: its first chunk (at
   // most slot_bytes) is small enough. The one rule, for the run and logs.
   static bool OneShot(size_t bytes, const ShmDirectOptions& options) {

@@ -527,6 +527,95 @@ TEST(CollectivesDirect, BroadcastMismatchesAndADeadRootAreErrors) {
   EXPECT_TRUE(results[2].ok()) << ResultsText(results);
 }
 
+// The small collectives' one exchange on shm (reduce, all-gather,
+// reduce-scatter, all-to-all, barrier): taken for inputs up to the one-shot
+// size (last_algorithm says so), every op including AVG, roots and in-place
+// forms, many calls in a row so the four slots wrap, on 2-9 ranks (9 share
+// 2 cores here); larger inputs go to the schedules.
+TEST(CollectivesDirect, SmallCollectivesInOneExchange) {
+  for (int n : {2, 3, 4, 9}) {
+    auto results = RunRanks(n, [&](int rank, transport::Store& store) -> Status {
+      CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, n, store, "shm", "auto"));
+      auto direct = [&](const char* what) -> Status {
+        const std::string got = comm->last_algorithm();
+        if (got.rfind("direct for ", 0) != 0) return InternalError(std::string(what) + " did not run direct: " + got);
+        return Status::Ok();
+      };
+      int salt = 0;
+      for (int round = 0; round < 6; ++round) {
+        for (size_t count : {size_t{1}, size_t{5}, size_t{300}}) {
+          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg}) {
+            ++salt;
+            const int root = (round + static_cast<int>(count)) % n;
+            std::vector<float> in(count), out(count, -1);
+            Fill(&in, rank, salt);
+            CIUIC_RETURN_IF_ERROR(comm->Reduce(in.data(), out.data(), count, DataType::kFloat32, op, root));
+            CIUIC_RETURN_IF_ERROR(direct("reduce"));
+            for (size_t i = 0; i < count && rank == root; ++i) {
+              EXPECT_OR_FAIL(out[i] == Expected<float>(op, n, i, salt), "reduce " + std::string(ReduceOpName(op)) +
+                                                                            " to " + std::to_string(root) + " element " + std::to_string(i));
+            }
+            // In place at the root.
+            Fill(&in, rank, salt);
+            CIUIC_RETURN_IF_ERROR(comm->Reduce(in.data(), in.data(), count, DataType::kFloat32, op, root));
+            for (size_t i = 0; i < count && rank == root; ++i) EXPECT_OR_FAIL(in[i] == Expected<float>(op, n, i, salt), "reduce in place");
+            std::vector<float> rs_in(count * n), rs_out(count, -1);
+            for (size_t i = 0; i < rs_in.size(); ++i) rs_in[i] = static_cast<float>(Input(rank, i, salt));
+            CIUIC_RETURN_IF_ERROR(comm->ReduceScatter(rs_in.data(), rs_out.data(), count, DataType::kFloat32, op));
+            CIUIC_RETURN_IF_ERROR(direct("reduce_scatter"));
+            for (size_t i = 0; i < count; ++i) {
+              EXPECT_OR_FAIL(rs_out[i] == Expected<float>(op, n, rank * count + i, salt), "reduce_scatter " + std::string(ReduceOpName(op)));
+            }
+          }
+          std::vector<int32_t> ag(count * n, -1);
+          for (size_t i = 0; i < count; ++i) ag[rank * count + i] = rank * 100000 + static_cast<int32_t>(i) + salt;
+          CIUIC_RETURN_IF_ERROR(comm->AllGather(ag.data() + rank * count, ag.data(), count, DataType::kInt32));
+          CIUIC_RETURN_IF_ERROR(direct("allgather"));
+          for (int r = 0; r < n; ++r)
+            for (size_t i = 0; i < count; ++i) EXPECT_OR_FAIL(ag[r * count + i] == r * 100000 + static_cast<int32_t>(i) + salt, "allgather in place");
+          std::vector<int32_t> a_in(count * n), a_out(count * n, -1);
+          for (int p = 0; p < n; ++p)
+            for (size_t i = 0; i < count; ++i) a_in[p * count + i] = rank * 10000 + p * 100 + static_cast<int32_t>(i % 100);
+          CIUIC_RETURN_IF_ERROR(comm->AllToAll(a_in.data(), a_out.data(), count, DataType::kInt32));
+          CIUIC_RETURN_IF_ERROR(direct("alltoall"));
+          for (int p = 0; p < n; ++p)
+            for (size_t i = 0; i < count; ++i) EXPECT_OR_FAIL(a_out[p * count + i] == p * 10000 + rank * 100 + static_cast<int32_t>(i % 100), "alltoall");
+          CIUIC_RETURN_IF_ERROR(comm->Barrier());
+          CIUIC_RETURN_IF_ERROR(direct("barrier"));
+        }
+      }
+      // Above the one-shot size (16 KiB of input per rank): the schedules.
+      std::vector<float> big(8192, 1.0f), sum(8192);
+      CIUIC_RETURN_IF_ERROR(comm->Reduce(big.data(), sum.data(), big.size(), DataType::kFloat32, ReduceOp::kSum, 0));
+      if (comm->last_algorithm().rfind("direct", 0) == 0) return InternalError("32 KiB reduce ran direct: " + comm->last_algorithm());
+      for (size_t i = 0; i < sum.size() && rank == 0; ++i) EXPECT_OR_FAIL(sum[i] == static_cast<float>(n), "large reduce");
+      // The reduce's senders return before the root has read them: nobody
+      // leaves before everyone is done.
+      return comm->Barrier();
+    }, milliseconds(120000));
+    for (const auto& r : results) EXPECT_TRUE(r.ok()) << n << " ranks\n" << ResultsText(results);
+  }
+}
+
+// Ranks in different small collectives: the one that reads finds the
+// other's header and names the rank and what it runs.
+TEST(CollectivesDirect, SmallCollectivesMismatchNamesThePeer) {
+  auto results = RunRanks(2, [&](int rank, transport::Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, 2, store, "shm", "auto", 5000));
+    std::vector<float> in(4, 1.0f), out(8);
+    Status s = rank == 0 ? comm->AllGather(in.data(), out.data(), 4, DataType::kFloat32)
+                         : comm->ReduceScatter(out.data(), in.data(), 4, DataType::kFloat32, ReduceOp::kSum);
+    if (s.ok()) return InternalError("mismatched collectives were accepted");
+    const std::string peer = "rank " + std::to_string(1 - rank);
+    const std::string theirs = rank == 0 ? "reduce_scatter" : "allgather";
+    if (s.message().find(peer) == std::string::npos || s.message().find(theirs) == std::string::npos) {
+      return InternalError("the error does not name " + peer + "'s " + theirs + ": " + s.ToString());
+    }
+    return Status::Ok();
+  }, milliseconds(60000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+}
+
 TEST(CollectivesPipelining, ChunksSmallerThanSlotsGiveExactResults) {
   for (int n : {2, 3, 4}) {
     for (const char* algo : {"ring", "tree", "recdoubling", "rabenseifner"}) {
