@@ -612,6 +612,9 @@ bool CommImpl::UseDirect(const OpDesc& d) const {
     default: return false;
   }
   const bool exchange = d.coll != Collective::kAllReduce && d.coll != Collective::kBroadcast;
+  // Nothing to move: returns at once on the schedule path (as in MPI), where
+  // an exchange would wait for every rank.
+  if (exchange && d.coll != Collective::kBarrier && d.count == 0) return false;
   if (exchange) {
     const ShmDirectOptions o = DirectOptions();
     if (input > o.one_shot_max_bytes || input > o.slot_bytes) return false;
