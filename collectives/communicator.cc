@@ -807,7 +807,8 @@ Status CommImpl::ExecuteCollective(const OpDesc& d, Clock::time_point deadline) 
       // Said once per size, not per call.
       direct_logged_bytes = bytes;
       std::string reason = config.algo == "direct" ? "CIUIC_ALGO=direct"
-                                                   : "every rank on this host (shm): reduce from each other's memory, no rings";
+                           : bcast ? "every rank on this host (shm): through each other's memory, no rings"
+                                   : "every rank on this host (shm): reduce from each other's memory, no rings";
       const TuningRule* rule = tuning.has_value() && config.algo == "auto"
                                    ? FindRule(*tuning, d.coll, BackendKind::kShm, size, bytes)
                                    : nullptr;
