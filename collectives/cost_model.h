@@ -57,6 +57,7 @@ struct Prediction {
   double resource_bound_s = 0;    // the busiest rank's busiest resource
   size_t max_messages_per_rank = 0;  // message steps of the busiest rank
   size_t max_bytes_sent_per_rank = 0;
+  size_t total_bytes_sent = 0;    // over all ranks (rank-0 estimate: rank 0's x nranks)
   bool exact = true;              // false: rank-0-only estimate (nranks > kMaxExactRanks)
 };
 
