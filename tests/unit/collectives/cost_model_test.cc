@@ -81,6 +81,25 @@ TEST(CostModelTest, BroadcastBinomialSmallChainLarge) {
   EXPECT_EQ(large->algorithm, Algorithm::kRing) << large->reason;
 }
 
+// Near-ties go to the algorithm that moves fewer bytes: a 2-rank reduce
+// costs the same in the model as ring (reduce-scatter + gather: 3/2 of the
+// data moved) and as binomial (the data once), and binomial is picked.
+TEST(CostModelTest, NearTiesGoToTheLeastTraffic) {
+  for (transport::BackendKind kind : {transport::BackendKind::kShm, transport::BackendKind::kTcp}) {
+    const CostParams p = DefaultCostParams(kind);
+    auto ring = Predict(Collective::kReduce, Algorithm::kRing, 16u << 20, 2, p);
+    auto binomial = Predict(Collective::kReduce, Algorithm::kBinomial, 16u << 20, 2, p);
+    ASSERT_TRUE(ring.ok() && binomial.ok());
+    EXPECT_LE(ring->seconds, binomial->seconds * 1.03);
+    EXPECT_LE(binomial->seconds, ring->seconds * 1.03);
+    EXPECT_EQ(binomial->total_bytes_sent, size_t{16} << 20);
+    EXPECT_EQ(ring->total_bytes_sent, size_t{24} << 20);
+    auto sel = Select(Collective::kReduce, 16u << 20, 2, p, "");
+    ASSERT_TRUE(sel.ok()) << sel.status().ToString();
+    EXPECT_EQ(sel->algorithm, Algorithm::kBinomial) << sel->reason;
+  }
+}
+
 TEST(CostModelTest, ForcedAlgorithms) {
   const CostParams p = Verbs();
   auto f = Select(Collective::kAllReduce, 8, 8, p, "rabenseifner");
