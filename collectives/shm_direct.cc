@@ -183,6 +183,20 @@ struct ShmDirect::Impl {
     }
     return -1;
   }
+  // Slot reuse: chunk g takes the slots of chunk g - nslots, free once
+  // every rank's `out` passed that chunk. The first rank still behind
+  // (*need: the `out` it must reach), or -1 when the slot is free (the
+  // lowest `out` seen is cached in free_upto, so most calls read nothing).
+  int SlotHolder(uint64_t g, uint64_t* need) {
+    if (g < nslots || free_upto >= g - nslots + 1) return -1;
+    *need = g - nslots + 1;
+    const int r = FirstBelow(&Control::out, *need);
+    if (r >= 0) return r;
+    uint64_t low = UINT64_MAX;
+    for (int q = 0; q < size; ++q) low = std::min(low, ctrl[q]->out.v.load(std::memory_order_acquire));
+    free_upto = low;
+    return -1;
+  }
   // The word rank `r` publishes `which` in (for Stall).
   std::atomic<uint64_t>* Word(int r, Counter Control::*which) const { return &(ctrl[r]->*which).v; }
 
@@ -328,17 +342,10 @@ Status Exchange(ShmDirect::Impl& m, const void* in, size_t in_bytes, uint32_t co
   const uint64_t seq = m.seq;
   const int me = m.rank;
   Stall stall(m, deadline, abort);
-  while (g >= m.nslots && m.free_upto < g - m.nslots + 1) {
-    const uint64_t need = g - m.nslots + 1;
-    const int r = m.FirstBelow(&Control::out, need);
-    if (r >= 0) {
-      Status s = stall.Wait(r, m.Word(r, &Control::out), need, "freeing a slot");
-      if (!s.ok()) return m.Fail(s);
-      continue;
-    }
-    uint64_t low = UINT64_MAX;
-    for (int q = 0; q < m.size; ++q) low = std::min(low, m.ctrl[q]->out.v.load(std::memory_order_acquire));
-    m.free_upto = low;
+  uint64_t need = 0;
+  for (int r = m.SlotHolder(g, &need); r >= 0; r = m.SlotHolder(g, &need)) {
+    Status s = stall.Wait(r, m.Word(r, &Control::out), need, "freeing a slot");
+    if (!s.ok()) return m.Fail(s);
   }
   stall.Reset();
   const bool inline_chunk = in_bytes <= kInlineBytes;
@@ -546,16 +553,11 @@ Status ShmDirect::AllReduce(const void* send, void* recv, size_t count, DataType
     // 1. Copy inputs into free slots (ahead of the reductions).
     while (in < nchunks) {
       const uint64_t g = g0 + in;
-      if (g >= m.nslots && m.free_upto < g - m.nslots + 1) {
-        const uint64_t need = g - m.nslots + 1;
-        const int r = m.FirstBelow(&Control::out, need);
-        if (r >= 0) {
-          wait_in = {r, m.Word(r, &Control::out), need, "freeing a slot"};
-          break;
-        }
-        uint64_t low = UINT64_MAX;
-        for (int q = 0; q < n; ++q) low = std::min(low, m.ctrl[q]->out.v.load(std::memory_order_acquire));
-        m.free_upto = low;
+      uint64_t need = 0;
+      const int holder = m.SlotHolder(g, &need);
+      if (holder >= 0) {
+        wait_in = {holder, m.Word(holder, &Control::out), need, "freeing a slot"};
+        break;
       }
       const size_t len = chunk_len(in);
       const char* src = in_base + in * chunk_elems * es;
@@ -685,18 +687,12 @@ Status ShmDirect::Broadcast(void* buf, size_t count, DataType dtype, int root, c
     char* at = base + k * chunk_elems * es;
     Status s;
     if (me == root) {
-      // The slot is free once every rank finished chunk g - nslots.
-      if (g >= m.nslots && m.free_upto < g - m.nslots + 1) {
-        const uint64_t need = g - m.nslots + 1;
-        const int r = m.FirstBelow(&Control::out, need);
-        if (r >= 0) {
-          s = stall.Wait(r, m.Word(r, &Control::out), need, "freeing a slot");
-          if (!s.ok()) return m.Fail(s);
-          continue;
-        }
-        uint64_t low = UINT64_MAX;
-        for (int q = 0; q < m.size; ++q) low = std::min(low, m.ctrl[q]->out.v.load(std::memory_order_acquire));
-        m.free_upto = low;
+      uint64_t need = 0;
+      const int holder = m.SlotHolder(g, &need);
+      if (holder >= 0) {
+        s = stall.Wait(holder, m.Word(holder, &Control::out), need, "freeing a slot");
+        if (!s.ok()) return m.Fail(s);
+        continue;
       }
       SlotHeader& h = m.Header(me, g);
       if (inline_data) {
