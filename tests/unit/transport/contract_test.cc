@@ -44,6 +44,36 @@ uint8_t Pattern(int src, int dst, size_t k, size_t i) {
   return static_cast<uint8_t>((i * 131 + k * 17 + src * 7 + dst * 3 + (i >> 11)) & 0xff);
 }
 
+using LinkProgress = std::function<StatusOr<bool>()>;
+
+// Link chunk c from rank `src` to `dst`: `len` bytes of Pattern. The send
+// waits (progressing with `progress`) for a free slot, fills and commits it.
+Status SendPatternChunk(Backend& be, Link& link, const LinkProgress& progress, int src, int dst, int c, size_t len,
+                        Clock::time_point deadline) {
+  void* slot = nullptr;
+  CIUIC_RETURN_IF_ERROR(WaitFor(be, progress, [&] { return (slot = link.AcquireSend()) != nullptr; }, deadline,
+                                "a free slot"));
+  auto* p = static_cast<uint8_t*>(slot);
+  for (size_t i = 0; i < len; ++i) p[i] = Pattern(src, dst, c, i);
+  return link.CommitSend(len);
+}
+
+// Waits for the next chunk and checks that it is chunk c of `len` bytes
+// from `src` to `dst` (the caller releases it).
+Status ExpectPatternChunk(Backend& be, Link& link, int src, int dst, int c, size_t len, Clock::time_point deadline) {
+  size_t got = 0;
+  const void* data = nullptr;
+  CIUIC_RETURN_IF_ERROR(WaitFor(be, [&]() { return link.Progress(); },
+                                [&] { return (data = link.PeekRecv(&got)) != nullptr; }, deadline,
+                                "chunk " + std::to_string(c)));
+  if (got != len) return DataLossError("chunk " + std::to_string(c) + " has " + std::to_string(got) + " bytes");
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < len; ++i) {
+    if (p[i] != Pattern(src, dst, c, i)) return DataLossError("chunk " + std::to_string(c) + " byte " + std::to_string(i));
+  }
+  return Status::Ok();
+}
+
 class ContractTest : public ::testing::TestWithParam<BackendKind> {
  protected:
   void SetUp() override { CIUIC_SKIP_UNLESS_BACKEND(GetParam(), Options(0, 1)); }
@@ -63,6 +93,25 @@ class ContractTest : public ::testing::TestWithParam<BackendKind> {
     BackendOptions o = Options(rank, n);
     o.job_id = "contract-" + std::to_string(getppid());
     return o;
+  }
+  // In a child of a 2-rank test: the backend, a 1 MiB pool and a Link of
+  // 4 slots of `slot` bytes to the other rank (in this order, so the link
+  // goes first when the struct is destroyed).
+  struct PairLink {
+    std::unique_ptr<Backend> be;
+    std::unique_ptr<BufferPool> pool;
+    std::unique_ptr<Link> link;
+  };
+  static StatusOr<PairLink> OpenPairLink(BackendKind kind, int rank, Store& store, const std::string& name,
+                                         uint32_t tag, size_t slot) {
+    PairLink p;
+    CIUIC_ASSIGN_OR_RETURN(p.be, OpenBackend(kind, ChildOptions(rank, 2)));
+    p.pool = std::make_unique<BufferPool>(*p.be, 1u << 20);
+    LinkOptions lo;
+    lo.slot_size = slot;
+    lo.nslots = 4;
+    CIUIC_ASSIGN_OR_RETURN(p.link, Link::Create(*p.be, *p.pool, store, name, rank, 1 - rank, tag, lo, kStoreTimeout));
+    return p;
   }
 };
 
@@ -324,27 +373,16 @@ TEST_P(ContractTest, LinkFlowControlSlowReceiver) {
   const BackendKind kind = GetParam();
   constexpr int kChunks = 300;
   auto results = RunRanks(2, [&](int rank, Store& store) -> Status {
-    CIUIC_ASSIGN_OR_RETURN(auto be, OpenBackend(kind, ChildOptions(rank, 2)));
-    BufferPool pool(*be, 1u << 20);
-    LinkOptions lo;
-    lo.slot_size = 4096;
-    lo.nslots = 4;
-    CIUIC_ASSIGN_OR_RETURN(auto link, Link::Create(*be, pool, store, "l", rank, 1 - rank, 3, lo, kStoreTimeout));
+    CIUIC_ASSIGN_OR_RETURN(PairLink pl, OpenPairLink(kind, rank, store, "l", 3, 4096));
+    Backend* be = pl.be.get();
+    Link* link = pl.link.get();
     const auto deadline = Clock::now() + milliseconds(60000);
     auto progress = [&]() { return link->Progress(); };
     if (rank == 0) {
       int held_back = 0;
       for (int c = 0; c < kChunks; ++c) {
-        void* slot = link->AcquireSend();
-        if (slot == nullptr) {
-          ++held_back;
-          CIUIC_RETURN_IF_ERROR(WaitFor(*be, progress, [&] { return (slot = link->AcquireSend()) != nullptr; },
-                                        deadline, "a free slot"));
-        }
-        const size_t len = 1 + (c * 37) % 4096;
-        auto* p = static_cast<uint8_t*>(slot);
-        for (size_t i = 0; i < len; ++i) p[i] = Pattern(0, 1, c, i);
-        CIUIC_RETURN_IF_ERROR(link->CommitSend(len));
+        if (!link->CanSend()) ++held_back;
+        CIUIC_RETURN_IF_ERROR(SendPatternChunk(*be, *link, progress, 0, 1, c, 1 + (c * 37) % 4096, deadline));
       }
       CIUIC_RETURN_IF_ERROR(WaitFor(*be, progress, [&] { return link->sends_in_flight() == 0; }, deadline, "sends"));
       if (held_back == 0) return InternalError("the sender was never held back by a slow receiver");
@@ -352,16 +390,7 @@ TEST_P(ContractTest, LinkFlowControlSlowReceiver) {
       return store.Get("receiver-done", kStoreTimeout).status();
     }
     for (int c = 0; c < kChunks; ++c) {
-      size_t len = 0;
-      const void* data = nullptr;
-      CIUIC_RETURN_IF_ERROR(WaitFor(*be, progress, [&] { return (data = link->PeekRecv(&len)) != nullptr; },
-                                    deadline, "chunk " + std::to_string(c)));
-      const size_t want = 1 + (c * 37) % 4096;
-      if (len != want) return DataLossError("chunk " + std::to_string(c) + " has " + std::to_string(len) + " bytes");
-      const auto* p = static_cast<const uint8_t*>(data);
-      for (size_t i = 0; i < len; ++i) {
-        if (p[i] != Pattern(0, 1, c, i)) return DataLossError("chunk " + std::to_string(c) + " byte " + std::to_string(i));
-      }
+      CIUIC_RETURN_IF_ERROR(ExpectPatternChunk(*be, *link, 0, 1, c, 1 + (c * 37) % 4096, deadline));
       if (c % 20 == 0) std::this_thread::sleep_for(milliseconds(3));  // slow receiver
       CIUIC_RETURN_IF_ERROR(link->ReleaseRecv());
     }
@@ -380,33 +409,14 @@ TEST_P(ContractTest, LinkCreditsRideWithChunksInAnExchange) {
   constexpr int kRounds = 64;
   constexpr size_t kSlots = 4;
   auto results = RunRanks(2, [&](int rank, Store& store) -> Status {
-    CIUIC_ASSIGN_OR_RETURN(auto be, OpenBackend(kind, ChildOptions(rank, 2)));
-    BufferPool pool(*be, 1u << 20);
-    LinkOptions lo;
-    lo.slot_size = 4096;
-    lo.nslots = kSlots;
-    CIUIC_ASSIGN_OR_RETURN(auto link, Link::Create(*be, pool, store, "x", rank, 1 - rank, 4, lo, kStoreTimeout));
+    CIUIC_ASSIGN_OR_RETURN(PairLink pl, OpenPairLink(kind, rank, store, "x", 4, 4096));
+    Backend* be = pl.be.get();
+    Link* link = pl.link.get();
     const auto deadline = Clock::now() + milliseconds(60000);
     auto progress = [&]() { return link->Progress(); };
-    auto send = [&](int c) -> Status {
-      void* slot = nullptr;
-      CIUIC_RETURN_IF_ERROR(WaitFor(*be, progress, [&] { return (slot = link->AcquireSend()) != nullptr; },
-                                    deadline, "a free slot"));
-      const size_t len = 8 + c % 56;
-      auto* p = static_cast<uint8_t*>(slot);
-      for (size_t i = 0; i < len; ++i) p[i] = Pattern(rank, 1 - rank, c, i);
-      return link->CommitSend(len);
-    };
+    auto send = [&](int c) { return SendPatternChunk(*be, *link, progress, rank, 1 - rank, c, 8 + c % 56, deadline); };
     auto recv = [&](int c) -> Status {
-      size_t len = 0;
-      const void* data = nullptr;
-      CIUIC_RETURN_IF_ERROR(WaitFor(*be, progress, [&] { return (data = link->PeekRecv(&len)) != nullptr; },
-                                    deadline, "chunk " + std::to_string(c)));
-      if (len != 8 + static_cast<size_t>(c) % 56) return DataLossError("chunk " + std::to_string(c) + ": length " + std::to_string(len));
-      const auto* p = static_cast<const uint8_t*>(data);
-      for (size_t i = 0; i < len; ++i) {
-        if (p[i] != Pattern(1 - rank, rank, c, i)) return DataLossError("chunk " + std::to_string(c) + " byte " + std::to_string(i));
-      }
+      CIUIC_RETURN_IF_ERROR(ExpectPatternChunk(*be, *link, 1 - rank, rank, c, 8 + c % 56, deadline));
       return link->ReleaseRecv();
     };
     for (int c = 0; c < kRounds; ++c) {
@@ -446,24 +456,15 @@ TEST_P(ContractTest, LinkSendsProgressWithoutReceiving) {
   const BackendKind kind = GetParam();
   constexpr int kChunks = 100;
   auto results = RunRanks(2, [&](int rank, Store& store) -> Status {
-    CIUIC_ASSIGN_OR_RETURN(auto be, OpenBackend(kind, ChildOptions(rank, 2)));
-    BufferPool pool(*be, 1u << 20);
-    LinkOptions lo;
-    lo.slot_size = 4096;
-    lo.nslots = 4;
-    CIUIC_ASSIGN_OR_RETURN(auto link, Link::Create(*be, pool, store, "s", rank, 1 - rank, 5, lo, kStoreTimeout));
+    CIUIC_ASSIGN_OR_RETURN(PairLink pl, OpenPairLink(kind, rank, store, "s", 5, 4096));
+    Backend* be = pl.be.get();
+    Link* link = pl.link.get();
     const auto deadline = Clock::now() + milliseconds(60000);
     if (rank == 0) {
       int full = 0;
       auto sends_only = [&]() -> StatusOr<bool> { return link->Progress(link->CanSend() ? false : (++full, true)); };
       for (int c = 0; c < kChunks; ++c) {
-        void* slot = nullptr;
-        CIUIC_RETURN_IF_ERROR(WaitFor(*be, sends_only, [&] { return (slot = link->AcquireSend()) != nullptr; },
-                                      deadline, "a free slot"));
-        const size_t len = 1 + (c * 53) % 4096;
-        auto* p = static_cast<uint8_t*>(slot);
-        for (size_t i = 0; i < len; ++i) p[i] = Pattern(0, 1, c, i);
-        CIUIC_RETURN_IF_ERROR(link->CommitSend(len));
+        CIUIC_RETURN_IF_ERROR(SendPatternChunk(*be, *link, sends_only, 0, 1, c, 1 + (c * 53) % 4096, deadline));
       }
       CIUIC_RETURN_IF_ERROR(WaitFor(*be, sends_only, [&] { return link->sends_in_flight() == 0; }, deadline, "sends"));
       if (full == 0) return InternalError("the ring never filled: the receiver was never behind");
@@ -474,17 +475,8 @@ TEST_P(ContractTest, LinkSendsProgressWithoutReceiving) {
       CIUIC_RETURN_IF_ERROR(store.Set("sender-done", "1"));
       return store.Get("receiver-done", kStoreTimeout).status();
     }
-    auto progress = [&]() { return link->Progress(); };
     for (int c = 0; c < kChunks; ++c) {
-      size_t len = 0;
-      const void* data = nullptr;
-      CIUIC_RETURN_IF_ERROR(WaitFor(*be, progress, [&] { return (data = link->PeekRecv(&len)) != nullptr; },
-                                    deadline, "chunk " + std::to_string(c)));
-      if (len != 1 + static_cast<size_t>(c * 53) % 4096) return DataLossError("chunk " + std::to_string(c) + " has " + std::to_string(len) + " bytes");
-      const auto* p = static_cast<const uint8_t*>(data);
-      for (size_t i = 0; i < len; ++i) {
-        if (p[i] != Pattern(0, 1, c, i)) return DataLossError("chunk " + std::to_string(c) + " byte " + std::to_string(i));
-      }
+      CIUIC_RETURN_IF_ERROR(ExpectPatternChunk(*be, *link, 0, 1, c, 1 + (c * 53) % 4096, deadline));
       if (c % 25 == 0) std::this_thread::sleep_for(milliseconds(2));  // fall behind now and then
       CIUIC_RETURN_IF_ERROR(link->ReleaseRecv());
     }
@@ -504,12 +496,9 @@ TEST_P(ContractTest, LinkZeroCopySendsFromCallerMemory) {
   constexpr int kChunks = 200;
   constexpr size_t kSlot = 8192;
   auto results = RunRanks(2, [&](int rank, Store& store) -> Status {
-    CIUIC_ASSIGN_OR_RETURN(auto be, OpenBackend(kind, ChildOptions(rank, 2)));
-    BufferPool pool(*be, 1u << 20);
-    LinkOptions lo;
-    lo.slot_size = kSlot;
-    lo.nslots = 4;
-    CIUIC_ASSIGN_OR_RETURN(auto link, Link::Create(*be, pool, store, "zc", rank, 1 - rank, 5, lo, kStoreTimeout));
+    CIUIC_ASSIGN_OR_RETURN(PairLink pl, OpenPairLink(kind, rank, store, "zc", 5, kSlot));
+    Backend* be = pl.be.get();
+    Link* link = pl.link.get();
     const auto deadline = Clock::now() + milliseconds(60000);
     auto progress = [&]() { return link->Progress(); };
     auto len_of = [](int c) { return 1 + (static_cast<size_t>(c) * 997) % 8192; };
