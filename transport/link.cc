@@ -316,7 +316,7 @@ Status WaitFor(Backend& backend, const std::function<StatusOr<bool>()>& progress
   // up to ~1 ms (lets an oversubscribed peer run), then sleep until the
   // backend sees activity, at most 10 ms at a time so a lost wake-up costs
   // little.
-  static const auto kYield = std::chrono::microseconds(getenv("XY")?atoi(getenv("XY")):1000);
+  constexpr auto kYield = std::chrono::microseconds(1000);
   constexpr auto kMaxSleep = std::chrono::microseconds(10000);
   auto last = Clock::now();
   for (;;) {
