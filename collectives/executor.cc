@@ -164,7 +164,7 @@ Status Executor::RunMany(const std::vector<ExecJob>& initial, const LinkSource& 
             }
             break;
         }
-        flat.push_back(std::move(f));
+        flat.push_back(f);
       }
     }
     std::sort(new_links.begin(), new_links.end());

@@ -505,7 +505,7 @@ Status ShmDirect::AllReduce(const void* send, void* recv, size_t count, DataType
   int bucket = 0;  // log2 of the bytes (adapt only)
   Clock::time_point t_start;
   if (adapt) {
-    bucket = 63 - __builtin_clzll(static_cast<unsigned long long>(count * es));
+    bucket = 63 - __builtin_clzll(static_cast<unsigned long long>(count) * es);
     Impl::ModeStats& st = m.modes[bucket];
     ++st.calls;
     const bool best = m.ctrl[0]->best_stores[bucket].load(std::memory_order_relaxed) != 0;
