@@ -801,30 +801,30 @@ Status CommImpl::ExecuteCollective(const OpDesc& d, Clock::time_point deadline) 
   Status s;
   if (UseDirect(d)) {
     const size_t bytes = d.count * DataTypeSize(d.dtype);
-    const bool bcast = d.coll != Collective::kAllReduce;  // broadcast, or one of the small exchanges
-    const bool one_shot = bcast || ShmDirect::OneShot(bytes, DirectOptions());
+    const bool not_allreduce = d.coll != Collective::kAllReduce;  // broadcast, or one of the small exchanges
+    const bool one_shot = not_allreduce || ShmDirect::OneShot(bytes, DirectOptions());
     if (bytes != direct_logged_bytes) {
       // Said once per size, not per call.
       direct_logged_bytes = bytes;
       std::string reason = config.algo == "direct" ? "CIUIC_ALGO=direct"
-                           : bcast ? "every rank on this host (shm): through each other's memory, no rings"
+                           : not_allreduce ? "every rank on this host (shm): through each other's memory, no rings"
                                    : "every rank on this host (shm): reduce from each other's memory, no rings";
       const TuningRule* rule = tuning.has_value() && config.algo == "auto"
                                    ? FindRule(*tuning, d.coll, BackendKind::kShm, size, bytes)
                                    : nullptr;
       if (rule != nullptr) reason = "tuned: " + FormatRule(*rule) + " (" + tuning->origin + ":" + std::to_string(rule->line) + ")";
-      last_algorithm = bcast ? std::string("direct for ") + CollectiveName(d.coll) + " " + std::to_string(bytes) +
-                                   " B on " + std::to_string(size) + " ranks: " + reason
-                             : std::string("direct (") + (one_shot ? "one-shot" : "two-shot") + ") for allreduce " +
-                                   std::to_string(bytes) + " B on " + std::to_string(size) + " ranks: " + reason;
+      const std::string what = not_allreduce ? std::string("direct for ") + CollectiveName(d.coll)
+                                             : std::string("direct (") + (one_shot ? "one-shot" : "two-shot") +
+                                                   ") for allreduce";
+      last_algorithm = what + " " + std::to_string(bytes) + " B on " + std::to_string(size) + " ranks: " + reason;
       CIUIC_LOG(kInfo, "%s count=%zu: %s", CollectiveName(d.coll), d.count, last_algorithm.c_str());
     }
     if (timed) {
       CostParams p = cost_params;
       if (tuning.has_value()) ApplyTuning(*tuning, backend->kind(), &p, d.dtype, d.op);
-      // A broadcast: one hand-off, the root's copy in and the copy out.
-      predicted_s = bcast ? p.alpha_s + 2 * static_cast<double>(bytes) * p.copy_s_per_byte
-                          : DirectPredictedSeconds(bytes, size, one_shot, p);
+      // A broadcast or an exchange: one hand-off, a copy in and a copy out.
+      predicted_s = not_allreduce ? p.alpha_s + 2 * static_cast<double>(bytes) * p.copy_s_per_byte
+                                  : DirectPredictedSeconds(bytes, size, one_shot, p);
     }
     s = RunDirect(d, deadline);
   } else {

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
-#include <functional>
 #include <ctime>
 
 #include "common/cpu_relax.h"
@@ -327,11 +326,13 @@ namespace {
 // The one exchange of the small collectives (ShmDirect::Reduce and the
 // others): copies `in_bytes` of `in` into this rank's slot of the next
 // chunk and publishes it; when `reads`, waits for every rank's, checks
-// that they run the same operation and calls `take` with the n inputs in
-// rank order; then marks the chunk done.
+// that they run the same operation and calls `take(inputs)` with the n
+// inputs in rank order (an array it may change); then marks the chunk
+// done. A template, not a std::function: the callers' lambdas would not
+// fit its inline buffer, and this is the small-message path.
+template <typename Take>
 Status Exchange(ShmDirect::Impl& m, const void* in, size_t in_bytes, uint32_t code, size_t count, DataType dtype,
-                bool reads, const std::function<Status(const char* const* inputs)>& take,
-                Clock::time_point deadline, const std::atomic<bool>* abort) {
+                bool reads, const Take& take, Clock::time_point deadline, const std::atomic<bool>* abort) {
   if (!m.error.ok()) return Status(m.error.code(), "direct shm failed earlier: " + m.error.message());
   if (in_bytes > m.slot_bytes) {
     return InvalidArgumentError("direct shm " + ShmDirect::Impl::OpText(code) + ": an input of " +
@@ -361,9 +362,9 @@ Status Exchange(ShmDirect::Impl& m, const void* in, size_t in_bytes, uint32_t co
       Status s = stall.Wait(r, &m.Header(r, g).stamp, g + 1, "its input");
       if (!s.ok()) return m.Fail(s);
     }
-    const char* stack[64];
-    std::vector<const char*> heap;
-    const char** inputs = stack;
+    const void* stack[64];
+    std::vector<const void*> heap;
+    const void** inputs = stack;
     if (m.size > 64) {
       heap.resize(m.size);
       inputs = heap.data();
@@ -373,7 +374,7 @@ Status Exchange(ShmDirect::Impl& m, const void* in, size_t in_bytes, uint32_t co
         Status bad = m.CheckHeader(q, g, seq, count, dtype, code);
         if (!bad.ok()) return m.Fail(bad);
       }
-      inputs[q] = inline_chunk ? reinterpret_cast<const char*>(m.Header(q, g).inline_data) : m.Slot(q, g);
+      inputs[q] = inline_chunk ? static_cast<const void*>(m.Header(q, g).inline_data) : m.Slot(q, g);
     }
     Status s = take(inputs);
     if (!s.ok()) return m.Fail(s);
@@ -737,10 +738,7 @@ Status ShmDirect::Reduce(const void* send, void* recv, size_t count, DataType dt
   if (op == ReduceOp::kAvg) return InvalidArgumentError("direct shm reduce: AVG is the caller's (sum, then scale)");
   const bool is_root = m.rank == root;
   return Exchange(m, send, count * DataTypeSize(dtype), OpCode(kReduceOp, root, op), count, dtype, is_root,
-                  [&](const char* const* in) {
-                    return ReduceInOrder(reducer, recv, reinterpret_cast<const void* const*>(in), m.size, count,
-                                         dtype, op);
-                  },
+                  [&](const void** in) { return ReduceInOrder(reducer, recv, in, m.size, count, dtype, op); },
                   deadline, abort);
 }
 
@@ -749,7 +747,7 @@ Status ShmDirect::AllGather(const void* send, void* recv, size_t count, DataType
   Impl& m = *impl_;
   const size_t bytes = count * DataTypeSize(dtype);
   return Exchange(m, send, bytes, OpCode(kAllGatherOp, 0, ReduceOp::kSum), count, dtype, true,
-                  [&](const char* const* in) {
+                  [&](const void** in) {
                     for (int q = 0; q < m.size; ++q) {
                       if (bytes > 0) std::memcpy(static_cast<char*>(recv) + q * bytes, in[q], bytes);
                     }
@@ -765,16 +763,10 @@ Status ShmDirect::ReduceScatter(const void* send, void* recv, size_t count, Data
   if (op == ReduceOp::kAvg) return InvalidArgumentError("direct shm reduce_scatter: AVG is the caller's (sum, then scale)");
   const size_t bytes = count * DataTypeSize(dtype);
   return Exchange(m, send, bytes * m.size, OpCode(kReduceScatterOp, 0, op), count, dtype, true,
-                  [&](const char* const* in) {
-                    const void* stack[64];
-                    std::vector<const void*> heap;
-                    const void** srcs = stack;
-                    if (m.size > 64) {
-                      heap.resize(m.size);
-                      srcs = heap.data();
-                    }
-                    for (int q = 0; q < m.size; ++q) srcs[q] = in[q] + m.rank * bytes;
-                    return ReduceInOrder(reducer, recv, srcs, m.size, count, dtype, op);
+                  [&](const void** in) {
+                    // This rank's block of every input.
+                    for (int q = 0; q < m.size; ++q) in[q] = static_cast<const char*>(in[q]) + m.rank * bytes;
+                    return ReduceInOrder(reducer, recv, in, m.size, count, dtype, op);
                   },
                   deadline, abort);
 }
@@ -784,9 +776,12 @@ Status ShmDirect::AllToAll(const void* send, void* recv, size_t count, DataType 
   Impl& m = *impl_;
   const size_t bytes = count * DataTypeSize(dtype);
   return Exchange(m, send, bytes * m.size, OpCode(kAllToAllOp, 0, ReduceOp::kSum), count, dtype, true,
-                  [&](const char* const* in) {
+                  [&](const void** in) {
                     for (int q = 0; q < m.size; ++q) {
-                      if (bytes > 0) std::memcpy(static_cast<char*>(recv) + q * bytes, in[q] + m.rank * bytes, bytes);
+                      if (bytes > 0) {
+                        std::memcpy(static_cast<char*>(recv) + q * bytes, static_cast<const char*>(in[q]) + m.rank * bytes,
+                                    bytes);
+                      }
                     }
                     return Status::Ok();
                   },
@@ -795,7 +790,7 @@ Status ShmDirect::AllToAll(const void* send, void* recv, size_t count, DataType 
 
 Status ShmDirect::Barrier(Clock::time_point deadline, const std::atomic<bool>* abort) {
   return Exchange(*impl_, nullptr, 0, OpCode(kBarrierOp, 0, ReduceOp::kSum), 0, DataType::kUint8, true,
-                  [](const char* const*) { return Status::Ok(); }, deadline, abort);
+                  [](const void**) { return Status::Ok(); }, deadline, abort);
 }
 
 }  // namespace ciuic::collectives
