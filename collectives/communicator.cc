@@ -635,6 +635,10 @@ ShmDirectOptions CommImpl::DirectOptions() const {
   ShmDirectOptions o;
   o.slot_bytes = link_options.slot_size;
   o.nslots = link_options.nslots;
+  // The small ring takes at most CIUIC_BUFFER_SIZE too (64 slots of 16 KiB
+  // by default; fewer when the buffer is smaller than 1 MiB).
+  const size_t small_bytes = std::min(o.one_shot_max_bytes, o.slot_bytes);
+  o.small_slots = std::min(o.small_slots, o.nslots * o.slot_bytes / small_bytes);
   // Where the kernels themselves turn to non-temporal stores (half the
   // last-level cache, at most 16 MiB; CIUIC_KERNEL_NT_THRESHOLD).
   o.stream_output_min_bytes = reducer->nt_threshold_bytes();

@@ -20,7 +20,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kMagic = 0x3152446369756963ull;  // "ciuicDR1"
-constexpr uint32_t kVersion = 1;
+// 2: the small ring (its layout fields, its `out` counter) and `started`.
+constexpr uint32_t kVersion = 2;
 constexpr uint32_t kConnectionTag = 0x44495200;    // "DIR\0": apart from channel tags
 constexpr size_t kHeaderBytes = 64;                 // per slot
 constexpr size_t kControlBytes = 1024;
@@ -39,14 +40,27 @@ struct alignas(64) Counter {
 
 // The start of every rank's region. Written once by its owner before the
 // region is published (layout fields) and then only through the atomics.
-struct Control {
+// The padding is deliberate: words written by different ranks or at
+// different rates sit on lines of their own.
+struct Control {  // NOLINT(clang-analyzer-optin.performance.Padding)
   uint64_t magic;
   uint32_t version;
   uint32_t rank;
-  uint64_t nslots;
+  uint64_t nslots;            // the large ring
   uint64_t slot_bytes;
-  alignas(64) Counter reduced;
-  Counter out;
+  uint64_t small_nslots;      // the small ring (0: none)
+  uint64_t small_slot_bytes;
+  alignas(64) Counter reduced;  // large ring (two-shot)
+  Counter out;                  // large ring
+  Counter small_out;            // small ring
+  // The operation this rank is in, for naming a peer that runs another one
+  // on the other ring (where no slot header of this rank's ring shows it):
+  // `started` = (sequence + 1) << 1 | ring (1: small), stored (release)
+  // after the fields; a reader checks it again after reading them.
+  alignas(64) std::atomic<uint64_t> started;
+  std::atomic<uint64_t> started_count;
+  std::atomic<uint32_t> started_dtype;
+  std::atomic<uint32_t> started_op;
   alignas(64) std::atomic<uint32_t> bell;      // futex word: bumped when sleepers != 0
   std::atomic<uint32_t> sleepers;              // peers asleep on `bell`
   // Set (after `reason`) when the owner's operation failed: it publishes
@@ -114,22 +128,73 @@ void FutexWakeAll(std::atomic<uint32_t>* word) {
 struct ShmDirect::Impl {
   int rank = 0;
   int size = 1;
-  size_t nslots = 0;
-  size_t slot_bytes = 0;
   std::unique_ptr<transport::MemoryRegion> region;
   std::vector<std::unique_ptr<transport::Connection>> conns;  // by rank; null for self
   std::vector<Control*> ctrl;                                 // by rank
-  std::vector<SlotHeader*> headers;                           // by rank: nslots each
-  std::vector<char*> data;                                    // by rank: slot 0
-  uint64_t next_chunk = 0;  // global index of the next operation's first chunk
+
+  // A ring of slots in every rank's region. An operation runs on one ring
+  // (the same on every rank: chosen by its size); chunk numbers and slot
+  // reuse are per ring, the operation sequence is shared.
+  struct Ring {
+    size_t nslots = 0;
+    size_t slot_bytes = 0;
+    Counter Control::*out = nullptr;  // the `out` counter of this ring
+    uint32_t index = 0;               // 0 large, 1 small (Control::started)
+    std::vector<SlotHeader*> headers;  // by rank: nslots each
+    std::vector<char*> data;           // by rank: slot 0
+    uint64_t next_chunk = 0;  // global index of the next operation's first chunk
+    uint64_t free_upto = 0;   // every rank's `out` was at least this when last read
+
+    char* Slot(int r, uint64_t g) const { return data[r] + (g % nslots) * slot_bytes; }
+    SlotHeader& Header(int r, uint64_t g) const { return headers[r][g % nslots]; }
+  };
+  // The large ring (CIUIC_BUFFER_SIZE / CIUIC_CHUNK_SIZE) pipelines large
+  // operations; the small ring (many one-shot-sized slots) takes operations
+  // that fit one of its slots, so ranks may run that many small calls
+  // ahead of each other instead of nslots (8 by default). With 4 ranks on
+  // 2 cores every hand-off there is a yield, and a rank that can run ahead
+  // yields less often.
+  Ring large, small;
+  Ring& RingFor(size_t bytes) { return small.nslots > 0 && bytes <= small.slot_bytes ? small : large; }
+
   uint64_t seq = 0;         // operations run (with count > 0)
   Status error;             // sticky
-
-  char* Slot(int r, uint64_t g) const { return data[r] + (g % nslots) * slot_bytes; }
-  SlotHeader& Header(int r, uint64_t g) const { return headers[r][g % nslots]; }
-
-  uint64_t free_upto = 0;  // every rank's `out` was at least this when last read
   std::chrono::microseconds spin_for{0};  // ShmDirectOptions::spin
+
+  // The operation this rank is in (Begin), for Stall's check of the peers.
+  const Ring* cur_ring = nullptr;
+  uint64_t cur_count = 0;
+  uint32_t cur_dtype = 0;
+  uint32_t cur_op = 0;
+  // Announces operation `seq` (on `ring`, with these arguments) in this
+  // rank's control block.
+  void Begin(const Ring& ring, uint64_t count, DataType dtype, uint32_t op) {
+    Control* me = ctrl[rank];
+    cur_ring = &ring;
+    cur_count = count;
+    cur_dtype = static_cast<uint32_t>(dtype);
+    cur_op = op;
+    me->started_count.store(count, std::memory_order_relaxed);
+    me->started_dtype.store(cur_dtype, std::memory_order_relaxed);
+    me->started_op.store(op, std::memory_order_relaxed);
+    me->started.store((seq + 1) << 1 | ring.index, std::memory_order_release);
+  }
+  // kDataLoss when rank `r` announced this very operation (the same
+  // sequence number) with other arguments or on the other ring: then it
+  // would never publish what this rank waits for.
+  Status CheckStarted(int r) const {
+    const Control* p = ctrl[r];
+    const uint64_t started = p->started.load(std::memory_order_acquire);
+    if (cur_ring == nullptr || started >> 1 != seq + 1) return Status::Ok();
+    const uint64_t count = p->started_count.load(std::memory_order_relaxed);
+    const uint32_t dtype = p->started_dtype.load(std::memory_order_relaxed);
+    const uint32_t op = p->started_op.load(std::memory_order_relaxed);
+    if (p->started.load(std::memory_order_acquire) != started) return Status::Ok();  // moved on meanwhile
+    if ((started & 1) == cur_ring->index && count == cur_count && dtype == cur_dtype && op == cur_op) {
+      return Status::Ok();
+    }
+    return Mismatch(r, seq, op, count, dtype, seq, cur_op, cur_count, static_cast<DataType>(cur_dtype));
+  }
 
   // Which stores write what peers read (the slots): cached or streaming
   // (non-temporal, to memory). This VM switches, every few seconds to
@@ -175,27 +240,30 @@ struct ShmDirect::Impl {
     }
     return -1;
   }
-  // The first peer whose slot does not hold chunk `g` yet (-1: none).
-  int FirstNotIn(uint64_t g) const {
+  // The first peer whose slot of `ring` does not hold chunk `g` yet (-1: none).
+  int FirstNotIn(const Ring& ring, uint64_t g) const {
     for (int r = 0; r < size; ++r) {
-      if (r != rank && Header(r, g).stamp.load(std::memory_order_acquire) != g + 1) return r;
+      if (r != rank && ring.Header(r, g).stamp.load(std::memory_order_acquire) != g + 1) return r;
     }
     return -1;
   }
-  // Slot reuse: chunk g takes the slots of chunk g - nslots, free once
-  // every rank's `out` passed that chunk. The first rank still behind
-  // (*need: the `out` it must reach), or -1 when the slot is free (the
-  // lowest `out` seen is cached in free_upto, so most calls read nothing).
-  int SlotHolder(uint64_t g, uint64_t* need) {
-    if (g < nslots || free_upto >= g - nslots + 1) return -1;
-    *need = g - nslots + 1;
-    const int r = FirstBelow(&Control::out, *need);
+  // Slot reuse: chunk g takes the slots of chunk g - nslots of its ring,
+  // free once every rank's `out` of that ring passed that chunk. The first
+  // rank still behind (*need: the `out` it must reach), or -1 when the slot
+  // is free (the lowest `out` seen is cached in free_upto, so most calls
+  // read nothing).
+  int SlotHolder(Ring& ring, uint64_t g, uint64_t* need) {
+    if (g < ring.nslots || ring.free_upto >= g - ring.nslots + 1) return -1;
+    *need = g - ring.nslots + 1;
+    const int r = FirstBelow(ring.out, *need);
     if (r >= 0) return r;
     uint64_t low = UINT64_MAX;
-    for (int q = 0; q < size; ++q) low = std::min(low, ctrl[q]->out.v.load(std::memory_order_acquire));
-    free_upto = low;
+    for (int q = 0; q < size; ++q) low = std::min(low, (ctrl[q]->*ring.out).v.load(std::memory_order_acquire));
+    ring.free_upto = low;
     return -1;
   }
+  // Publishes that this rank is done reading chunk `g` of `ring` everywhere.
+  void PublishOut(const Ring& ring, uint64_t g) { Publish((ctrl[rank]->*ring.out).v, g + 1); }
   // The word rank `r` publishes `which` in (for Stall).
   std::atomic<uint64_t>* Word(int r, Counter Control::*which) const { return &(ctrl[r]->*which).v; }
 
@@ -245,14 +313,19 @@ struct ShmDirect::Impl {
     }
     return "operation " + std::to_string(code);
   }
-  Status CheckHeader(int r, uint64_t g, uint64_t want_seq, size_t count, DataType dtype, uint32_t op) const {
-    const SlotHeader& h = Header(r, g);
+  Status CheckHeader(const Ring& ring, int r, uint64_t g, uint64_t want_seq, size_t count, DataType dtype,
+                     uint32_t op) const {
+    const SlotHeader& h = ring.Header(r, g);
     if (h.seq == want_seq && h.count == count && h.dtype == static_cast<uint32_t>(dtype) && h.op == op) {
       return Status::Ok();
     }
+    return Mismatch(r, h.seq, h.op, h.count, h.dtype, want_seq, op, count, dtype);
+  }
+  static Status Mismatch(int r, uint64_t their_seq, uint32_t their_op, uint64_t their_count, uint32_t their_dtype,
+                         uint64_t seq, uint32_t op, uint64_t count, DataType dtype) {
     return DataLossError("direct shm: rank " + std::to_string(r) + " is in another operation (its #" +
-                         std::to_string(h.seq) + ": " + OpText(h.op) + ", count " + std::to_string(h.count) +
-                         ", dtype " + std::to_string(h.dtype) + "; this rank's #" + std::to_string(want_seq) + ": " +
+                         std::to_string(their_seq) + ": " + OpText(their_op) + ", count " + std::to_string(their_count) +
+                         ", dtype " + std::to_string(their_dtype) + "; this rank's #" + std::to_string(seq) + ": " +
                          OpText(op) + ", count " + std::to_string(count) + ", " + DataTypeName(dtype) +
                          "): mismatched counts, roots or calls across ranks?");
   }
@@ -282,7 +355,10 @@ class Stall {
                                    std::to_string(peer) + " (" + what + ", chunk " +
                                    std::to_string(target - 1) + ")");
     }
-    if (peer != impl_.rank) CIUIC_RETURN_IF_ERROR(impl_.PeerStatus(peer, false));
+    if (peer != impl_.rank) {
+      CIUIC_RETURN_IF_ERROR(impl_.PeerStatus(peer, false));
+      CIUIC_RETURN_IF_ERROR(impl_.CheckStarted(peer));
+    }
     if (now - last_liveness_ >= kLivenessEvery) {
       // Every peer, not only the one awaited: that one may be a survivor
       // waiting, like this rank, for one that died.
@@ -334,32 +410,34 @@ template <typename Take>
 Status Exchange(ShmDirect::Impl& m, const void* in, size_t in_bytes, uint32_t code, size_t count, DataType dtype,
                 bool reads, const Take& take, Clock::time_point deadline, const std::atomic<bool>* abort) {
   if (!m.error.ok()) return Status(m.error.code(), "direct shm failed earlier: " + m.error.message());
-  if (in_bytes > m.slot_bytes) {
+  ShmDirect::Impl::Ring& ring = m.RingFor(in_bytes);
+  if (in_bytes > ring.slot_bytes) {
     return InvalidArgumentError("direct shm " + ShmDirect::Impl::OpText(code) + ": an input of " +
-                                std::to_string(in_bytes) + " B does not fit a slot of " + std::to_string(m.slot_bytes) +
-                                " B");
+                                std::to_string(in_bytes) + " B does not fit a slot of " +
+                                std::to_string(ring.slot_bytes) + " B");
   }
-  const uint64_t g = m.next_chunk;
+  const uint64_t g = ring.next_chunk;
   const uint64_t seq = m.seq;
   const int me = m.rank;
+  m.Begin(ring, count, dtype, code);
   Stall stall(m, deadline, abort);
   uint64_t need = 0;
-  for (int r = m.SlotHolder(g, &need); r >= 0; r = m.SlotHolder(g, &need)) {
-    Status s = stall.Wait(r, m.Word(r, &Control::out), need, "freeing a slot");
+  for (int r = m.SlotHolder(ring, g, &need); r >= 0; r = m.SlotHolder(ring, g, &need)) {
+    Status s = stall.Wait(r, m.Word(r, ring.out), need, "freeing a slot");
     if (!s.ok()) return m.Fail(s);
   }
   stall.Reset();
   const bool inline_chunk = in_bytes <= kInlineBytes;
-  SlotHeader& h = m.Header(me, g);
-  if (in_bytes > 0) std::memcpy(inline_chunk ? static_cast<void*>(h.inline_data) : m.Slot(me, g), in, in_bytes);
+  SlotHeader& h = ring.Header(me, g);
+  if (in_bytes > 0) std::memcpy(inline_chunk ? static_cast<void*>(h.inline_data) : ring.Slot(me, g), in, in_bytes);
   h.seq = seq;
   h.count = count;
   h.dtype = static_cast<uint32_t>(dtype);
   h.op = code;
   m.Publish(h.stamp, g + 1);
   if (reads) {
-    for (int r = m.FirstNotIn(g); r >= 0; r = m.FirstNotIn(g)) {
-      Status s = stall.Wait(r, &m.Header(r, g).stamp, g + 1, "its input");
+    for (int r = m.FirstNotIn(ring, g); r >= 0; r = m.FirstNotIn(ring, g)) {
+      Status s = stall.Wait(r, &ring.Header(r, g).stamp, g + 1, "its input");
       if (!s.ok()) return m.Fail(s);
     }
     const void* stack[64];
@@ -371,16 +449,16 @@ Status Exchange(ShmDirect::Impl& m, const void* in, size_t in_bytes, uint32_t co
     }
     for (int q = 0; q < m.size; ++q) {
       if (q != me) {
-        Status bad = m.CheckHeader(q, g, seq, count, dtype, code);
+        Status bad = m.CheckHeader(ring, q, g, seq, count, dtype, code);
         if (!bad.ok()) return m.Fail(bad);
       }
-      inputs[q] = inline_chunk ? static_cast<const void*>(m.Header(q, g).inline_data) : m.Slot(q, g);
+      inputs[q] = inline_chunk ? static_cast<const void*>(ring.Header(q, g).inline_data) : ring.Slot(q, g);
     }
     Status s = take(inputs);
     if (!s.ok()) return m.Fail(s);
   }
-  m.Publish(m.ctrl[me]->out.v, g + 1);
-  m.next_chunk = g + 1;
+  m.PublishOut(ring, g);
+  ring.next_chunk = g + 1;
   m.seq = seq + 1;
   return Status::Ok();
 }
@@ -408,27 +486,49 @@ StatusOr<std::unique_ptr<ShmDirect>> ShmDirect::Create(transport::Backend& backe
   impl->rank = rank;
   impl->size = size;
   impl->spin_for = options.spin;
-  impl->nslots = options.nslots;
-  impl->slot_bytes = options.slot_bytes;
-  const size_t data_off = DataOffset(options.nslots);
-  const size_t bytes = data_off + options.nslots * options.slot_bytes;
+  Impl::Ring& large = impl->large;
+  Impl::Ring& small = impl->small;
+  large.nslots = options.nslots;
+  large.slot_bytes = options.slot_bytes;
+  large.out = &Control::out;
+  large.index = 0;
+  // The small ring: one-shot-sized slots (never larger than the large ring's).
+  const size_t small_bytes = std::min(options.one_shot_max_bytes, options.slot_bytes);
+  small.nslots = options.small_slots >= 2 && small_bytes > 0 ? options.small_slots : 0;
+  small.slot_bytes = small.nslots > 0 ? small_bytes : 0;
+  small.out = &Control::small_out;
+  small.index = 1;
+  // Control | large headers | small headers | (page) large slots | small slots.
+  const size_t data_off = DataOffset(large.nslots + small.nslots);
+  const size_t small_off = data_off + large.nslots * large.slot_bytes;
+  const size_t bytes = small_off + small.nslots * small.slot_bytes;
   CIUIC_ASSIGN_OR_RETURN(impl->region, backend.Allocate(bytes));
   auto* base = static_cast<char*>(impl->region->data());
   auto* me = new (base) Control();
   me->magic = kMagic;
   me->version = kVersion;
   me->rank = static_cast<uint32_t>(rank);
-  me->nslots = options.nslots;
-  me->slot_bytes = options.slot_bytes;
+  me->nslots = large.nslots;
+  me->slot_bytes = large.slot_bytes;
+  me->small_nslots = small.nslots;
+  me->small_slot_bytes = small.slot_bytes;
   impl->ctrl.assign(size, nullptr);
-  impl->headers.assign(size, nullptr);
-  impl->data.assign(size, nullptr);
   impl->conns.resize(size);
-  impl->ctrl[rank] = me;
-  impl->headers[rank] = reinterpret_cast<SlotHeader*>(base + kControlBytes);
-  impl->data[rank] = base + data_off;
+  for (Impl::Ring* ring : {&large, &small}) {
+    ring->headers.assign(size, nullptr);
+    ring->data.assign(size, nullptr);
+  }
+  auto place = [&](int r, char* at) {
+    impl->ctrl[r] = reinterpret_cast<Control*>(at);
+    large.headers[r] = reinterpret_cast<SlotHeader*>(at + kControlBytes);
+    small.headers[r] = large.headers[r] + large.nslots;
+    large.data[r] = at + data_off;
+    small.data[r] = at + small_off;
+  };
+  place(rank, base);
 
   const std::string key = prefix + "/direct/region/";
+  const std::string layout_hint = " (CIUIC_BUFFER_SIZE / CIUIC_CHUNK_SIZE differ between ranks?)";
   CIUIC_RETURN_IF_ERROR(store.Set(key + std::to_string(rank), impl->region->Describe()));
   for (int p = 0; p < size; ++p) {  // ascending peer order on every rank: no connect cycle
     if (p == rank) continue;
@@ -441,23 +541,33 @@ StatusOr<std::unique_ptr<ShmDirect>> ShmDirect::Create(transport::Backend& backe
       return UnimplementedError(std::string("direct shm all-reduce: the ") + transport::BackendName(backend.kind()) +
                                 " backend cannot map rank " + std::to_string(p) + "'s memory");
     }
+    if (remote.size < kControlBytes) {
+      return InvalidArgumentError("direct shm all-reduce: rank " + std::to_string(p) + "'s region has only " +
+                                  std::to_string(remote.size) + " bytes");
+    }
+    auto* pc = reinterpret_cast<Control*>(pb);
+    if (pc->magic != kMagic || pc->version != kVersion || pc->rank != static_cast<uint32_t>(p)) {
+      return InvalidArgumentError("direct shm all-reduce: rank " + std::to_string(p) +
+                                  "'s region is not a direct region of this version (version " +
+                                  std::to_string(pc->version) + ", this rank's " + std::to_string(kVersion) +
+                                  "): another ciuic build?");
+    }
+    if (pc->nslots != large.nslots || pc->slot_bytes != large.slot_bytes || pc->small_nslots != small.nslots ||
+        pc->small_slot_bytes != small.slot_bytes) {
+      return InvalidArgumentError("direct shm all-reduce: rank " + std::to_string(p) + " uses " +
+                                  std::to_string(pc->nslots) + " slots of " + std::to_string(pc->slot_bytes) +
+                                  " bytes and " + std::to_string(pc->small_nslots) + " small slots of " +
+                                  std::to_string(pc->small_slot_bytes) + ", this rank " +
+                                  std::to_string(large.nslots) + " of " + std::to_string(large.slot_bytes) + " and " +
+                                  std::to_string(small.nslots) + " of " + std::to_string(small.slot_bytes) +
+                                  layout_hint);
+    }
     if (remote.size < bytes) {
       return InvalidArgumentError("direct shm all-reduce: rank " + std::to_string(p) + "'s region has " +
                                   std::to_string(remote.size) + " bytes, this rank's " + std::to_string(bytes) +
-                                  " (CIUIC_BUFFER_SIZE / CIUIC_CHUNK_SIZE differ between ranks?)");
+                                  layout_hint);
     }
-    auto* pc = reinterpret_cast<Control*>(pb);
-    if (pc->magic != kMagic || pc->version != kVersion || pc->rank != static_cast<uint32_t>(p) ||
-        pc->nslots != options.nslots || pc->slot_bytes != options.slot_bytes) {
-      return InvalidArgumentError("direct shm all-reduce: rank " + std::to_string(p) + " uses " +
-                                  std::to_string(pc->nslots) + " slots of " + std::to_string(pc->slot_bytes) +
-                                  " bytes, this rank " + std::to_string(options.nslots) + " of " +
-                                  std::to_string(options.slot_bytes) +
-                                  " (CIUIC_BUFFER_SIZE / CIUIC_CHUNK_SIZE differ between ranks?)");
-    }
-    impl->ctrl[p] = pc;
-    impl->headers[p] = reinterpret_cast<SlotHeader*>(pb + kControlBytes);
-    impl->data[p] = pb + data_off;
+    place(p, pb);
   }
   return std::unique_ptr<ShmDirect>(new ShmDirect(std::move(impl), options));
 }
@@ -490,10 +600,11 @@ Status ShmDirect::AllReduce(const void* send, void* recv, size_t count, DataType
   if (op == ReduceOp::kAvg) return InvalidArgumentError("direct shm all-reduce: AVG is the caller's (sum, then scale)");
   if (count == 0) return Status::Ok();
   const size_t es = DataTypeSize(dtype);
-  const size_t chunk_elems = m.slot_bytes / es;
+  Impl::Ring& ring = m.RingFor(count * es);
+  const size_t chunk_elems = ring.slot_bytes / es;
   if (chunk_elems == 0) return InvalidArgumentError("direct shm all-reduce: slot smaller than one element");
   const size_t nchunks = (count + chunk_elems - 1) / chunk_elems;
-  const uint64_t g0 = m.next_chunk;
+  const uint64_t g0 = ring.next_chunk;
   const uint64_t seq = m.seq;
   const int n = m.size;
   const int me = m.rank;
@@ -501,6 +612,7 @@ Status ShmDirect::AllReduce(const void* send, void* recv, size_t count, DataType
   auto* out_base = static_cast<char*>(recv);
   // One-shot for every chunk when the (first) chunk is small.
   const bool one_shot = OneShot(count * es, options_);
+  m.Begin(ring, count, dtype, static_cast<uint32_t>(op));
   // Two-shot: cached or streaming stores into the slots (see Impl::streaming).
   const bool adapt = !one_shot && streaming != nullptr && n > 1;
   int bucket = 0;  // log2 of the bytes (adapt only)
@@ -555,21 +667,21 @@ Status ShmDirect::AllReduce(const void* send, void* recv, size_t count, DataType
     while (in < nchunks) {
       const uint64_t g = g0 + in;
       uint64_t need = 0;
-      const int holder = m.SlotHolder(g, &need);
+      const int holder = m.SlotHolder(ring, g, &need);
       if (holder >= 0) {
-        wait_in = {holder, m.Word(holder, &Control::out), need, "freeing a slot"};
+        wait_in = {holder, m.Word(holder, ring.out), need, "freeing a slot"};
         break;
       }
       const size_t len = chunk_len(in);
       const char* src = in_base + in * chunk_elems * es;
-      SlotHeader& h = m.Header(me, g);
+      SlotHeader& h = ring.Header(me, g);
       if (one_shot && len * es <= kInlineBytes) {
         std::memcpy(h.inline_data, src, len * es);
       } else if (one_shot) {
-        reducer.Copy(m.Slot(me, g), src, len * es);
+        reducer.Copy(ring.Slot(me, g), src, len * es);
       } else {
         // Every slice but this rank's own (reduced straight from the input).
-        char* slot = m.Slot(me, g);
+        char* slot = ring.Slot(me, g);
         const size_t a = bound(len, me), b = bound(len, me + 1);
         reducer.Copy(slot, src, a * es);
         reducer.Copy(slot + b * es, src + b * es, (len - b) * es);
@@ -585,18 +697,18 @@ Status ShmDirect::AllReduce(const void* send, void* recv, size_t count, DataType
     // 2. Reduce once every rank's chunk is in.
     if (red < in) {
       const uint64_t g = g0 + red;
-      const int r = m.FirstNotIn(g);
+      const int r = m.FirstNotIn(ring, g);
       if (r < 0) {
         for (int q = 0; q < n; ++q) {
           if (q == me) continue;
-          Status bad = m.CheckHeader(q, g, seq, count, dtype, static_cast<uint32_t>(op));
+          Status bad = m.CheckHeader(ring, q, g, seq, count, dtype, static_cast<uint32_t>(op));
           if (!bad.ok()) return m.Fail(bad);
         }
         const size_t len = chunk_len(red);
         const size_t off = red * chunk_elems * es;
         const bool inline_chunk = one_shot && len * es <= kInlineBytes;
         auto peer_chunk = [&](int q) -> const char* {
-          return inline_chunk ? reinterpret_cast<const char*>(m.Header(q, g).inline_data) : m.Slot(q, g);
+          return inline_chunk ? reinterpret_cast<const char*>(ring.Header(q, g).inline_data) : ring.Slot(q, g);
         };
         Status s;
         if (one_shot) {
@@ -604,20 +716,20 @@ Status ShmDirect::AllReduce(const void* send, void* recv, size_t count, DataType
           s = ReduceInOrder(reducer, out_base + off, src_list, n, len, dtype, op);
         } else {
           const size_t a = bound(len, me), b = bound(len, me + 1);
-          for (int q = 0; q < n; ++q) src_list[q] = (q == me ? in_base + off : m.Slot(q, g)) + a * es;
-          s = ReduceInOrder(reducer, m.Slot(me, g) + a * es, src_list, n, b - a, dtype, op);
+          for (int q = 0; q < n; ++q) src_list[q] = (q == me ? in_base + off : ring.Slot(q, g)) + a * es;
+          s = ReduceInOrder(reducer, ring.Slot(me, g) + a * es, src_list, n, b - a, dtype, op);
         }
         if (!s.ok()) return m.Fail(s);
         ++red;
         if (one_shot) {
-          m.Publish(m.ctrl[me]->out.v, g + 1);  // done reading every region for this chunk
+          m.PublishOut(ring, g);  // done reading every region for this chunk
           ++out;
         } else {
           m.Publish(m.ctrl[me]->reduced.v, g + 1);
         }
         progressed = true;
       } else {
-        wait_red = {r, &m.Header(r, g).stamp, g + 1, "its input"};
+        wait_red = {r, &ring.Header(r, g).stamp, g + 1, "its input"};
       }
     }
     // 3. Two-shot: copy the reduced slices out once every rank reduced.
@@ -629,9 +741,9 @@ Status ShmDirect::AllReduce(const void* send, void* recv, size_t count, DataType
         const size_t off = out * chunk_elems * es;
         for (int q = 0; q < n; ++q) {
           const size_t a = bound(len, q), b = bound(len, q + 1);
-          out_copier.Copy(out_base + off + a * es, m.Slot(q, g) + a * es, (b - a) * es);
+          out_copier.Copy(out_base + off + a * es, ring.Slot(q, g) + a * es, (b - a) * es);
         }
-        m.Publish(m.ctrl[me]->out.v, g + 1);
+        m.PublishOut(ring, g);
         ++out;
         progressed = true;
       } else {
@@ -647,7 +759,7 @@ Status ShmDirect::AllReduce(const void* send, void* recv, size_t count, DataType
     Status s = stall.Wait(b.rank, b.word, b.target, b.what);
     if (!s.ok()) return m.Fail(s);
   }
-  m.next_chunk = g0 + nchunks;
+  ring.next_chunk = g0 + nchunks;
   m.seq = seq + 1;
   if (adapt && me == 0) {
     Impl::ModeStats& st = m.modes[bucket];
@@ -672,13 +784,15 @@ Status ShmDirect::Broadcast(void* buf, size_t count, DataType dtype, int root, c
   }
   if (count == 0) return Status::Ok();
   const size_t es = DataTypeSize(dtype);
-  const size_t chunk_elems = m.slot_bytes / es;
+  Impl::Ring& ring = m.RingFor(count * es);
+  const size_t chunk_elems = ring.slot_bytes / es;
   if (chunk_elems == 0) return InvalidArgumentError("direct shm broadcast: slot smaller than one element");
   const size_t nchunks = (count + chunk_elems - 1) / chunk_elems;
-  const uint64_t g0 = m.next_chunk;
+  const uint64_t g0 = ring.next_chunk;
   const uint64_t seq = m.seq;
   const int me = m.rank;
   const uint32_t code = OpCode(kBroadcastOp, root, ReduceOp::kSum);
+  m.Begin(ring, count, dtype, code);
   const bool inline_data = count * es <= kInlineBytes;  // one chunk, in the header line
   auto* base = static_cast<char*>(buf);
   Stall stall(m, deadline, abort);
@@ -689,17 +803,17 @@ Status ShmDirect::Broadcast(void* buf, size_t count, DataType dtype, int root, c
     Status s;
     if (me == root) {
       uint64_t need = 0;
-      const int holder = m.SlotHolder(g, &need);
+      const int holder = m.SlotHolder(ring, g, &need);
       if (holder >= 0) {
-        s = stall.Wait(holder, m.Word(holder, &Control::out), need, "freeing a slot");
+        s = stall.Wait(holder, m.Word(holder, ring.out), need, "freeing a slot");
         if (!s.ok()) return m.Fail(s);
         continue;
       }
-      SlotHeader& h = m.Header(me, g);
+      SlotHeader& h = ring.Header(me, g);
       if (inline_data) {
         std::memcpy(h.inline_data, at, len);
       } else {
-        copier.Copy(m.Slot(me, g), at, len);
+        copier.Copy(ring.Slot(me, g), at, len);
       }
       h.seq = seq;
       h.count = count;
@@ -707,27 +821,27 @@ Status ShmDirect::Broadcast(void* buf, size_t count, DataType dtype, int root, c
       h.op = code;
       m.Publish(h.stamp, g + 1);
       // The root reads no region: done with the chunk at once.
-      m.Publish(m.ctrl[me]->out.v, g + 1);
+      m.PublishOut(ring, g);
     } else {
-      SlotHeader& h = m.Header(root, g);
+      SlotHeader& h = ring.Header(root, g);
       if (h.stamp.load(std::memory_order_acquire) != g + 1) {
         s = stall.Wait(root, &h.stamp, g + 1, "its broadcast");
         if (!s.ok()) return m.Fail(s);
         continue;
       }
-      s = m.CheckHeader(root, g, seq, count, dtype, code);
+      s = m.CheckHeader(ring, root, g, seq, count, dtype, code);
       if (!s.ok()) return m.Fail(s);
       if (inline_data) {
         std::memcpy(at, h.inline_data, len);
       } else {
-        copier.Copy(at, m.Slot(root, g), len);
+        copier.Copy(at, ring.Slot(root, g), len);
       }
-      m.Publish(m.ctrl[me]->out.v, g + 1);
+      m.PublishOut(ring, g);
     }
     stall.Reset();
     ++k;
   }
-  m.next_chunk = g0 + nchunks;
+  ring.next_chunk = g0 + nchunks;
   m.seq = seq + 1;
   return Status::Ok();
 }

@@ -2,15 +2,23 @@
 // out of each other's memory, with no message rings and no schedule.
 //
 // Every rank owns one shared region (shm backend pool memory, mapped by all
-// peers): a control block and `nslots` slots of `slot_bytes`. An operation
-// is cut into chunks of at most slot_bytes; chunk g (counted over the life
-// of the communicator, the same on every rank) lives in slot g % nslots of
-// every region. Three counters per rank, each only ever increased by its
-// owner and read by the others, carry the whole protocol:
-//   ready   = chunks whose input this rank has copied into its slot,
+// peers): a control block and two rings of slots, the large ring (`nslots`
+// slots of `slot_bytes`, CIUIC_BUFFER_SIZE / CIUIC_CHUNK_SIZE) and the small
+// ring (`small_slots` one-shot-sized slots). An operation that fits one
+// small slot runs on the small ring, any other on the large ring, the same
+// on every rank. It is cut into chunks of at most its ring's slot size;
+// chunk g of a ring (counted over the life of the communicator, the same
+// on every rank) lives in slot g % nslots of that ring in every region.
+// Each slot's header carries a stamp (chunk + 1 once its data is in), and
+// two counters per rank, each only ever increased by its owner and read by
+// the others, carry the rest of the protocol:
 //   reduced = chunks whose slice this rank has reduced (two-shot),
-//   out     = chunks this rank has finished reading from every region.
+//   out     = chunks this rank has finished reading from every region
+//             (one per ring).
 // A slot is reused for chunk g + nslots once every rank's `out` passed g.
+// Each rank also announces the operation it is in (sequence, ring,
+// arguments), so a rank that waits on a peer running another operation on
+// the other ring names it at once.
 //
 // One-shot (small chunks): copy in, wait until every rank is ready, reduce
 // all n slots in rank order straight into the output. Two-shot (the rest,
@@ -56,6 +64,12 @@ struct ShmDirectOptions {
   // the hand-off count low where latency dominates and the cross-core
   // traffic low where bandwidth does, for any rank count.
   size_t one_shot_max_bytes = 16u << 10;
+  // Slots of the small ring (each min(one_shot_max_bytes, slot_bytes)),
+  // which takes every operation that fits one of them (0: none; everything
+  // on the large ring). Small calls then run up to this many calls ahead
+  // of the slowest rank instead of nslots, and a small call no longer
+  // ties up a whole large slot. 4 ranks on 2 cores, 8 B: see perf/RESULTS.md.
+  size_t small_slots = 64;
   // Two-shot operations at least this large copy the reduced slices into
   // the caller's output with streaming (non-temporal) stores: an output of
   // half the last-level cache or more would not stay cached anyway, and

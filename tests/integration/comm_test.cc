@@ -616,6 +616,89 @@ TEST(CollectivesDirect, SmallCollectivesMismatchNamesThePeer) {
   for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
 }
 
+// Small calls run on the small ring (64 slots with the default buffer), so
+// a broadcast root finishes 48 small broadcasts before any other rank has
+// started its first: with the large ring's 8 slots it would wait for them
+// at the 9th and the others, waiting for its "done", would time out. The
+// others then receive all 48 intact, between large broadcasts on the other
+// ring, and a large and a small all-reduce still agree.
+TEST(CollectivesDirect, SmallCallsRunFarAheadOnTheSmallRing) {
+  constexpr int kCalls = 48;
+  auto results = RunRanks(3, [&](int rank, transport::Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
+    config.transport = "shm";
+    config.algo = "auto";
+    config.timeout_ms = 10000;  // default chunk and buffer sizes
+    std::shared_ptr<transport::Store> st(&store, [](transport::Store*) {});
+    CIUIC_ASSIGN_OR_RETURN(auto comm, Communicator::CreateWithStore(rank, 3, st, config));
+    std::vector<float> big(300000);  // 1.2 MiB: the large ring
+    for (size_t i = 0; i < big.size(); ++i) big[i] = rank == 1 ? static_cast<float>(i % 1000) : -1.0f;
+    CIUIC_RETURN_IF_ERROR(comm->Broadcast(big.data(), big.size(), DataType::kFloat32, 1));
+    for (size_t i = 0; i < big.size(); ++i) {
+      if (big[i] != static_cast<float>(i % 1000)) return InternalError("large broadcast: wrong element " + std::to_string(i));
+    }
+    std::vector<std::vector<int32_t>> msgs(kCalls);
+    for (int k = 0; k < kCalls; ++k) {
+      msgs[k].assign(1 + k * 7, -1);
+      if (rank == 0) {
+        for (size_t i = 0; i < msgs[k].size(); ++i) msgs[k][i] = static_cast<int32_t>(k * 1000 + i);
+      }
+    }
+    if (rank == 0) {
+      for (int k = 0; k < kCalls; ++k) {
+        CIUIC_RETURN_IF_ERROR(comm->Broadcast(msgs[k].data(), msgs[k].size(), DataType::kInt32, 0));
+      }
+      CIUIC_RETURN_IF_ERROR(store.Set("root_done", "1"));
+    } else {
+      // Not one call before the root finished all of them.
+      CIUIC_RETURN_IF_ERROR(store.Get("root_done", milliseconds(8000)).status());
+      for (int k = 0; k < kCalls; ++k) {
+        CIUIC_RETURN_IF_ERROR(comm->Broadcast(msgs[k].data(), msgs[k].size(), DataType::kInt32, 0));
+        if (comm->last_algorithm().rfind("direct for broadcast", 0) != 0) {
+          return InternalError("a small broadcast did not run direct: " + comm->last_algorithm());
+        }
+        for (size_t i = 0; i < msgs[k].size(); ++i) {
+          if (msgs[k][i] != static_cast<int32_t>(k * 1000 + i)) {
+            return InternalError("broadcast " + std::to_string(k) + ": wrong element " + std::to_string(i));
+          }
+        }
+      }
+    }
+    CIUIC_RETURN_IF_ERROR(CheckAllReduce<float>(*comm, 300000, ReduceOp::kSum, false, 3));
+    return CheckAllReduce<float>(*comm, 1000, ReduceOp::kSum, true, 4);
+  }, milliseconds(60000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+}
+
+// Ranks whose calls differ in size so much that they take different rings
+// (a small all-reduce on one, a large one on the other) never see each
+// other's slots: each names the other at once from what it announced, not
+// at the timeout.
+TEST(CollectivesDirect, CallsOnDifferentRingsNameThePeerAtOnce) {
+  auto results = RunRanks(2, [&](int rank, transport::Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
+    config.transport = "shm";
+    config.algo = "direct";
+    config.timeout_ms = 20000;
+    std::shared_ptr<transport::Store> st(&store, [](transport::Store*) {});
+    CIUIC_ASSIGN_OR_RETURN(auto comm, Communicator::CreateWithStore(rank, 2, st, config));
+    CIUIC_RETURN_IF_ERROR(comm->Barrier());
+    std::vector<float> x(rank == 0 ? 100 : 1 << 20, 1.0f);
+    const auto t0 = std::chrono::steady_clock::now();
+    Status s = comm->AllReduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
+    const auto took = std::chrono::steady_clock::now() - t0;
+    if (s.ok()) return InternalError("an all-reduce of another count was accepted");
+    const std::string peer = "rank " + std::to_string(1 - rank);
+    const std::string theirs = "count " + std::to_string(rank == 0 ? 1 << 20 : 100);
+    if (s.message().find(peer) == std::string::npos || s.message().find(theirs) == std::string::npos) {
+      return InternalError("the error does not name " + peer + "'s " + theirs + ": " + s.ToString());
+    }
+    if (took > milliseconds(10000)) return InternalError("named only at the timeout: " + s.ToString());
+    return Status::Ok();
+  }, milliseconds(60000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+}
+
 TEST(CollectivesPipelining, ChunksSmallerThanSlotsGiveExactResults) {
   for (int n : {2, 3, 4}) {
     for (const char* algo : {"ring", "tree", "recdoubling", "rabenseifner"}) {
