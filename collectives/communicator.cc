@@ -599,7 +599,7 @@ bool CommImpl::UseDirect(const OpDesc& d) const {
   if (algo_choice == AlgoChoice::kOther) return false;
   const size_t bytes = d.count * DataTypeSize(d.dtype);
   // The small collectives' one exchange (ShmDirect::Reduce, ...): each
-  // rank's whole input in one slot, up to the one-shot size.
+  // rank's whole input in one slot, up to the exchange sizes.
   size_t input = 0;
   switch (d.coll) {
     case Collective::kAllReduce:
@@ -617,7 +617,8 @@ bool CommImpl::UseDirect(const OpDesc& d) const {
   if (exchange && d.coll != Collective::kBarrier && d.count == 0) return false;
   if (exchange) {
     const ShmDirectOptions o = DirectOptions();
-    if (input > o.one_shot_max_bytes || input > o.slot_bytes) return false;
+    const bool reduces = d.coll == Collective::kReduce || d.coll == Collective::kReduceScatter;
+    if (input > std::min(reduces ? o.exchange_reduce_max_bytes : o.exchange_move_max_bytes, o.slot_bytes)) return false;
   }
   if (algo_choice == AlgoChoice::kAuto && tuning.has_value()) {
     // A measured rule for this size decides (direct or a schedule).

@@ -64,6 +64,19 @@ struct ShmDirectOptions {
   // the hand-off count low where latency dominates and the cross-core
   // traffic low where bandwidth does, for any rank count.
   size_t one_shot_max_bytes = 16u << 10;
+  // The largest input (bytes per rank) of a reduce or reduce-scatter, and
+  // of an all-gather or all-to-all, that runs in one exchange (the
+  // communicator's choice; at most one large slot). The exchange has no
+  // pipelining (every input is copied in whole before anyone reads), so
+  // above some size the schedules win; the root of a reduce reads all n
+  // inputs in one pass, which the schedules cannot. Alternating A/B here,
+  // time per call (schedules -> exchange): reduce 2 ranks 256 KiB 22.5 ->
+  // 15.8 us, 512 KiB 25.6 -> 32.5; 4 ranks 64 KiB 24.6 -> 9.4, 256 KiB 50 ->
+  // 35; reduce-scatter 4 ranks 64 KiB 19 -> 10, 256 KiB 38 -> 25; 2 ranks
+  // 512 KiB no better; all-to-all 4 ranks 64 KiB 13 -> 11, 256 KiB 31 -> 35;
+  // all-gather 2 ranks 32 KiB inputs 6.3 -> 5.9, 128 KiB 15.5 -> 18.
+  size_t exchange_reduce_max_bytes = 256u << 10;
+  size_t exchange_move_max_bytes = 64u << 10;
   // Slots of the small ring (each min(one_shot_max_bytes, slot_bytes)),
   // which takes every operation that fits one of them (0: none; everything
   // on the large ring). Small calls then run up to this many calls ahead

@@ -597,6 +597,73 @@ TEST(CollectivesDirect, SmallCollectivesInOneExchange) {
   }
 }
 
+// With the default slots (512 KiB), mid-size inputs also run in one
+// exchange, on the large ring: reduce and reduce-scatter up to 256 KiB per
+// rank, all-gather and all-to-all up to 64 KiB; one element more goes to
+// the schedules. Every result is checked, with small calls (the small
+// ring) between them.
+TEST(CollectivesDirect, MidSizeExchangesOnTheLargeRing) {
+  for (int n : {2, 4}) {
+    auto results = RunRanks(n, [&](int rank, transport::Store& store) -> Status {
+      CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
+      config.transport = "shm";
+      config.algo = "auto";
+      config.timeout_ms = 60000;  // default chunk and buffer sizes
+      std::shared_ptr<transport::Store> st(&store, [](transport::Store*) {});
+      CIUIC_ASSIGN_OR_RETURN(auto comm, Communicator::CreateWithStore(rank, n, st, config));
+      auto ran = [&](const std::string& what, bool direct) -> Status {
+        const bool was = comm->last_algorithm().rfind("direct for ", 0) == 0;
+        if (was != direct) return InternalError(what + (direct ? " did not run" : " ran") + " direct: " + comm->last_algorithm());
+        return Status::Ok();
+      };
+      int salt = 0;
+      for (int extra : {0, 1}) {
+        const bool direct = extra == 0;
+        ++salt;
+        // reduce: 256 KiB (+ one element) per rank.
+        const size_t rc = (256u << 10) / sizeof(float) + extra;
+        std::vector<float> in(rc), out(rc, -1);
+        Fill(&in, rank, salt);
+        const int root = (salt + 1) % n;
+        CIUIC_RETURN_IF_ERROR(comm->Reduce(in.data(), out.data(), rc, DataType::kFloat32, ReduceOp::kSum, root));
+        CIUIC_RETURN_IF_ERROR(ran("reduce of " + std::to_string(rc) + " floats", direct));
+        for (size_t i = 0; i < rc && rank == root; ++i) EXPECT_OR_FAIL(out[i] == Expected<float>(ReduceOp::kSum, n, i, salt), "reduce");
+        // A small call on the other ring between them.
+        CIUIC_RETURN_IF_ERROR(CheckAllReduce<float>(*comm, 7, ReduceOp::kMax, false, salt));
+        // reduce-scatter: n * count elements in = 256 KiB (+ n elements).
+        const size_t rsc = (256u << 10) / sizeof(float) / n + extra;
+        std::vector<float> rs_in(rsc * n), rs_out(rsc, -1);
+        for (size_t i = 0; i < rs_in.size(); ++i) rs_in[i] = static_cast<float>(Input(rank, i, salt));
+        CIUIC_RETURN_IF_ERROR(comm->ReduceScatter(rs_in.data(), rs_out.data(), rsc, DataType::kFloat32, ReduceOp::kSum));
+        CIUIC_RETURN_IF_ERROR(ran("reduce_scatter of " + std::to_string(rsc) + " floats", direct));
+        for (size_t i = 0; i < rsc; ++i) {
+          EXPECT_OR_FAIL(rs_out[i] == Expected<float>(ReduceOp::kSum, n, rank * rsc + i, salt), "reduce_scatter");
+        }
+        // all-gather: 64 KiB (+ one element) per rank, in place.
+        const size_t agc = (64u << 10) / sizeof(int32_t) + extra;
+        std::vector<int32_t> ag(agc * n, -1);
+        for (size_t i = 0; i < agc; ++i) ag[rank * agc + i] = rank * 1000000 + static_cast<int32_t>(i) + salt;
+        CIUIC_RETURN_IF_ERROR(comm->AllGather(ag.data() + rank * agc, ag.data(), agc, DataType::kInt32));
+        CIUIC_RETURN_IF_ERROR(ran("allgather of " + std::to_string(agc) + " ints", direct));
+        for (int r = 0; r < n; ++r)
+          for (size_t i = 0; i < agc; ++i) EXPECT_OR_FAIL(ag[r * agc + i] == r * 1000000 + static_cast<int32_t>(i) + salt, "allgather");
+        CIUIC_RETURN_IF_ERROR(comm->Barrier());
+        // all-to-all: n * count elements in = 64 KiB (+ n elements).
+        const size_t ac = (64u << 10) / sizeof(int32_t) / n + extra;
+        std::vector<int32_t> a_in(ac * n), a_out(ac * n, -1);
+        for (int p = 0; p < n; ++p)
+          for (size_t i = 0; i < ac; ++i) a_in[p * ac + i] = rank * 10000000 + p * 100000 + static_cast<int32_t>(i);
+        CIUIC_RETURN_IF_ERROR(comm->AllToAll(a_in.data(), a_out.data(), ac, DataType::kInt32));
+        CIUIC_RETURN_IF_ERROR(ran("alltoall of " + std::to_string(ac) + " ints per peer", direct));
+        for (int p = 0; p < n; ++p)
+          for (size_t i = 0; i < ac; ++i) EXPECT_OR_FAIL(a_out[p * ac + i] == p * 10000000 + rank * 100000 + static_cast<int32_t>(i), "alltoall");
+      }
+      return comm->Barrier();
+    }, milliseconds(120000));
+    for (const auto& r : results) EXPECT_TRUE(r.ok()) << n << " ranks\n" << ResultsText(results);
+  }
+}
+
 // Ranks in different small collectives: the one that reads finds the
 // other's header and names the rank and what it runs.
 TEST(CollectivesDirect, SmallCollectivesMismatchNamesThePeer) {
