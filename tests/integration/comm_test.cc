@@ -816,16 +816,32 @@ TEST(CollectivesPointToPoint, RingOfSendsBeforeReceivesOnANewCommunicator) {
 // this rank was still in an earlier receive: what arrived is delivered,
 // not refused because the link has since closed.
 TEST(CollectivesPointToPoint, MessagesFromAPeerThatHasLeftAreDelivered) {
-  for (int iter = 0; iter < 5; ++iter) {
+  // Iterations 3-5: four sockets per connection (CIUIC_SOCKET_NSOCKS) and
+  // messages of many chunks striped over them, so the sender leaves with
+  // frames queued on several sockets.
+  for (int iter = 0; iter < 6; ++iter) {
+    const bool striped = iter >= 3;
+    const size_t count = striped ? (3u << 20) / sizeof(float) + 5 : 1000;
     auto results = RunRanks(2, [&](int rank, transport::Store& store) -> Status {
-      CIUIC_ASSIGN_OR_RETURN(auto c, MakeComm(rank, 2, store, "tcp", "auto", 20000));
-      std::vector<float> a(1000, 1.0f), b(1000, 2.0f);
+      CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
+      config.transport = "tcp";
+      config.timeout_ms = 20000;
+      config.chunk_size = 16 << 10;
+      config.buffer_size = 64 << 10;
+      if (striped) config.socket_nsocks = 4;
+      std::shared_ptr<transport::Store> st(&store, [](transport::Store*) {});
+      CIUIC_ASSIGN_OR_RETURN(auto c, Communicator::CreateWithStore(rank, 2, st, config));
+      std::vector<float> a(count), b(count);
+      for (size_t i = 0; i < count; ++i) {
+        a[i] = static_cast<float>(i % 4099);
+        b[i] = static_cast<float>(i % 5003) + 0.5f;
+      }
       if (rank == 0) {
         CIUIC_RETURN_IF_ERROR(c->Send(a.data(), a.size(), DataType::kFloat32, 1));
         CIUIC_RETURN_IF_ERROR(c->Send(b.data(), b.size(), DataType::kFloat32, 1));
         return Status::Ok();  // leaves at once: the communicator says goodbye
       }
-      std::vector<float> got_a(1000, 0), got_b(1000, 0);
+      std::vector<float> got_a(count, 0), got_b(count, 0);
       CIUIC_RETURN_IF_ERROR(c->Recv(got_a.data(), got_a.size(), DataType::kFloat32, 0));
       std::this_thread::sleep_for(std::chrono::milliseconds(100));  // rank 0 is gone by now
       CIUIC_RETURN_IF_ERROR(c->Recv(got_b.data(), got_b.size(), DataType::kFloat32, 0));
