@@ -14,6 +14,7 @@
 #include <fstream>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <thread>
 #include <type_traits>
 
@@ -735,6 +736,41 @@ TEST(CollectivesDirect, SmallCallsRunFarAheadOnTheSmallRing) {
     return CheckAllReduce<float>(*comm, 1000, ReduceOp::kSum, true, 4);
   }, milliseconds(60000));
   for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+}
+
+// A seeded random sequence of collectives whose sizes straddle every limit
+// of the direct region (the 16 KiB small slots, the 64 and 256 KiB
+// exchanges, the 512 KiB large slots), so operations alternate between the
+// two rings and the schedules in every order; every result is checked.
+TEST(CollectivesDirect, MixedSizesInterleaveBothRings) {
+  for (int n : {3, 5}) {
+    auto results = RunRanks(n, [&](int rank, transport::Store& store) -> Status {
+      CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
+      config.transport = "shm";
+      config.algo = "auto";
+      config.timeout_ms = 60000;  // default chunk and buffer sizes
+      std::shared_ptr<transport::Store> st(&store, [](transport::Store*) {});
+      CIUIC_ASSIGN_OR_RETURN(auto comm, Communicator::CreateWithStore(rank, n, st, config));
+      std::mt19937 rng(20261130 + n);  // the same sequence on every rank
+      const size_t counts[] = {1, 7, 8, 9, 1000, 4095, 4096, 4097, 16383, 16384, 16385,
+                               65535, 65536, 65537, 131072, 131073, 200003};
+      const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kProd};
+      for (int step = 0; step < 40; ++step) {
+        const size_t count = counts[rng() % (sizeof(counts) / sizeof(counts[0]))];
+        const ReduceOp op = ops[rng() % 4];
+        const bool in_place = rng() % 2 == 0;
+        const int what = static_cast<int>(rng() % 3);
+        Status s = what == 0   ? CheckAllReduce<float>(*comm, count, op, in_place, step)
+                   : what == 1 ? CheckAllReduce<int32_t>(*comm, count, op, in_place, step)
+                               : CheckOthers(*comm, count, step);
+        if (!s.ok()) {
+          return Status(s.code(), "step " + std::to_string(step) + " (count " + std::to_string(count) + "): " + s.message());
+        }
+      }
+      return comm->Barrier();
+    }, milliseconds(180000));
+    for (const auto& r : results) EXPECT_TRUE(r.ok()) << n << " ranks\n" << ResultsText(results);
+  }
 }
 
 // Ranks whose calls differ in size so much that they take different rings
