@@ -71,6 +71,20 @@ StatusOr<std::unique_ptr<Communicator>> MakeComm(int rank, int n, transport::Sto
   return Communicator::CreateWithStore(rank, n, s, config);
 }
 
+// A forked rank's communicator with the default chunk and buffer sizes
+// (MakeComm shrinks them), as users get it: the direct region's small ring
+// of 64 slots and its 512 KiB large slots.
+StatusOr<std::unique_ptr<Communicator>> MakeDefaultComm(int rank, int n, transport::Store& store,
+                                                        const std::string& transport, const std::string& algo,
+                                                        int64_t timeout_ms) {
+  CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
+  config.transport = transport;
+  config.algo = algo;
+  config.timeout_ms = timeout_ms;
+  std::shared_ptr<transport::Store> s(&store, [](transport::Store*) {});
+  return Communicator::CreateWithStore(rank, n, s, config);
+}
+
 // Input element i of rank r, exact in every dtype (small integers).
 double Input(int r, size_t i, int salt) { return static_cast<double>(((i * 7 + r * 13 + salt) % 11) + 1); }
 
@@ -606,12 +620,7 @@ TEST(CollectivesDirect, SmallCollectivesInOneExchange) {
 TEST(CollectivesDirect, MidSizeExchangesOnTheLargeRing) {
   for (int n : {2, 4}) {
     auto results = RunRanks(n, [&](int rank, transport::Store& store) -> Status {
-      CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
-      config.transport = "shm";
-      config.algo = "auto";
-      config.timeout_ms = 60000;  // default chunk and buffer sizes
-      std::shared_ptr<transport::Store> st(&store, [](transport::Store*) {});
-      CIUIC_ASSIGN_OR_RETURN(auto comm, Communicator::CreateWithStore(rank, n, st, config));
+      CIUIC_ASSIGN_OR_RETURN(auto comm, MakeDefaultComm(rank, n, store, "shm", "auto", 60000));
       auto ran = [&](const std::string& what, bool direct) -> Status {
         const bool was = comm->last_algorithm().rfind("direct for ", 0) == 0;
         if (was != direct) return InternalError(what + (direct ? " did not run" : " ran") + " direct: " + comm->last_algorithm());
@@ -693,12 +702,7 @@ TEST(CollectivesDirect, SmallCollectivesMismatchNamesThePeer) {
 TEST(CollectivesDirect, SmallCallsRunFarAheadOnTheSmallRing) {
   constexpr int kCalls = 48;
   auto results = RunRanks(3, [&](int rank, transport::Store& store) -> Status {
-    CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
-    config.transport = "shm";
-    config.algo = "auto";
-    config.timeout_ms = 10000;  // default chunk and buffer sizes
-    std::shared_ptr<transport::Store> st(&store, [](transport::Store*) {});
-    CIUIC_ASSIGN_OR_RETURN(auto comm, Communicator::CreateWithStore(rank, 3, st, config));
+    CIUIC_ASSIGN_OR_RETURN(auto comm, MakeDefaultComm(rank, 3, store, "shm", "auto", 10000));
     std::vector<float> big(300000);  // 1.2 MiB: the large ring
     for (size_t i = 0; i < big.size(); ++i) big[i] = rank == 1 ? static_cast<float>(i % 1000) : -1.0f;
     CIUIC_RETURN_IF_ERROR(comm->Broadcast(big.data(), big.size(), DataType::kFloat32, 1));
@@ -745,12 +749,7 @@ TEST(CollectivesDirect, SmallCallsRunFarAheadOnTheSmallRing) {
 TEST(CollectivesDirect, MixedSizesInterleaveBothRings) {
   for (int n : {3, 5}) {
     auto results = RunRanks(n, [&](int rank, transport::Store& store) -> Status {
-      CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
-      config.transport = "shm";
-      config.algo = "auto";
-      config.timeout_ms = 60000;  // default chunk and buffer sizes
-      std::shared_ptr<transport::Store> st(&store, [](transport::Store*) {});
-      CIUIC_ASSIGN_OR_RETURN(auto comm, Communicator::CreateWithStore(rank, n, st, config));
+      CIUIC_ASSIGN_OR_RETURN(auto comm, MakeDefaultComm(rank, n, store, "shm", "auto", 60000));
       std::mt19937 rng(20261130 + n);  // the same sequence on every rank
       const size_t counts[] = {1, 7, 8, 9, 1000, 4095, 4096, 4097, 16383, 16384, 16385,
                                65535, 65536, 65537, 131072, 131073, 200003};
@@ -779,12 +778,7 @@ TEST(CollectivesDirect, MixedSizesInterleaveBothRings) {
 // at the timeout.
 TEST(CollectivesDirect, CallsOnDifferentRingsNameThePeerAtOnce) {
   auto results = RunRanks(2, [&](int rank, transport::Store& store) -> Status {
-    CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
-    config.transport = "shm";
-    config.algo = "direct";
-    config.timeout_ms = 20000;
-    std::shared_ptr<transport::Store> st(&store, [](transport::Store*) {});
-    CIUIC_ASSIGN_OR_RETURN(auto comm, Communicator::CreateWithStore(rank, 2, st, config));
+    CIUIC_ASSIGN_OR_RETURN(auto comm, MakeDefaultComm(rank, 2, store, "shm", "direct", 20000));
     CIUIC_RETURN_IF_ERROR(comm->Barrier());
     std::vector<float> x(rank == 0 ? 100 : 1 << 20, 1.0f);
     const auto t0 = std::chrono::steady_clock::now();
