@@ -21,7 +21,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kMagic = 0x3152446369756963ull;  // "ciuicDR1"
 // 2: the small ring (its layout fields, its `out` counter) and `started`.
-constexpr uint32_t kVersion = 2;
+// 3: `attached` (Create returns once every rank has mapped every region).
+constexpr uint32_t kVersion = 3;
 constexpr uint32_t kConnectionTag = 0x44495200;    // "DIR\0": apart from channel tags
 constexpr size_t kHeaderBytes = 64;                 // per slot
 constexpr size_t kControlBytes = 1024;
@@ -50,6 +51,10 @@ struct Control {  // NOLINT(clang-analyzer-optin.performance.Padding)
   uint64_t slot_bytes;
   uint64_t small_nslots;      // the small ring (0: none)
   uint64_t small_slot_bytes;
+  // Set once the owner has mapped every peer's region. A rank's memory
+  // outlives it only in the mappings made while it lived, so no rank
+  // leaves Create (and may publish, return and exit) before all are set.
+  std::atomic<uint64_t> attached;
   alignas(64) Counter reduced;  // large ring (two-shot)
   Counter out;                  // large ring
   Counter small_out;            // small ring
@@ -267,6 +272,10 @@ struct ShmDirect::Impl {
   // The word rank `r` publishes `which` in (for Stall).
   std::atomic<uint64_t>* Word(int r, Counter Control::*which) const { return &(ctrl[r]->*which).v; }
 
+  // Publishes that this rank has mapped every peer's region and waits
+  // until every peer has (Control::attached).
+  Status AwaitAttached(Clock::time_point deadline);
+
   // Fails this rank's side for good and tells the peers why.
   Status Fail(Status s) {
     if (error.ok()) {
@@ -355,17 +364,25 @@ class Stall {
                                    std::to_string(peer) + " (" + what + ", chunk " +
                                    std::to_string(target - 1) + ")");
     }
+    Status gone;
     if (peer != impl_.rank) {
-      CIUIC_RETURN_IF_ERROR(impl_.PeerStatus(peer, false));
-      CIUIC_RETURN_IF_ERROR(impl_.CheckStarted(peer));
+      gone = impl_.PeerStatus(peer, false);
+      if (gone.ok()) gone = impl_.CheckStarted(peer);
     }
-    if (now - last_liveness_ >= kLivenessEvery) {
+    if (gone.ok() && now - last_liveness_ >= kLivenessEvery) {
       // Every peer, not only the one awaited: that one may be a survivor
       // waiting, like this rank, for one that died.
       last_liveness_ = now;
-      for (int r = 0; r < impl_.size; ++r) {
-        if (r != impl_.rank) CIUIC_RETURN_IF_ERROR(impl_.PeerStatus(r, true));
+      for (int r = 0; r < impl_.size && gone.ok(); ++r) {
+        if (r != impl_.rank) gone = impl_.PeerStatus(r, true);
       }
+    }
+    if (!gone.ok()) {
+      // The peer may have published what this rank waits for since the
+      // caller looked, and then left: that is no error, its memory stays
+      // mapped here.
+      if (word->load(std::memory_order_acquire) >= target) return Status::Ok();
+      return gone;
     }
     const auto waited = now - since_;
     if (waited < impl_.spin_for) {
@@ -397,6 +414,19 @@ class Stall {
   Clock::time_point since_;
   Clock::time_point last_liveness_;
 };
+
+Status ShmDirect::Impl::AwaitAttached(Clock::time_point deadline) {
+  Publish(ctrl[rank]->attached, 1);
+  Stall stall(*this, deadline, nullptr);
+  for (int p = 0; p < size; ++p) {
+    if (p == rank) continue;
+    while (ctrl[p]->attached.load(std::memory_order_acquire) == 0) {
+      CIUIC_RETURN_IF_ERROR(stall.Wait(p, &ctrl[p]->attached, 1, "mapping the regions"));
+    }
+    stall.Reset();
+  }
+  return Status::Ok();
+}
 
 namespace {
 // The one exchange of the small collectives (ShmDirect::Reduce and the
@@ -530,45 +560,54 @@ StatusOr<std::unique_ptr<ShmDirect>> ShmDirect::Create(transport::Backend& backe
   const std::string key = prefix + "/direct/region/";
   const std::string layout_hint = " (CIUIC_BUFFER_SIZE / CIUIC_CHUNK_SIZE differ between ranks?)";
   CIUIC_RETURN_IF_ERROR(store.Set(key + std::to_string(rank), impl->region->Describe()));
-  for (int p = 0; p < size; ++p) {  // ascending peer order on every rank: no connect cycle
-    if (p == rank) continue;
-    CIUIC_ASSIGN_OR_RETURN(impl->conns[p], transport::ConnectThroughStore(backend, store, prefix + "/direct", rank, p,
-                                                                          kConnectionTag, timeout));
-    CIUIC_ASSIGN_OR_RETURN(std::string blob, store.Get(key + std::to_string(p), timeout));
-    CIUIC_ASSIGN_OR_RETURN(transport::RemoteRegion remote, impl->conns[p]->ImportRegion(blob));
-    char* pb = static_cast<char*>(impl->conns[p]->DirectPointer(remote, 0));
-    if (pb == nullptr) {
-      return UnimplementedError(std::string("direct shm all-reduce: the ") + transport::BackendName(backend.kind()) +
-                                " backend cannot map rank " + std::to_string(p) + "'s memory");
+  const auto deadline = Clock::now() + timeout;
+  auto map_peers = [&]() -> Status {
+    for (int p = 0; p < size; ++p) {  // ascending peer order on every rank: no connect cycle
+      if (p == rank) continue;
+      CIUIC_ASSIGN_OR_RETURN(impl->conns[p], transport::ConnectThroughStore(backend, store, prefix + "/direct", rank, p,
+                                                                            kConnectionTag, timeout));
+      CIUIC_ASSIGN_OR_RETURN(std::string blob, store.Get(key + std::to_string(p), timeout));
+      CIUIC_ASSIGN_OR_RETURN(transport::RemoteRegion remote, impl->conns[p]->ImportRegion(blob));
+      char* pb = static_cast<char*>(impl->conns[p]->DirectPointer(remote, 0));
+      if (pb == nullptr) {
+        return UnimplementedError(std::string("direct shm all-reduce: the ") + transport::BackendName(backend.kind()) +
+                                  " backend cannot map rank " + std::to_string(p) + "'s memory");
+      }
+      if (remote.size < kControlBytes) {
+        return InvalidArgumentError("direct shm all-reduce: rank " + std::to_string(p) + "'s region has only " +
+                                    std::to_string(remote.size) + " bytes");
+      }
+      auto* pc = reinterpret_cast<Control*>(pb);
+      if (pc->magic != kMagic || pc->version != kVersion || pc->rank != static_cast<uint32_t>(p)) {
+        return InvalidArgumentError("direct shm all-reduce: rank " + std::to_string(p) +
+                                    "'s region is not a direct region of this version (version " +
+                                    std::to_string(pc->version) + ", this rank's " + std::to_string(kVersion) +
+                                    "): another ciuic build?");
+      }
+      if (pc->nslots != large.nslots || pc->slot_bytes != large.slot_bytes || pc->small_nslots != small.nslots ||
+          pc->small_slot_bytes != small.slot_bytes) {
+        return InvalidArgumentError("direct shm all-reduce: rank " + std::to_string(p) + " uses " +
+                                    std::to_string(pc->nslots) + " slots of " + std::to_string(pc->slot_bytes) +
+                                    " bytes and " + std::to_string(pc->small_nslots) + " small slots of " +
+                                    std::to_string(pc->small_slot_bytes) + ", this rank " +
+                                    std::to_string(large.nslots) + " of " + std::to_string(large.slot_bytes) + " and " +
+                                    std::to_string(small.nslots) + " of " + std::to_string(small.slot_bytes) +
+                                    layout_hint);
+      }
+      if (remote.size < bytes) {
+        return InvalidArgumentError("direct shm all-reduce: rank " + std::to_string(p) + "'s region has " +
+                                    std::to_string(remote.size) + " bytes, this rank's " + std::to_string(bytes) +
+                                    layout_hint);
+      }
+      place(p, pb);
     }
-    if (remote.size < kControlBytes) {
-      return InvalidArgumentError("direct shm all-reduce: rank " + std::to_string(p) + "'s region has only " +
-                                  std::to_string(remote.size) + " bytes");
-    }
-    auto* pc = reinterpret_cast<Control*>(pb);
-    if (pc->magic != kMagic || pc->version != kVersion || pc->rank != static_cast<uint32_t>(p)) {
-      return InvalidArgumentError("direct shm all-reduce: rank " + std::to_string(p) +
-                                  "'s region is not a direct region of this version (version " +
-                                  std::to_string(pc->version) + ", this rank's " + std::to_string(kVersion) +
-                                  "): another ciuic build?");
-    }
-    if (pc->nslots != large.nslots || pc->slot_bytes != large.slot_bytes || pc->small_nslots != small.nslots ||
-        pc->small_slot_bytes != small.slot_bytes) {
-      return InvalidArgumentError("direct shm all-reduce: rank " + std::to_string(p) + " uses " +
-                                  std::to_string(pc->nslots) + " slots of " + std::to_string(pc->slot_bytes) +
-                                  " bytes and " + std::to_string(pc->small_nslots) + " small slots of " +
-                                  std::to_string(pc->small_slot_bytes) + ", this rank " +
-                                  std::to_string(large.nslots) + " of " + std::to_string(large.slot_bytes) + " and " +
-                                  std::to_string(small.nslots) + " of " + std::to_string(small.slot_bytes) +
-                                  layout_hint);
-    }
-    if (remote.size < bytes) {
-      return InvalidArgumentError("direct shm all-reduce: rank " + std::to_string(p) + "'s region has " +
-                                  std::to_string(remote.size) + " bytes, this rank's " + std::to_string(bytes) +
-                                  layout_hint);
-    }
-    place(p, pb);
-  }
+    return Status::Ok();
+  };
+  Status s = map_peers();
+  if (s.ok()) s = impl->AwaitAttached(deadline);
+  // Peers that mapped this region see why this rank left instead of
+  // waiting for it to attach until the timeout.
+  if (!s.ok()) return impl->Fail(s);
   return std::unique_ptr<ShmDirect>(new ShmDirect(std::move(impl), options));
 }
 

@@ -796,6 +796,39 @@ TEST(CollectivesDirect, CallsOnDifferentRingsNameThePeerAtOnce) {
   for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
 }
 
+// A root may return from its broadcast once its data is out (it reads
+// nothing), destroy its communicator and exit before the others have even
+// called theirs: they still get every byte. The direct region is made on
+// first use; before, a peer that mapped the root's region only after the
+// root had exited lost the data ("peer rank 0 died"). Now creation returns
+// once every rank has mapped every region. Small ring, one large slot and
+// several large slots, with the default sizes.
+TEST(CollectivesDirect, ARootThatLeavesRightAfterItsBroadcastsStillDelivers) {
+  const std::vector<size_t> counts = {1000, 100000, 600000};  // 4 KB, 400 KB, 2.4 MB
+  auto results = RunRanks(3, [&](int rank, transport::Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(auto comm, MakeDefaultComm(rank, 3, store, "shm", "auto", 20000));
+    if (rank != 0) std::this_thread::sleep_for(milliseconds(300));  // the root is long gone by now
+    int salt = 40;
+    for (size_t count : counts) {
+      std::vector<float> x(count);
+      Fill(&x, rank, ++salt);
+      CIUIC_RETURN_IF_ERROR(comm->Broadcast(x.data(), count, DataType::kFloat32, 0));
+      const std::string got = comm->last_algorithm();
+      if (got.rfind("direct", 0) != 0) return InternalError("the broadcast did not run direct: " + got);
+      for (size_t i = 0; i < count; ++i) {
+        EXPECT_OR_FAIL(x[i] == Input(0, i, salt), "broadcast of " + std::to_string(count) + ", element " +
+                                                     std::to_string(i));
+      }
+    }
+    if (rank == 0) {
+      comm.reset();
+      _exit(0);  // at once: no test teardown that could wait for the others
+    }
+    return Status::Ok();
+  }, milliseconds(60000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+}
+
 TEST(CollectivesPipelining, ChunksSmallerThanSlotsGiveExactResults) {
   for (int n : {2, 3, 4}) {
     for (const char* algo : {"ring", "tree", "recdoubling", "rabenseifner"}) {
