@@ -13,6 +13,12 @@ namespace ciuic::transport {
 namespace {
 
 constexpr size_t kCreditBytes = 8;
+// Chunks start at multiples of this (a cache line) in the rings.
+constexpr size_t kChunkAlign = 64;
+// The fewest chunks a sender may have unreleased (more when nslots is
+// larger): small chunks take only their own bytes of the ring, so this many
+// can be under way whatever the slot count.
+constexpr size_t kMinChunks = 64;
 
 void PutU64(uint8_t* p, uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
@@ -54,9 +60,28 @@ Link::Link(std::unique_ptr<Connection> conn, BufferPool& pool, const LinkOptions
     : conn_(std::move(conn)),
       pool_(pool),
       options_(options),
-      pending_len_(options.nslots, 0),
-      pending_src_(options.nslots),
-      recv_len_(options.nslots, 0) {}
+      ring_bytes_(options.slot_size * (options.nslots + 1)),
+      max_chunks_(std::max(options.nslots, kMinChunks)),
+      send_(max_chunks_),
+      recv_(max_chunks_) {}
+
+uint64_t Link::Place(uint64_t at) const {
+  const uint64_t off = at % ring_bytes_;
+  return off + options_.slot_size > ring_bytes_ ? at + (ring_bytes_ - off) : at;
+}
+
+uint64_t Link::Footprint(size_t len) const {
+  const uint64_t aligned = (std::max<uint64_t>(len, 1) + kChunkAlign - 1) / kChunkAlign * kChunkAlign;
+  return std::min<uint64_t>(aligned, options_.slot_size);
+}
+
+bool Link::Fits(uint64_t at) const {
+  if (!error_.ok() || committed_ - credited_ >= max_chunks_) return false;
+  if (at + options_.slot_size - credited_bytes_ > ring_bytes_) return false;  // peer's ring full
+  if (direct_) return true;
+  // The staging ring (the same places) is free once the writes completed.
+  return committed_ - write_done_ < max_chunks_ && at + options_.slot_size - write_done_bytes_ <= ring_bytes_;
+}
 
 Link::~Link() {
   // The connection goes first: no write can land in the rings after this.
@@ -71,14 +96,13 @@ std::string Link::RingKey(Backend& backend, const std::string& prefix, uint32_t 
 }
 
 Status Link::PublishRing(Backend& backend, Store& store, const std::string& prefix, int rank, uint32_t tag) {
-  const size_t ring_bytes = options_.slot_size * options_.nslots;
-  CIUIC_ASSIGN_OR_RETURN(recv_ring_, pool_.Acquire(ring_bytes));
+  CIUIC_ASSIGN_OR_RETURN(recv_ring_, pool_.Acquire(ring_bytes_));
   return store.Set(RingKey(backend, prefix, tag, rank, peer()), EncodeRing(options_, recv_ring_));
 }
 
 Status Link::AdoptPeerRing(const std::string& theirs) {
   const int peer_rank = peer();
-  const size_t ring_bytes = options_.slot_size * options_.nslots;
+  const size_t ring_bytes = ring_bytes_;
   if (theirs.size() < 24) return DataLossError("link to rank " + std::to_string(peer_rank) + ": short ring description");
   const auto* p = reinterpret_cast<const uint8_t*>(theirs.data());
   const uint64_t slot = GetU64(p), nslots = GetU64(p + 8);
@@ -166,14 +190,23 @@ StatusOr<std::unique_ptr<Link>> Link::Builder::Poll() {
 }
 
 void* Link::AcquireSend() {
-  if (!error_.ok()) return nullptr;
-  if (committed_ - credited_ >= options_.nslots) return nullptr;   // peer's ring full
-  const size_t slot = committed_ % options_.nslots;
-  if (direct_) {
-    return conn_->DirectPointer(remote_ring_, remote_ring_offset_ + slot * options_.slot_size);
-  }
-  if (committed_ - write_done_ >= options_.nslots) return nullptr;  // staging slot busy
-  return static_cast<char*>(send_staging_.data()) + slot * options_.slot_size;
+  const uint64_t at = Place(send_head_);
+  if (!Fits(at)) return nullptr;
+  if (direct_) return conn_->DirectPointer(remote_ring_, remote_ring_offset_ + at % ring_bytes_);
+  return static_cast<char*>(send_staging_.data()) + at % ring_bytes_;
+}
+
+Status Link::Commit(size_t len, const MemoryRegion* src, size_t offset) {
+  const uint64_t at = Place(send_head_);
+  SendChunk& c = send_[committed_ % max_chunks_];
+  c.at = at;
+  c.end = at + Footprint(len);
+  c.len = static_cast<uint32_t>(len);
+  c.src = src;
+  c.offset = offset;
+  send_head_ = c.end;
+  ++committed_;
+  return Post();
 }
 
 Status Link::CommitSend(size_t len) {
@@ -182,15 +215,11 @@ Status Link::CommitSend(size_t len) {
     return InvalidArgumentError("Link::CommitSend: " + std::to_string(len) + " bytes > slot size " +
                                 std::to_string(options_.slot_size));
   }
-  if (committed_ - credited_ >= options_.nslots ||
-      (!direct_ && committed_ - write_done_ >= options_.nslots)) {
-    return FailedPreconditionError("Link::CommitSend without a slot from AcquireSend");
-  }
-  pending_len_[committed_ % options_.nslots] = static_cast<uint32_t>(len);
-  pending_src_[committed_ % options_.nslots] = ZeroCopySource{};
-  ++committed_;
-  return Post();
+  if (!Fits(Place(send_head_))) return FailedPreconditionError("Link::CommitSend without a slot from AcquireSend");
+  return Commit(len, nullptr, 0);
 }
+
+bool Link::CanSend() const { return Fits(Place(send_head_)); }
 
 Status Link::CommitSendFrom(const MemoryRegion& src, size_t offset, size_t len) {
   if (!error_.ok()) return error_;
@@ -200,26 +229,23 @@ Status Link::CommitSendFrom(const MemoryRegion& src, size_t offset, size_t len) 
                                 std::to_string(offset) + " of a " + std::to_string(src.size()) +
                                 " B region (slot size " + std::to_string(options_.slot_size) + ")");
   }
-  if (committed_ - credited_ >= options_.nslots) {
-    return FailedPreconditionError("Link::CommitSendFrom without a free slot (CanSend)");
-  }
-  pending_len_[committed_ % options_.nslots] = static_cast<uint32_t>(len);
-  pending_src_[committed_ % options_.nslots] = ZeroCopySource{&src, offset};
-  ++committed_;
-  return Post();
+  if (!Fits(Place(send_head_))) return FailedPreconditionError("Link::CommitSendFrom without a free slot (CanSend)");
+  return Commit(len, &src, offset);
 }
 
 size_t Link::sends_in_flight() const { return static_cast<size_t>(committed_ - write_done_); }
 
 const void* Link::PeekRecv(size_t* len) const {
   if (arrived_ == released_) return nullptr;
-  const size_t slot = released_ % options_.nslots;
-  *len = recv_len_[slot];
-  return static_cast<const char*>(recv_ring_.data()) + slot * options_.slot_size;
+  const RecvChunk& c = recv_[released_ % max_chunks_];
+  *len = c.len;
+  return static_cast<const char*>(recv_ring_.data()) + c.at % ring_bytes_;
 }
 
 Status Link::ReleaseRecv() {
   if (arrived_ == released_) return FailedPreconditionError("Link::ReleaseRecv: nothing received");
+  const RecvChunk& c = recv_[released_ % max_chunks_];
+  released_bytes_ = c.at + Footprint(c.len);
   ++released_;
   // On a failed link, chunks that arrived before the failure are still
   // delivered; only the credit for them cannot go back.
@@ -230,35 +256,34 @@ Status Link::ReleaseRecv() {
 Status Link::Post() {
   const uint64_t posted_before = posted_;
   while (posted_ < committed_) {
-    const size_t slot = posted_ % options_.nslots;
-    const size_t len = pending_len_[slot];
-    const size_t remote_off = remote_ring_offset_ + slot * options_.slot_size;
-    // Direct: the bytes are already in the peer's slot; a zero-length write
+    const SendChunk& c = send_[posted_ % max_chunks_];
+    const size_t off = c.at % ring_bytes_;
+    const size_t remote_off = remote_ring_offset_ + off;
+    // Direct: the bytes are already in the peer's ring; a zero-length write
     // only notifies. Its source is any local region (nothing is read).
-    const ZeroCopySource& zc = pending_src_[slot];
-    Status s = direct_ ? conn_->PostWrite(*recv_ring_.region, recv_ring_.offset, remote_ring_,
-                                          remote_off, 0, static_cast<uint32_t>(len), posted_)
-               : zc.region != nullptr
-                   ? conn_->PostWrite(*zc.region, zc.offset, remote_ring_, remote_off, len,
-                                      static_cast<uint32_t>(len), posted_)
-                   : conn_->PostWrite(*send_staging_.region,
-                                      send_staging_.offset + slot * options_.slot_size,
-                                      remote_ring_, remote_off, len, static_cast<uint32_t>(len),
-                                      posted_);
+    Status s = direct_ ? conn_->PostWrite(*recv_ring_.region, recv_ring_.offset, remote_ring_, remote_off, 0, c.len,
+                                          posted_)
+               : c.src != nullptr
+                   ? conn_->PostWrite(*c.src, c.offset, remote_ring_, remote_off, c.len, c.len, posted_)
+                   : conn_->PostWrite(*send_staging_.region, send_staging_.offset + off, remote_ring_, remote_off,
+                                      c.len, c.len, posted_);
     if (s.code() == StatusCode::kResourceExhausted) break;
     if (!s.ok()) return error_ = s;
     ++posted_;
   }
-  // Credits in batches of half the ring (see transport.h).
-  const uint64_t batch = std::max<uint64_t>(1, options_.nslots / 2);
+  // Credits in batches of half the ring, by chunks or by bytes (see
+  // transport.h).
   const uint64_t owed = released_ - credit_sent_;
+  const bool half = owed >= std::max<uint64_t>(1, max_chunks_ / 2) ||
+                    (owed > 0 && released_bytes_ - credit_sent_bytes_ >= options_.slot_size * options_.nslots / 2);
   const bool rides = posted_ != posted_before && conn_->MessagesRideWithWrites();
-  if (owed >= batch || (owed > 0 && rides)) {
+  if (half || (owed > 0 && rides)) {
     uint8_t msg[kCreditBytes];
     PutU64(msg, released_);
     Status s = conn_->PostMessage(msg, sizeof(msg));
     if (s.ok()) {
       credit_sent_ = released_;
+      credit_sent_bytes_ = released_bytes_;
       ++credit_messages_;
       if (!rides) ++credit_messages_alone_;
     } else if (s.code() != StatusCode::kResourceExhausted) {
@@ -284,21 +309,33 @@ StatusOr<bool> Link::Progress(bool receive) {
         if (c.wr_id != write_done_ || write_done_ >= posted_) {
           return error_ = InternalError(who() + ": write completion out of order");
         }
+        if (!direct_) write_done_bytes_ = send_[write_done_ % max_chunks_].end;
         ++write_done_;
         break;
-      case Completion::Kind::kWriteReceived:
-        if (arrived_ - released_ >= options_.nslots || c.imm > options_.slot_size) {
+      case Completion::Kind::kWriteReceived: {
+        // The chunk's place follows from the lengths before it, as on the
+        // sender's side.
+        const uint64_t at = Place(recv_head_);
+        if (arrived_ - released_ >= max_chunks_ || c.imm > options_.slot_size ||
+            at + options_.slot_size - released_bytes_ > ring_bytes_) {
           return error_ = DataLossError(who() + ": peer overran the ring or sent a bad length");
         }
-        recv_len_[arrived_ % options_.nslots] = c.imm;
+        RecvChunk& r = recv_[arrived_ % max_chunks_];
+        r.at = at;
+        r.len = c.imm;
+        recv_head_ = at + Footprint(c.imm);
         ++arrived_;
         break;
+      }
       case Completion::Kind::kMessage: {
         if (c.len != kCreditBytes) return error_ = DataLossError(who() + ": unexpected message");
         const uint64_t v = GetU64(c.data);
         if (v < credited_ || v > posted_) {
           return error_ = DataLossError(who() + ": credit " + std::to_string(v) + " out of range");
         }
+        // Chunk v - 1 is among the last max_chunks_ committed (at most that
+        // many are unreleased), so its record is still there.
+        if (v > credited_) credited_bytes_ = send_[(v - 1) % max_chunks_].end;
         credited_ = v;
         break;
       }

@@ -513,16 +513,24 @@ class RegistrationCache {
 // Link: both directions of a credit-based ring of fixed-size slots between
 // this rank and one peer, over one Connection.
 //
-// Each side owns a receive ring of `nslots` slots of `slot_size` bytes in
-// its pool. The sender writes chunk i into the peer's slot i % nslots with
-// immediate = the chunk's length; the receiver consumes chunks in order and
-// returns slots with a credit message (8 bytes: the total number of slots
-// released so far, little-endian), so a sender never has more than `nslots`
-// chunks unconsumed: a fast sender cannot overrun a slow receiver. Credits
-// go out once half the ring (at least one slot, at most nslots - 1) is
-// released and unannounced, not per slot: one message instead of several,
-// and the sender still always has at least half the ring, so any schedule
-// that runs with a ring of that size cannot wait on a withheld credit.
+// Each side owns a receive ring of (nslots + 1) * slot_size bytes in its
+// pool. The sender writes chunk i with immediate = its length at the
+// ring's next free place: right after chunk i - 1 (rounded up to 64 B), or
+// at the ring's start when fewer than slot_size bytes are left before its
+// end (a chunk's length is not known when its buffer is handed out). The
+// receiver derives the same places from the lengths, consumes chunks in
+// order and returns them with a credit message (8 bytes: the total number
+// of chunks released so far, little-endian); the sender knows where each
+// of its chunks ended, so a fast sender cannot overrun a slow receiver.
+// A full-size chunk takes a slot's bytes, so nslots of them always fit
+// (the extra slot absorbs the one skip at the ring's end), and a small one
+// takes only its own: up to max(nslots, 64) chunks may be unreleased, so
+// small messages run far ahead without a large ring (a 4-rank tcp reduce of
+// 8 B waited on credits with 8 slots). Credits go out once half of those
+// chunks or half the nslots slots' bytes are released and unannounced, not
+// per chunk: one message instead of several, and the sender still always
+// has at least half the ring, so any schedule that runs with a ring of
+// that size cannot wait on a withheld credit.
 // Where messages ride with writes for free (Connection::
 // MessagesRideWithWrites, tcp), credits owed also go out with every chunk
 // sent, so a two-way exchange of small messages needs no credit message of
@@ -588,6 +596,8 @@ class Link {
   int peer() const { return conn_->peer(); }
   size_t slot_size() const { return options_.slot_size; }
   size_t nslots() const { return options_.nslots; }
+  // The most chunks unreleased by the peer: max(nslots, 64).
+  size_t max_chunks() const { return max_chunks_; }
   // True when AcquireSend returns the peer's slot (no staging copy).
   bool direct() const { return direct_; }
 
@@ -619,7 +629,7 @@ class Link {
   // Errors: kFailedPrecondition (no free slot, or a direct link: fill the
   // AcquireSend buffer instead), kInvalidArgument (len or range), the sticky
   // error.
-  bool CanSend() const { return error_.ok() && committed_ - credited_ < options_.nslots; }
+  bool CanSend() const;
   Status CommitSendFrom(const MemoryRegion& src, size_t offset, size_t len);
   uint64_t sends_committed() const { return committed_; }
   uint64_t sends_done() const { return write_done_; }
@@ -659,6 +669,14 @@ class Link {
   Status AdoptPeerRing(const std::string& theirs);
   static std::string RingKey(Backend& backend, const std::string& prefix, uint32_t tag, int from, int to);
   Status Post();  // posts commits and credits that were refused before
+  // Ring places (bytes since the link started; the ring offset is that
+  // modulo ring_bytes_): where a chunk handed out at `at` goes (a skip to
+  // the ring's start when fewer than slot_size bytes are left), the bytes a
+  // chunk of `len` takes, whether a chunk at `at` may be handed out now.
+  uint64_t Place(uint64_t at) const;
+  uint64_t Footprint(size_t len) const;
+  bool Fits(uint64_t at) const;
+  Status Commit(size_t len, const MemoryRegion* src, size_t offset);
 
   std::unique_ptr<Connection> conn_;
   BufferPool& pool_;
@@ -668,24 +686,37 @@ class Link {
   RemoteRegion remote_ring_;
   size_t remote_ring_offset_ = 0;
   bool direct_ = false;
-  // Sender state (chunk sequence numbers).
+  size_t ring_bytes_;   // (nslots + 1) * slot_size, each side's and the staging ring
+  size_t max_chunks_;   // max(nslots, 64)
+  // Sender state (chunk sequence numbers; ring places in bytes).
   uint64_t committed_ = 0;     // chunks committed
   uint64_t posted_ = 0;        // chunks whose write is posted
   uint64_t write_done_ = 0;    // chunks whose write completed locally
   uint64_t credited_ = 0;      // chunks the peer has released
-  std::vector<uint32_t> pending_len_;  // lengths of committed, unposted chunks, by slot
-  struct ZeroCopySource {
-    const MemoryRegion* region = nullptr;  // null: the staging slot
-    size_t offset = 0;
+  uint64_t send_head_ = 0;         // where the last committed chunk ended
+  uint64_t credited_bytes_ = 0;    // ... the last released by the peer
+  uint64_t write_done_bytes_ = 0;  // ... the last whose write completed (staging)
+  struct SendChunk {
+    uint64_t at = 0, end = 0;              // its place
+    uint32_t len = 0;
+    const MemoryRegion* src = nullptr;     // null: the staging ring
+    size_t offset = 0;                     // in src
   };
-  std::vector<ZeroCopySource> pending_src_;  // by slot
+  std::vector<SendChunk> send_;  // the last max_chunks_ committed, by chunk number
   // Receiver state.
   uint64_t arrived_ = 0;
   uint64_t released_ = 0;
-  uint64_t credit_sent_ = 0;   // released count last sent to the peer
+  uint64_t recv_head_ = 0;          // where the last arrived chunk ended
+  uint64_t released_bytes_ = 0;     // ... the last released one
+  uint64_t credit_sent_ = 0;        // released count last sent to the peer
+  uint64_t credit_sent_bytes_ = 0;  // released_bytes_ then
   uint64_t credit_messages_ = 0;
   uint64_t credit_messages_alone_ = 0;
-  std::vector<uint32_t> recv_len_;  // by slot
+  struct RecvChunk {
+    uint64_t at = 0;
+    uint32_t len = 0;
+  };
+  std::vector<RecvChunk> recv_;  // arrived, unreleased, by chunk number
   Status error_;
 };
 
