@@ -15,6 +15,12 @@ namespace {
 constexpr size_t kCreditBytes = 8;
 // Chunks start at multiples of this (a cache line) in the rings.
 constexpr size_t kChunkAlign = 64;
+// Chunks up to this size take only their own bytes of the ring (rounded up
+// to kChunkAlign); larger ones take a whole slot, as before: letting
+// mid-size chunks fill the ring by their bytes put twice the data under
+// way (a 4-rank tcp 4 MiB all-reduce took 25% longer, the larger working
+// set no longer fitting the caches).
+constexpr size_t kSmallChunkMax = 16u << 10;
 // The fewest chunks a sender may have unreleased (more when nslots is
 // larger): small chunks take only their own bytes of the ring, so this many
 // can be under way whatever the slot count.
@@ -60,7 +66,12 @@ Link::Link(std::unique_ptr<Connection> conn, BufferPool& pool, const LinkOptions
     : conn_(std::move(conn)),
       pool_(pool),
       options_(options),
-      ring_bytes_(options.slot_size * (options.nslots + 1)),
+      // One slot of slack, less a byte: a chunk can go anywhere a skip
+      // left it and still fit (nslots - 1 slots' worth under way, a skip of
+      // under a slot, the chunk's slot), but full chunks on slot boundaries
+      // skip at nslots slots and so keep to the first nslots: the slack is
+      // only touched after small chunks moved the places off the boundaries.
+      ring_bytes_(options.slot_size * (options.nslots + 1) - 1),
       max_chunks_(std::max(options.nslots, kMinChunks)),
       send_(max_chunks_),
       recv_(max_chunks_) {}
@@ -71,13 +82,17 @@ uint64_t Link::Place(uint64_t at) const {
 }
 
 uint64_t Link::Footprint(size_t len) const {
+  if (len > kSmallChunkMax) return options_.slot_size;
   const uint64_t aligned = (std::max<uint64_t>(len, 1) + kChunkAlign - 1) / kChunkAlign * kChunkAlign;
   return std::min<uint64_t>(aligned, options_.slot_size);
 }
 
 bool Link::Fits(uint64_t at) const {
   if (!error_.ok() || committed_ - credited_ >= max_chunks_) return false;
-  if (at + options_.slot_size - credited_bytes_ > ring_bytes_) return false;  // peer's ring full
+  // At most nslots slots' worth under way (the extra slot is for the skip
+  // at the ring's end, not for more data), and room in the peer's ring.
+  if (inflight_bytes_ + options_.slot_size > options_.slot_size * options_.nslots) return false;
+  if (at + options_.slot_size - credited_bytes_ > ring_bytes_) return false;
   if (direct_) return true;
   // The staging ring (the same places) is free once the writes completed.
   return committed_ - write_done_ < max_chunks_ && at + options_.slot_size - write_done_bytes_ <= ring_bytes_;
@@ -205,6 +220,7 @@ Status Link::Commit(size_t len, const MemoryRegion* src, size_t offset) {
   c.src = src;
   c.offset = offset;
   send_head_ = c.end;
+  inflight_bytes_ += c.end - c.at;
   ++committed_;
   return Post();
 }
@@ -336,7 +352,10 @@ StatusOr<bool> Link::Progress(bool receive) {
         // Chunk v - 1 is among the last max_chunks_ committed (at most that
         // many are unreleased), so its record is still there.
         if (v > credited_) credited_bytes_ = send_[(v - 1) % max_chunks_].end;
-        credited_ = v;
+        for (; credited_ < v; ++credited_) {
+          const SendChunk& done_chunk = send_[credited_ % max_chunks_];
+          inflight_bytes_ -= done_chunk.end - done_chunk.at;
+        }
         break;
       }
     }

@@ -81,7 +81,10 @@ struct Config {
   std::string transport = "auto";
   // CIUIC_BUFFER_SIZE: bytes of the receive ring of each connection (slot
   // size x slot count). CIUIC_CHUNK_SIZE: bytes of one slot, the unit of
-  // pipelining; the ring has buffer_size / chunk_size slots (at least 2).
+  // pipelining; the ring has buffer_size / chunk_size slots (at least 2),
+  // plus one slot of slack (see transport::Link): as many full chunks as
+  // slots are always under way, and smaller chunks take only their bytes
+  // (up to max(slots, 64) chunks).
   size_t buffer_size = 4u << 20;
   size_t chunk_size = 512u << 10;
   // TCP backend: CIUIC_SOCKET_IFNAME (interface by prefix, '=' exact, '^'

@@ -513,24 +513,27 @@ class RegistrationCache {
 // Link: both directions of a credit-based ring of fixed-size slots between
 // this rank and one peer, over one Connection.
 //
-// Each side owns a receive ring of (nslots + 1) * slot_size bytes in its
-// pool. The sender writes chunk i with immediate = its length at the
-// ring's next free place: right after chunk i - 1 (rounded up to 64 B), or
-// at the ring's start when fewer than slot_size bytes are left before its
-// end (a chunk's length is not known when its buffer is handed out). The
-// receiver derives the same places from the lengths, consumes chunks in
-// order and returns them with a credit message (8 bytes: the total number
-// of chunks released so far, little-endian); the sender knows where each
-// of its chunks ended, so a fast sender cannot overrun a slow receiver.
-// A full-size chunk takes a slot's bytes, so nslots of them always fit
-// (the extra slot absorbs the one skip at the ring's end), and a small one
-// takes only its own: up to max(nslots, 64) chunks may be unreleased, so
-// small messages run far ahead without a large ring (a 4-rank tcp reduce of
-// 8 B waited on credits with 8 slots). Credits go out once half of those
-// chunks or half the nslots slots' bytes are released and unannounced, not
-// per chunk: one message instead of several, and the sender still always
-// has at least half the ring, so any schedule that runs with a ring of
-// that size cannot wait on a withheld credit.
+// Each side owns a receive ring of (nslots + 1) * slot_size - 1 bytes in
+// its pool. The sender writes chunk i with immediate = its length at the
+// ring's next free place: right after chunk i - 1, or at the ring's start
+// when fewer than slot_size bytes are left before its end (a chunk's
+// length is not known when its buffer is handed out). A chunk of up to
+// 16 KiB takes its own bytes (rounded up to 64 B), a larger one a whole
+// slot. The receiver derives the same places from the lengths, consumes
+// chunks in order and returns them with a credit message (8 bytes: the
+// total number of chunks released so far, little-endian); the sender
+// knows where each of its chunks ended, so a fast sender cannot overrun a
+// slow receiver. At most nslots slots' worth of bytes are under way (the
+// extra slot, less a byte, absorbs the one skip at the ring's end, and
+// full chunks on slot boundaries never touch it), so nslots large chunks
+// always fit and no more than before; small ones may number up to
+// max(nslots, 64) unreleased, so small messages run far ahead without a
+// large ring (a 4-rank tcp reduce of 8 B waited on credits with 8 slots).
+// Credits go out once half of those chunks or half the nslots slots' bytes
+// are released and unannounced, not per chunk: one message instead of
+// several, and the sender still always has at least half the ring, so any
+// schedule that runs with a ring of that size cannot wait on a withheld
+// credit.
 // Where messages ride with writes for free (Connection::
 // MessagesRideWithWrites, tcp), credits owed also go out with every chunk
 // sent, so a two-way exchange of small messages needs no credit message of
@@ -686,7 +689,7 @@ class Link {
   RemoteRegion remote_ring_;
   size_t remote_ring_offset_ = 0;
   bool direct_ = false;
-  size_t ring_bytes_;   // (nslots + 1) * slot_size, each side's and the staging ring
+  size_t ring_bytes_;   // (nslots + 1) * slot_size - 1, each side's and the staging ring
   size_t max_chunks_;   // max(nslots, 64)
   // Sender state (chunk sequence numbers; ring places in bytes).
   uint64_t committed_ = 0;     // chunks committed
@@ -695,6 +698,7 @@ class Link {
   uint64_t credited_ = 0;      // chunks the peer has released
   uint64_t send_head_ = 0;         // where the last committed chunk ended
   uint64_t credited_bytes_ = 0;    // ... the last released by the peer
+  uint64_t inflight_bytes_ = 0;    // ring bytes of the chunks not released yet (skips not counted)
   uint64_t write_done_bytes_ = 0;  // ... the last whose write completed (staging)
   struct SendChunk {
     uint64_t at = 0, end = 0;              // its place
