@@ -1095,6 +1095,34 @@ TEST(CollectivesFusion, BucketRoundTrip) {
 }
 
 // Bad input is an error naming the argument; the communicator stays usable.
+// Calls with nothing to move (count 0) return at once, as in MPI: here
+// rank 0 makes them while the other ranks never do (they would wait for
+// it at the barrier after, then time out if rank 0 were stuck), with null
+// buffers, over shm and tcp; then everyone still runs a real all-reduce.
+TEST(CollectivesZeroCount, ReturnsAtOnceWithoutThePeers) {
+  for (const char* transport : {"shm", "tcp"}) {
+    auto results = RunRanks(3, [&](int rank, transport::Store& store) -> Status {
+      CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, 3, store, transport, "auto", 20000));
+      if (rank == 0) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < 100; ++i) {
+          CIUIC_RETURN_IF_ERROR(comm->AllReduce(nullptr, nullptr, 0, DataType::kFloat32, ReduceOp::kSum));
+          CIUIC_RETURN_IF_ERROR(comm->Broadcast(nullptr, 0, DataType::kFloat32, 2));
+          CIUIC_RETURN_IF_ERROR(comm->Reduce(nullptr, nullptr, 0, DataType::kInt32, ReduceOp::kMax, 1));
+          CIUIC_RETURN_IF_ERROR(comm->AllGather(nullptr, nullptr, 0, DataType::kFloat64));
+          CIUIC_RETURN_IF_ERROR(comm->ReduceScatter(nullptr, nullptr, 0, DataType::kFloat32, ReduceOp::kSum));
+          CIUIC_RETURN_IF_ERROR(comm->AllToAll(nullptr, nullptr, 0, DataType::kUint8));
+          CIUIC_ASSIGN_OR_RETURN(Request r, comm->IAllReduce(nullptr, nullptr, 0, DataType::kFloat32, ReduceOp::kSum));
+          CIUIC_RETURN_IF_ERROR(r.Wait());
+        }
+        if (std::chrono::steady_clock::now() - t0 > milliseconds(5000)) return InternalError("zero-count calls waited");
+      }
+      return CheckAllReduce<float>(*comm, 1000, ReduceOp::kSum, false, 3);
+    }, milliseconds(60000));
+    for (const auto& r : results) EXPECT_TRUE(r.ok()) << transport << "\n" << ResultsText(results);
+  }
+}
+
 TEST(CollectivesErrors, BadInput) {
   auto results = RunRanks(2, [&](int rank, transport::Store& store) -> Status {
     CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, 2, store, "shm", "auto"));
