@@ -73,6 +73,17 @@ class CommImpl {
   CostParams cost_params;
   SelectionCache selections;
   std::unique_ptr<ShmDirect> direct;  // the one-host all-reduce, made on first use
+  // Peers' ProcessIdentity (published at init; empty until read, or when
+  // a peer has none), for CheckPeer.
+  std::vector<std::string> identities;
+  std::vector<bool> identity_read;
+  std::vector<Clock::time_point> identity_checked;  // rate limit: one look per kPeerCheckEvery
+  // An error naming `peer` when it ran on this host and has exited: run
+  // while waiting for its store keys (links, the direct region), so a rank
+  // that died before it connected is named within kPeerCheckEvery, not at
+  // the timeout.
+  Status CheckPeer(int peer);
+  transport::PeerCheck peer_check = [this](int peer) { return CheckPeer(peer); };
   std::optional<Tuning> tuning;       // CIUIC_TUNING_FILE
   // GPU buffers (CIUIC_GPU): how device memory is recognised (null: it is
   // not looked for) and the host mirrors of staged calls (device.h).
@@ -310,6 +321,12 @@ Status CommImpl::Init() {
   // Each rank's host and CPUs: rank 0 also decides whether any host runs
   // more ranks than the CPUs they may use together (then waits yield at
   // once instead of spinning).
+  // Before the host line: every rank has set both once any rank is past
+  // init (rank 0 reads all host lines before it decides the transport).
+  CIUIC_RETURN_IF_ERROR(store->Set(prefix + "/process/" + std::to_string(rank), transport::ProcessIdentity()));
+  identities.assign(size, std::string());
+  identity_read.assign(size, false);
+  identity_checked.assign(size, Clock::time_point());
   CIUIC_RETURN_IF_ERROR(store->Set(prefix + "/host/" + std::to_string(rank), HostName() + " " + CpuList()));
   std::string choice;
   bool oversubscribed = false;
@@ -442,14 +459,30 @@ size_t PipelineChunkBytes(const OpDesc& d, int nranks) {
 }
 }  // namespace
 
+Status CommImpl::CheckPeer(int peer) {
+  if (peer < 0 || peer >= size || peer == rank) return Status::Ok();
+  const Clock::time_point now = Clock::now();
+  if (now - identity_checked[peer] < transport::kPeerCheckEvery) return Status::Ok();
+  identity_checked[peer] = now;
+  if (!identity_read[peer]) {
+    StatusOr<std::string> v = store->Get(prefix + "/process/" + std::to_string(peer), std::chrono::milliseconds(0));
+    if (!v.ok()) return Status::Ok();  // not there (yet): nothing to tell
+    identities[peer] = *v;
+    identity_read[peer] = true;
+  }
+  if (identities[peer].empty() || !transport::ProcessGone(identities[peer])) return Status::Ok();
+  const std::string id = identities[peer];
+  const size_t pid_at = id.find(' ', id.find(' ') + 1) + 1;
+  return UnavailableError("rank " + std::to_string(peer) + " (pid " + id.substr(pid_at, id.find(' ', pid_at) - pid_at) +
+                          " on this host) has exited; it will never connect");
+}
+
 StatusOr<transport::Link*> CommImpl::GetLink(int peer, int channel, bool wait) {
   auto key = std::make_pair(peer, channel);
   auto it = links.find(key);
   if (it != links.end()) return it->second.get();
   auto keep = [&](std::unique_ptr<transport::Link> l) {
-    transport::Link* raw = l.get();
-    links.emplace(key, std::move(l));
-    return raw;
+    return links.emplace(key, std::move(l)).first->second.get();
   };
   auto b = building.find(key);
   if (wait && b == building.end()) {
@@ -458,7 +491,7 @@ StatusOr<transport::Link*> CommImpl::GetLink(int peer, int channel, bool wait) {
     CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<transport::Link> l,
                            transport::Link::Create(*backend, *pool, *store, prefix, rank, peer,
                                                    static_cast<uint32_t>(channel), link_options,
-                                                   std::chrono::milliseconds(config.timeout_ms)));
+                                                   std::chrono::milliseconds(config.timeout_ms), peer_check));
     return keep(std::move(l));
   }
   // Point-to-point: built without waiting on the peer (Link::Builder). A
@@ -485,6 +518,7 @@ StatusOr<transport::Link*> CommImpl::GetLink(int peer, int channel, bool wait) {
         building.erase(b);
         return keep(std::move(l));
       }
+      if (wait) CIUIC_RETURN_IF_ERROR(CheckPeer(peer));
     }
     if (!wait) return nullptr;
     if (now >= until) {
@@ -650,7 +684,7 @@ ShmDirectOptions CommImpl::DirectOptions() const {
 Status CommImpl::RunDirect(const OpDesc& d, Clock::time_point deadline) {
   if (direct == nullptr) {
     CIUIC_ASSIGN_OR_RETURN(direct, ShmDirect::Create(*backend, *store, prefix, rank, size, DirectOptions(),
-                                                     std::chrono::milliseconds(config.timeout_ms)));
+                                                     std::chrono::milliseconds(config.timeout_ms), peer_check));
   }
   const ReduceOp op = d.op == ReduceOp::kAvg ? ReduceOp::kSum : d.op;
   switch (d.coll) {

@@ -508,7 +508,8 @@ StatusOr<std::unique_ptr<ShmDirect>> ShmDirect::Create(transport::Backend& backe
                                                        transport::Store& store,
                                                        const std::string& prefix, int rank,
                                                        int size, const ShmDirectOptions& options,
-                                                       std::chrono::milliseconds timeout) {
+                                                       std::chrono::milliseconds timeout,
+                                                       const transport::PeerCheck& check) {
   if (options.slot_bytes == 0 || options.nslots < 2) {
     return InvalidArgumentError("direct shm all-reduce: needs slots of > 0 bytes and at least 2 of them");
   }
@@ -565,8 +566,9 @@ StatusOr<std::unique_ptr<ShmDirect>> ShmDirect::Create(transport::Backend& backe
     for (int p = 0; p < size; ++p) {  // ascending peer order on every rank: no connect cycle
       if (p == rank) continue;
       CIUIC_ASSIGN_OR_RETURN(impl->conns[p], transport::ConnectThroughStore(backend, store, prefix + "/direct", rank, p,
-                                                                            kConnectionTag, timeout));
-      CIUIC_ASSIGN_OR_RETURN(std::string blob, store.Get(key + std::to_string(p), timeout));
+                                                                            kConnectionTag, timeout, check));
+      CIUIC_ASSIGN_OR_RETURN(std::string blob,
+                             transport::GetWhilePeerLives(store, key + std::to_string(p), timeout, p, check));
       CIUIC_ASSIGN_OR_RETURN(transport::RemoteRegion remote, impl->conns[p]->ImportRegion(blob));
       char* pb = static_cast<char*>(impl->conns[p]->DirectPointer(remote, 0));
       if (pb == nullptr) {

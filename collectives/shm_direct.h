@@ -108,7 +108,8 @@ class ShmDirect {
                                                      transport::Store& store,
                                                      const std::string& prefix, int rank,
                                                      int size, const ShmDirectOptions& options,
-                                                     std::chrono::milliseconds timeout);
+                                                     std::chrono::milliseconds timeout,
+                                                     const transport::PeerCheck& check = {});
   ~ShmDirect();
   ShmDirect(const ShmDirect&) = delete;
   ShmDirect& operator=(const ShmDirect&) = delete;

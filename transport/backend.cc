@@ -1,4 +1,5 @@
 // Backend registry and the store-based connection handshake.
+#include <algorithm>
 #include <string>
 
 #include "ciuic/transport.h"
@@ -67,14 +68,39 @@ StatusOr<std::unique_ptr<Connection>> ConnectPublished(Backend& backend, Store& 
   return endpoint.Connect(*theirs, deadline);
 }
 
+StatusOr<std::string> GetWhilePeerLives(Store& store, const std::string& key, std::chrono::milliseconds timeout,
+                                        int peer, const PeerCheck& check) {
+  if (!check) return store.Get(key, timeout);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    StatusOr<std::string> v = store.Get(key, std::max(std::chrono::milliseconds(0), std::min(left, kPeerCheckEvery)));
+    if (v.ok() || v.status().code() != StatusCode::kDeadlineExceeded) return v;
+    CIUIC_RETURN_IF_ERROR(check(peer));
+    if (left <= kPeerCheckEvery) {
+      return DeadlineExceededError("store key '" + key + "' was not set within " + std::to_string(timeout.count()) +
+                                   " ms");
+    }
+  }
+}
+
 StatusOr<std::unique_ptr<Connection>> ConnectThroughStore(Backend& backend, Store& store,
                                                           const std::string& prefix, int rank,
                                                           int peer, uint32_t tag,
-                                                          std::chrono::milliseconds timeout) {
+                                                          std::chrono::milliseconds timeout,
+                                                          const PeerCheck& check) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<Endpoint> ep, PublishEndpoint(backend, store, prefix, rank, peer, tag));
-  CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn,
-                         ConnectPublished(backend, store, *ep, prefix, rank, peer, tag, timeout, deadline));
+  std::unique_ptr<Connection> conn;
+  for (;;) {
+    const auto now = std::chrono::steady_clock::now();
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+    const auto slice = check ? std::min(left, kPeerCheckEvery) : left;
+    CIUIC_ASSIGN_OR_RETURN(conn, ConnectPublished(backend, store, *ep, prefix, rank, peer, tag,
+                                                  std::max(std::chrono::milliseconds(0), slice), deadline));
+    if (conn != nullptr || !check || left <= kPeerCheckEvery) break;
+    CIUIC_RETURN_IF_ERROR(check(peer));
+  }
   if (conn == nullptr) {
     return DeadlineExceededError("connecting to rank " + std::to_string(peer) + ": store key '" +
                                  EndpointKey(backend, prefix, tag, peer, rank) + "' was not set within " +

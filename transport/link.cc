@@ -143,15 +143,15 @@ Status Link::AdoptPeerRing(const std::string& theirs) {
 StatusOr<std::unique_ptr<Link>> Link::Create(Backend& backend, BufferPool& pool, Store& store,
                                              const std::string& prefix, int rank, int peer,
                                              uint32_t tag, const LinkOptions& options,
-                                             std::chrono::milliseconds timeout) {
+                                             std::chrono::milliseconds timeout, const PeerCheck& check) {
   if (options.nslots < 2 || options.slot_size == 0 || options.slot_size > (1u << 30)) {
     return InvalidArgumentError("Link: need at least 2 slots of 1 B to 1 GiB");
   }
   CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn,
-                         ConnectThroughStore(backend, store, prefix, rank, peer, tag, timeout));
+                         ConnectThroughStore(backend, store, prefix, rank, peer, tag, timeout, check));
   std::unique_ptr<Link> link(new Link(std::move(conn), pool, options));
   CIUIC_RETURN_IF_ERROR(link->PublishRing(backend, store, prefix, rank, tag));
-  StatusOr<std::string> theirs = store.Get(RingKey(backend, prefix, tag, peer, rank), timeout);
+  StatusOr<std::string> theirs = GetWhilePeerLives(store, RingKey(backend, prefix, tag, peer, rank), timeout, peer, check);
   if (!theirs.ok()) {
     return Status(theirs.status().code(), "link to rank " + std::to_string(peer) + ": " +
                                               theirs.status().message());

@@ -371,13 +371,33 @@ StatusOr<std::unique_ptr<Backend>> OpenBackend(BackendKind kind, const BackendOp
 // Whether `kind` can be opened here; `why` (optional) says why not.
 bool BackendAvailable(BackendKind kind, const BackendOptions& options, std::string* why);
 
+// Liveness of peers on this host while waiting for their store keys: a
+// peer that died before it connected publishes nothing more, and the wait
+// would otherwise last the whole timeout. ProcessIdentity() describes this
+// process ("<boot id> <pid namespace> <pid> <start time>", empty without
+// /proc) for the peers; ProcessGone(identity) is true when that process
+// ran on this host (same boot and pid namespace) and has exited, is a
+// zombie or its pid now names another process; false while it lives or
+// when it is elsewhere (nothing to tell from here).
+std::string ProcessIdentity();
+bool ProcessGone(const std::string& identity);
+// Run while waiting on a peer's store keys, about every kPeerCheckEvery:
+// an error (naming the peer) ends the wait. Empty: wait to the timeout.
+using PeerCheck = std::function<Status(int peer)>;
+inline constexpr std::chrono::milliseconds kPeerCheckEvery{100};
+// store.Get(key) for up to `timeout`, running `check(peer)` between slices.
+StatusOr<std::string> GetWhilePeerLives(Store& store, const std::string& key, std::chrono::milliseconds timeout,
+                                        int peer, const PeerCheck& check);
+
 // Makes the connection to `peer` through `store`: publishes this side's
 // endpoint under a key derived from (prefix, rank, peer, tag), reads the
-// peer's, and connects. Errors: those of Store::Get and Endpoint::Connect.
+// peer's, and connects. Errors: those of Store::Get and Endpoint::Connect,
+// and check's.
 StatusOr<std::unique_ptr<Connection>> ConnectThroughStore(Backend& backend, Store& store,
                                                           const std::string& prefix, int rank,
                                                           int peer, uint32_t tag,
-                                                          std::chrono::milliseconds timeout);
+                                                          std::chrono::milliseconds timeout,
+                                                          const PeerCheck& check = {});
 
 // ConnectThroughStore in two halves, for callers that must not wait on a
 // peer that has not asked for this connection yet (a ring of sends posted
@@ -561,7 +581,8 @@ class Link {
   static StatusOr<std::unique_ptr<Link>> Create(Backend& backend, BufferPool& pool, Store& store,
                                                 const std::string& prefix, int rank, int peer,
                                                 uint32_t tag, const LinkOptions& options,
-                                                std::chrono::milliseconds timeout);
+                                                std::chrono::milliseconds timeout,
+                                                const PeerCheck& check = {});
   // The same without waiting on the peer: Start publishes this side's
   // endpoint; each Poll moves on as far as the peer allows (connect once
   // its endpoint is published, then publish this side's ring, then finish

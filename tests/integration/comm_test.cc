@@ -1201,6 +1201,37 @@ TEST(CollectivesErrors, KilledRankNamedBySurvivors) {
   }
 }
 
+// A rank killed after the communicator is made but before its first
+// collective never connects: the survivors' first collective (which makes
+// the links or the direct region, waiting for the peer's store keys) names
+// it within a few checks of its process, not at the 20 s timeout.
+TEST(CollectivesErrors, RankKilledBeforeItsFirstCollectiveNamedAtOnce) {
+  for (const auto& [t, algo] : {std::pair<const char*, const char*>{"shm", "ring"}, {"shm", "direct"}, {"tcp", "ring"}}) {
+    auto results = RunRanks(3, [&](int rank, transport::Store& store) -> Status {
+      CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, 3, store, t, algo, 20000));
+      if (rank == 2) kill(getpid(), SIGKILL);
+      std::vector<float> x(1000, 1.0f);
+      const auto t0 = std::chrono::steady_clock::now();
+      Status s = comm->AllReduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
+      const auto took = std::chrono::steady_clock::now() - t0;
+      if (s.ok()) return InternalError("no error although rank 2 was killed");
+      if (s.message().find("rank 2") == std::string::npos) return InternalError("error does not name rank 2: " + s.ToString());
+      if (took > milliseconds(5000)) return InternalError("named only after " + std::to_string(std::chrono::duration_cast<milliseconds>(took).count()) + " ms: " + s.ToString());
+      // Survivors leave together, so neither sees the other close first.
+      CIUIC_RETURN_IF_ERROR(store.Add("survived", 1).status());
+      for (int w = 0; w < 2000; ++w) {
+        auto v = store.Add("survived", 0);
+        if (v.ok() && *v >= 2) return Status::Ok();
+        std::this_thread::sleep_for(milliseconds(5));
+      }
+      return InternalError("the other survivor never reported");
+    }, milliseconds(60000));
+    EXPECT_TRUE(results[0].ok()) << t << " " << algo << "\n" << ResultsText(results);
+    EXPECT_TRUE(results[1].ok()) << t << " " << algo << "\n" << ResultsText(results);
+    EXPECT_EQ(results[2].signal, SIGKILL) << ResultsText(results);
+  }
+}
+
 // CIUIC_TUNING_FILE: the communicator follows the file's rules under auto
 // (and says so), every rank must load the same file, and a broken file is
 // an error naming it and the line.
