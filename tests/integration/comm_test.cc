@@ -1168,6 +1168,18 @@ TEST(CollectivesErrors, MismatchedCountsDetected) {
   }
 }
 
+// Counts this rank in at `key` and waits (10 s at most) until `n` ranks
+// have: ranks that leave together, so none sees another close first.
+Status LeaveTogether(transport::Store& store, const std::string& key, int n) {
+  CIUIC_RETURN_IF_ERROR(store.Add(key, 1).status());
+  for (int w = 0; w < 2000; ++w) {
+    auto v = store.Add(key, 0);
+    if (v.ok() && *v >= n) return Status::Ok();
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  return InternalError("the other ranks never reported at '" + key + "'");
+}
+
 // A rank killed in the middle of a collective: every survivor returns an
 // error naming it, well within the timeout.
 TEST(CollectivesErrors, KilledRankNamedBySurvivors) {
@@ -1184,13 +1196,7 @@ TEST(CollectivesErrors, KilledRankNamedBySurvivors) {
           Status again = comm->Barrier();
           if (again.ok()) return InternalError("the failed communicator kept working");
           // Survivors leave together, so neither sees the other close first.
-          CIUIC_RETURN_IF_ERROR(store.Add("survived", 1).status());
-          for (int w = 0; w < 2000; ++w) {
-            auto v = store.Add("survived", 0);
-            if (v.ok() && *v >= 2) return Status::Ok();
-            std::this_thread::sleep_for(milliseconds(5));
-          }
-          return InternalError("the other survivor never reported");
+          return LeaveTogether(store, "survived", 2);
         }
       }
       return InternalError("no error although rank 2 was killed");
@@ -1218,13 +1224,7 @@ TEST(CollectivesErrors, RankKilledBeforeItsFirstCollectiveNamedAtOnce) {
       if (s.message().find("rank 2") == std::string::npos) return InternalError("error does not name rank 2: " + s.ToString());
       if (took > milliseconds(5000)) return InternalError("named only after " + std::to_string(std::chrono::duration_cast<milliseconds>(took).count()) + " ms: " + s.ToString());
       // Survivors leave together, so neither sees the other close first.
-      CIUIC_RETURN_IF_ERROR(store.Add("survived", 1).status());
-      for (int w = 0; w < 2000; ++w) {
-        auto v = store.Add("survived", 0);
-        if (v.ok() && *v >= 2) return Status::Ok();
-        std::this_thread::sleep_for(milliseconds(5));
-      }
-      return InternalError("the other survivor never reported");
+      return LeaveTogether(store, "survived", 2);
     }, milliseconds(60000));
     EXPECT_TRUE(results[0].ok()) << t << " " << algo << "\n" << ResultsText(results);
     EXPECT_TRUE(results[1].ok()) << t << " " << algo << "\n" << ResultsText(results);
