@@ -545,8 +545,9 @@ class RegistrationCache {
 // knows where each of its chunks ended, so a fast sender cannot overrun a
 // slow receiver. At most nslots slots' worth of bytes are under way (the
 // extra slot, less a byte, absorbs the one skip at the ring's end, and
-// full chunks on slot boundaries never touch it), so nslots large chunks
-// always fit and no more than before; small ones may number up to
+// full chunks on slot boundaries never touch it): any mix of chunks that
+// fit the old one-slot-per-chunk ring still fits, with no more large data
+// under way than before; small ones may number up to
 // max(nslots, 64) unreleased, so small messages run far ahead without a
 // large ring (a 4-rank tcp reduce of 8 B waited on credits with 8 slots).
 // Credits go out once half of those chunks or half the nslots slots' bytes
