@@ -73,11 +73,13 @@ class CommImpl {
   CostParams cost_params;
   SelectionCache selections;
   std::unique_ptr<ShmDirect> direct;  // the one-host all-reduce, made on first use
-  // Peers' ProcessIdentity (published at init; empty until read, or when
-  // a peer has none), for CheckPeer.
-  std::vector<std::string> identities;
-  std::vector<bool> identity_read;
-  std::vector<Clock::time_point> identity_checked;  // rate limit: one look per kPeerCheckEvery
+  // What CheckPeer knows of each peer's process.
+  struct PeerProcess {
+    std::string identity;       // its ProcessIdentity (empty: it has none)
+    bool read = false;          // identity read from the store (published at init)
+    Clock::time_point checked;  // rate limit: one look per kPeerCheckEvery
+  };
+  std::vector<PeerProcess> peer_processes;
   // An error naming `peer` when it ran on this host and has exited: run
   // while waiting for its store keys (links, the direct region), so a rank
   // that died before it connected is named within kPeerCheckEvery, not at
@@ -324,9 +326,7 @@ Status CommImpl::Init() {
   // Before the host line: every rank has set both once any rank is past
   // init (rank 0 reads all host lines before it decides the transport).
   CIUIC_RETURN_IF_ERROR(store->Set(prefix + "/process/" + std::to_string(rank), transport::ProcessIdentity()));
-  identities.assign(size, std::string());
-  identity_read.assign(size, false);
-  identity_checked.assign(size, Clock::time_point());
+  peer_processes.assign(size, PeerProcess());
   CIUIC_RETURN_IF_ERROR(store->Set(prefix + "/host/" + std::to_string(rank), HostName() + " " + CpuList()));
   std::string choice;
   bool oversubscribed = false;
@@ -461,17 +461,18 @@ size_t PipelineChunkBytes(const OpDesc& d, int nranks) {
 
 Status CommImpl::CheckPeer(int peer) {
   if (peer < 0 || peer >= size || peer == rank) return Status::Ok();
+  PeerProcess& pp = peer_processes[peer];
   const Clock::time_point now = Clock::now();
-  if (now - identity_checked[peer] < transport::kPeerCheckEvery) return Status::Ok();
-  identity_checked[peer] = now;
-  if (!identity_read[peer]) {
+  if (now - pp.checked < transport::kPeerCheckEvery) return Status::Ok();
+  pp.checked = now;
+  if (!pp.read) {
     StatusOr<std::string> v = store->Get(prefix + "/process/" + std::to_string(peer), std::chrono::milliseconds(0));
     if (!v.ok()) return Status::Ok();  // not there (yet): nothing to tell
-    identities[peer] = *v;
-    identity_read[peer] = true;
+    pp.identity = *v;
+    pp.read = true;
   }
-  if (identities[peer].empty() || !transport::ProcessGone(identities[peer])) return Status::Ok();
-  const std::string id = identities[peer];
+  if (pp.identity.empty() || !transport::ProcessGone(pp.identity)) return Status::Ok();
+  const std::string& id = pp.identity;
   const size_t pid_at = id.find(' ', id.find(' ') + 1) + 1;
   return UnavailableError("rank " + std::to_string(peer) + " (pid " + id.substr(pid_at, id.find(' ', pid_at) - pid_at) +
                           " on this host) has exited; it will never connect");

@@ -205,21 +205,21 @@ StatusOr<std::unique_ptr<Link>> Link::Builder::Poll() {
 }
 
 void* Link::AcquireSend() {
-  const uint64_t at = Place(send_head_);
+  const uint64_t at = send_at_;
   if (!Fits(at)) return nullptr;
   if (direct_) return conn_->DirectPointer(remote_ring_, remote_ring_offset_ + at % ring_bytes_);
   return static_cast<char*>(send_staging_.data()) + at % ring_bytes_;
 }
 
 Status Link::Commit(size_t len, const MemoryRegion* src, size_t offset) {
-  const uint64_t at = Place(send_head_);
+  const uint64_t at = send_at_;
   SendChunk& c = send_[committed_ % max_chunks_];
   c.at = at;
   c.end = at + Footprint(len);
   c.len = static_cast<uint32_t>(len);
   c.src = src;
   c.offset = offset;
-  send_head_ = c.end;
+  send_at_ = Place(c.end);
   inflight_bytes_ += c.end - c.at;
   ++committed_;
   return Post();
@@ -231,11 +231,11 @@ Status Link::CommitSend(size_t len) {
     return InvalidArgumentError("Link::CommitSend: " + std::to_string(len) + " bytes > slot size " +
                                 std::to_string(options_.slot_size));
   }
-  if (!Fits(Place(send_head_))) return FailedPreconditionError("Link::CommitSend without a slot from AcquireSend");
+  if (!Fits(send_at_)) return FailedPreconditionError("Link::CommitSend without a slot from AcquireSend");
   return Commit(len, nullptr, 0);
 }
 
-bool Link::CanSend() const { return Fits(Place(send_head_)); }
+bool Link::CanSend() const { return Fits(send_at_); }
 
 Status Link::CommitSendFrom(const MemoryRegion& src, size_t offset, size_t len) {
   if (!error_.ok()) return error_;
@@ -245,7 +245,7 @@ Status Link::CommitSendFrom(const MemoryRegion& src, size_t offset, size_t len) 
                                 std::to_string(offset) + " of a " + std::to_string(src.size()) +
                                 " B region (slot size " + std::to_string(options_.slot_size) + ")");
   }
-  if (!Fits(Place(send_head_))) return FailedPreconditionError("Link::CommitSendFrom without a free slot (CanSend)");
+  if (!Fits(send_at_)) return FailedPreconditionError("Link::CommitSendFrom without a free slot (CanSend)");
   return Commit(len, &src, offset);
 }
 

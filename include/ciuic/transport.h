@@ -718,7 +718,7 @@ class Link {
   uint64_t posted_ = 0;        // chunks whose write is posted
   uint64_t write_done_ = 0;    // chunks whose write completed locally
   uint64_t credited_ = 0;      // chunks the peer has released
-  uint64_t send_head_ = 0;         // where the last committed chunk ended
+  uint64_t send_at_ = 0;           // where the next chunk goes (Place of the last one's end)
   uint64_t credited_bytes_ = 0;    // ... the last released by the peer
   uint64_t inflight_bytes_ = 0;    // ring bytes of the chunks not released yet (skips not counted)
   uint64_t write_done_bytes_ = 0;  // ... the last whose write completed (staging)
