@@ -107,6 +107,7 @@ constexpr size_t kMaxChain = 32;
 constexpr size_t kSlotBytes = 64;             // one message / hello slot
 constexpr uint8_t kProbeTimeout = 12;         // 4.096 us * 2^12 = 17 ms
 constexpr uint8_t kProbeRetry = 6;          // 7 would mean "forever" on rxe
+constexpr int kProbeResetTries = 5;           // RestartProbe: RESET + INIT attempts
 constexpr uint8_t kMinRnrTimer = 12;          // 0.64 ms between RNR retries
 constexpr uint8_t kRnrRetryForever = 7;
 constexpr uint8_t kHopLimit = 64;
@@ -892,11 +893,25 @@ Status VerbsConnection::PostProbe(uint64_t attempt, bool recv) {
 }
 
 Status VerbsConnection::RestartProbe(uint64_t attempt) {
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_RESET;
-  const int rc = ibv_modify_qp(probe_.qp, &a, IBV_QP_STATE);
-  if (rc != 0) return UnavailableError(PeerName(peer()) + ": probe QP to RESET: " + Errno(rc));
-  CIUIC_RETURN_IF_ERROR(ToInit(probe_.qp));
+  // RESET -> INIT.  Soft-RoCE in Linux 6.1 can still move a QP that failed
+  // its retries to ERROR from a timer or task after the RESET returned, and
+  // then INIT is refused (EINVAL; seen once in CI).  So when INIT fails, a
+  // QP that is no longer in RESET is reset again, a few times, before the
+  // error counts.
+  Status init;
+  for (int tries = 0;; ++tries) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_RESET;
+    const int rc = ibv_modify_qp(probe_.qp, &a, IBV_QP_STATE);
+    if (rc != 0) return UnavailableError(PeerName(peer()) + ": probe QP to RESET: " + Errno(rc));
+    init = ToInit(probe_.qp);
+    if (init.ok() || tries == kProbeResetTries - 1) break;
+    ibv_qp_attr now{};
+    ibv_qp_init_attr unused{};
+    if (ibv_query_qp(probe_.qp, &now, IBV_QP_STATE, &unused) != 0 || now.qp_state == IBV_QPS_RESET) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  CIUIC_RETURN_IF_ERROR(init);
   // Always a receive: if the peer's ACK of our first hello was lost it may
   // send its own again, and after the reset that counts as new.
   CIUIC_RETURN_IF_ERROR(PostProbe(attempt, true));
