@@ -348,8 +348,10 @@ class Stall {
       : impl_(impl), deadline_(deadline), abort_(abort) {}
   void Reset() { stalled_ = false; }
 
-  // Waits a little for rank `peer`'s `word` to reach `target`.
-  Status Wait(int peer, const std::atomic<uint64_t>* word, uint64_t target, const char* what) {
+  // Waits a little for rank `peer`'s `word` to reach `target` (a chunk
+  // counter, named in the timeout error, unless `counts_chunks` is false).
+  Status Wait(int peer, const std::atomic<uint64_t>* word, uint64_t target, const char* what,
+              bool counts_chunks = true) {
     const Clock::time_point now = Clock::now();
     if (!stalled_) {
       stalled_ = true;
@@ -360,9 +362,8 @@ class Stall {
       return AbortedError("direct shm: communicator aborted");
     }
     if (now >= deadline_) {
-      return DeadlineExceededError("direct shm: timed out waiting for rank " +
-                                   std::to_string(peer) + " (" + what + ", chunk " +
-                                   std::to_string(target - 1) + ")");
+      return DeadlineExceededError("direct shm: timed out waiting for rank " + std::to_string(peer) + " (" + what +
+                                   (counts_chunks ? ", chunk " + std::to_string(target - 1) : std::string()) + ")");
     }
     Status gone;
     if (peer != impl_.rank) {
@@ -421,7 +422,7 @@ Status ShmDirect::Impl::AwaitAttached(Clock::time_point deadline) {
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
     while (ctrl[p]->attached.load(std::memory_order_acquire) == 0) {
-      CIUIC_RETURN_IF_ERROR(stall.Wait(p, &ctrl[p]->attached, 1, "mapping the regions"));
+      CIUIC_RETURN_IF_ERROR(stall.Wait(p, &ctrl[p]->attached, 1, "mapping the regions", false));
     }
     stall.Reset();
   }
