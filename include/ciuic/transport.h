@@ -547,14 +547,19 @@ class RegistrationCache {
 // extra slot, less a byte, absorbs the one skip at the ring's end, and
 // full chunks on slot boundaries never touch it): any mix of chunks that
 // fit the old one-slot-per-chunk ring still fits, with no more large data
-// under way than before; small ones may number up to
-// max(nslots, 64) unreleased, so small messages run far ahead without a
-// large ring (a 4-rank tcp reduce of 8 B waited on credits with 8 slots).
-// Credits go out once half of those chunks or half the nslots slots' bytes
-// are released and unannounced, not per chunk: one message instead of
-// several, and the sender still always has at least half the ring, so any
-// schedule that runs with a ring of that size cannot wait on a withheld
-// credit.
+// under way than before; small ones may number up to max(nslots, 256)
+// unreleased (beyond max(nslots, 64) only while less than 1 MiB is under
+// way), so small messages run far ahead without a large ring (a 4-rank tcp
+// reduce of 8 B waited on credits with 8 slots, and with 64 chunks its
+// senders kept too close to the root for tcp to carry several messages
+// per segment).
+// Credits go out once 32 chunks (half of max_chunks when that is fewer) or
+// half the nslots slots' bytes are released and unannounced, not per
+// chunk: one message instead of several, and the sender still always has
+// at least half the ring, so any schedule that runs with a ring of that
+// size cannot wait on a withheld credit. (On tcp a credit also carries the
+// receiver's window: rarer ones let a sender of small chunks that filled
+// the socket buffer wait for a delayed ACK.)
 // Where messages ride with writes for free (Connection::
 // MessagesRideWithWrites, tcp), credits owed also go out with every chunk
 // sent, so a two-way exchange of small messages needs no credit message of
@@ -621,7 +626,8 @@ class Link {
   int peer() const { return conn_->peer(); }
   size_t slot_size() const { return options_.slot_size; }
   size_t nslots() const { return options_.nslots; }
-  // The most chunks unreleased by the peer: max(nslots, 64).
+  // The most chunks unreleased by the peer: max(nslots, 256) (beyond
+  // max(nslots, 64) only while less than 1 MiB is under way).
   size_t max_chunks() const { return max_chunks_; }
   // True when AcquireSend returns the peer's slot (no staging copy).
   bool direct() const { return direct_; }
@@ -712,7 +718,7 @@ class Link {
   size_t remote_ring_offset_ = 0;
   bool direct_ = false;
   size_t ring_bytes_;   // (nslots + 1) * slot_size - 1, each side's and the staging ring
-  size_t max_chunks_;   // max(nslots, 64)
+  size_t max_chunks_;   // max(nslots, 256)
   // Sender state (chunk sequence numbers; ring places in bytes).
   uint64_t committed_ = 0;     // chunks committed
   uint64_t posted_ = 0;        // chunks whose write is posted

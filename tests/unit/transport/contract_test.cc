@@ -404,8 +404,8 @@ TEST_P(ContractTest, LinkFlowControlSlowReceiver) {
 // all-reduce): the ring keeps going on credits alone, and where messages
 // ride with writes (tcp) every credit goes out beside a chunk, never as a
 // message of its own; elsewhere they go in batches of half the chunks a
-// link may have unreleased (small chunks take only their bytes of the
-// ring, so with 4 slots that is 32 chunks, not 2).
+// link may have unreleased, at most 32 (small chunks take only their bytes
+// of the ring, so with 4 slots that is 32 chunks, not 2).
 TEST_P(ContractTest, LinkCreditsRideWithChunksInAnExchange) {
   const BackendKind kind = GetParam();
   constexpr int kRounds = 256;
@@ -433,13 +433,19 @@ TEST_P(ContractTest, LinkCreditsRideWithChunksInAnExchange) {
     const uint64_t all = link->credit_messages(), alone = link->credit_messages_alone();
     const std::string counts = "rank " + std::to_string(rank) + ": " + std::to_string(all) + " credit messages, " +
                                std::to_string(alone) + " alone";
-    const uint64_t batch = link->max_chunks() / 2;
-    if (link->max_chunks() != 64) return InternalError("a link of 4 slots may have " + std::to_string(link->max_chunks()) + " chunks unreleased, not 64");
+    const uint64_t batch = std::min<uint64_t>(link->max_chunks() / 2, 32);
+    if (link->max_chunks() != 256) {
+      return InternalError("a link of 4 slots may have " + std::to_string(link->max_chunks()) +
+                           " chunks unreleased, not 256");
+    }
     if (kind == BackendKind::kTcp) {
       // Each release is followed by this rank's next chunk, which carries it.
-      if (all < kRounds - 1 || alone != 0) return InternalError(counts + " (want >= 255, 0 alone)");
+      if (all < kRounds - 1 || alone != 0) {
+        return InternalError(counts + " (want >= " + std::to_string(kRounds - 1) + ", 0 alone)");
+      }
     } else if (all != alone || all + 1 < kRounds / batch || all > kRounds / batch) {
-      return InternalError(counts + " (want 7 or 8, all alone)");
+      return InternalError(counts + " (want " + std::to_string(kRounds / batch - 1) + " or " +
+                           std::to_string(kRounds / batch) + ", all alone)");
     }
     // Both are done with the link: wait for the peer without touching it
     // (the peer may already have closed its side).
@@ -451,7 +457,7 @@ TEST_P(ContractTest, LinkCreditsRideWithChunksInAnExchange) {
 }
 
 // Small chunks take only their own bytes of the peer's ring: a link of 4
-// slots of 4 KiB takes 64 chunks of 8 B before the receiver releases any
+// slots of 8 KiB takes 256 chunks of 8 B before the receiver releases any
 // (then no more: a bounded number unreleased). Full-size chunks still take
 // a slot each, and no more than 4 slots' worth are under way: after a
 // 100 B chunk (which puts the ring off its slot boundaries) 3 full ones go
@@ -461,17 +467,17 @@ TEST_P(ContractTest, LinkCreditsRideWithChunksInAnExchange) {
 TEST_P(ContractTest, LinkSmallChunksTakeOnlyTheirBytes) {
   const BackendKind kind = GetParam();
   auto results = RunRanks(2, [&](int rank, Store& store) -> Status {
-    CIUIC_ASSIGN_OR_RETURN(PairLink pl, OpenPairLink(kind, rank, store, "b", 6, 4096));
+    CIUIC_ASSIGN_OR_RETURN(PairLink pl, OpenPairLink(kind, rank, store, "b", 6, 8192));
     Backend* be = pl.be.get();
     Link* link = pl.link.get();
     const auto deadline = Clock::now() + milliseconds(60000);
     auto progress = [&]() { return link->Progress(); };
-    // Chunk lengths in three rounds: 64 small ones; one of 100 B and 3
+    // Chunk lengths in three rounds: 256 small ones; one of 100 B and 3
     // full ones; 3 full ones.
-    std::vector<size_t> lens(64, 8);
+    std::vector<size_t> lens(256, 8);
     lens.push_back(100);
-    for (int i = 0; i < 6; ++i) lens.push_back(4096);
-    const int ends[3] = {64, 68, 71};
+    for (int i = 0; i < 6; ++i) lens.push_back(8192);
+    const int ends[3] = {256, 260, 263};
     if (rank == 0) {
       int c = 0;
       for (int round = 0; round < 3; ++round) {
@@ -481,8 +487,8 @@ TEST_P(ContractTest, LinkSmallChunksTakeOnlyTheirBytes) {
         for (; c < ends[round]; ++c) {
           // Nothing of this round is released: a wait here (to the short
           // deadline) would mean the chunk does not fit.
-          CIUIC_RETURN_IF_ERROR(
-              SendPatternChunk(*be, *link, progress, 0, 1, c, lens[c], Clock::now() + milliseconds(5000)));
+          Status sent = SendPatternChunk(*be, *link, progress, 0, 1, c, lens[c], Clock::now() + milliseconds(5000));
+          if (!sent.ok()) return Status(sent.code(), "chunk " + std::to_string(c) + ": " + sent.message());
         }
         for (int i = 0; i < 100; ++i) CIUIC_RETURN_IF_ERROR(link->Progress().status());
         if (round < 2 && (link->CanSend() || link->AcquireSend() != nullptr)) {
@@ -504,6 +510,54 @@ TEST_P(ContractTest, LinkSmallChunksTakeOnlyTheirBytes) {
       // The credits go out now (half the chunks, or half the slots' bytes).
       CIUIC_RETURN_IF_ERROR(link->Progress().status());
       CIUIC_RETURN_IF_ERROR(store.Set("released" + std::to_string(round), "1"));
+    }
+    return Status::Ok();
+  }, milliseconds(120000));
+  ExpectAllOk(results);
+}
+
+// Beyond 64 unreleased chunks a sender goes on only while less than 1 MiB
+// is under way: a link of 4 slots of 512 KiB takes 64 chunks of 16 KiB
+// (1 MiB) with none released, and the 65th waits although the ring has
+// room for it; once they are released the next 64 go. Every byte is
+// checked.
+TEST_P(ContractTest, LinkMidSizeChunksRunAheadByBytes) {
+  const BackendKind kind = GetParam();
+  constexpr int kBatch = 64;
+  constexpr size_t kLen = 16 << 10;
+  auto results = RunRanks(2, [&](int rank, Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(PairLink pl, OpenPairLink(kind, rank, store, "m", 8, 512 << 10));
+    Backend* be = pl.be.get();
+    Link* link = pl.link.get();
+    const auto deadline = Clock::now() + milliseconds(60000);
+    auto progress = [&]() { return link->Progress(); };
+    for (int round = 0; round < 2; ++round) {
+      const int first = round * kBatch;
+      if (rank == 0) {
+        if (round > 0) CIUIC_RETURN_IF_ERROR(store.Get("released0", kStoreTimeout).status());
+        for (int c = first; c < first + kBatch; ++c) {
+          Status sent = SendPatternChunk(*be, *link, progress, 0, 1, c, kLen, Clock::now() + milliseconds(5000));
+          if (!sent.ok()) return Status(sent.code(), "chunk " + std::to_string(c) + ": " + sent.message());
+        }
+        for (int i = 0; i < 100; ++i) CIUIC_RETURN_IF_ERROR(link->Progress().status());
+        if (link->CanSend() || link->AcquireSend() != nullptr) {
+          return InternalError("round " + std::to_string(round) + ": chunk " + std::to_string(first + kBatch) +
+                               " was let through with 1 MiB under way");
+        }
+        CIUIC_RETURN_IF_ERROR(store.Set("sent" + std::to_string(round), "1"));
+        continue;
+      }
+      CIUIC_RETURN_IF_ERROR(store.Get("sent" + std::to_string(round), kStoreTimeout).status());
+      for (int c = first; c < first + kBatch; ++c) {
+        CIUIC_RETURN_IF_ERROR(ExpectPatternChunk(*be, *link, 0, 1, c, kLen, deadline));
+        CIUIC_RETURN_IF_ERROR(link->ReleaseRecv());
+      }
+      CIUIC_RETURN_IF_ERROR(link->Progress().status());
+      CIUIC_RETURN_IF_ERROR(store.Set("released" + std::to_string(round), "1"));
+    }
+    if (rank == 0) {
+      CIUIC_RETURN_IF_ERROR(WaitFor(*be, progress, [&] { return link->sends_in_flight() == 0; }, deadline, "sends"));
+      return store.Get("released1", kStoreTimeout).status();
     }
     return Status::Ok();
   }, milliseconds(120000));
