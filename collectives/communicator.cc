@@ -395,6 +395,7 @@ Status CommImpl::Init() {
   backend = std::move(*be);
   cost_params = DefaultCostParams(kind);
   cost_params.chunk_bytes = link_options.slot_size;
+  cost_params.ranks_outnumber_cpus = oversubscribed;
   if (tuning.has_value()) {
     ApplyTuning(*tuning, kind, &cost_params);
     CIUIC_LOG(kInfo, "tuning from %s (CIUIC_TUNING_FILE): %zu rules; %s alpha %.3g us, beta %.3g GB/s",

@@ -44,6 +44,9 @@ struct CostParams {
   size_t elem_size = 4;              // bytes per element (Select converts bytes to a count)
   int nchannels = 1;                 // as passed to the generators
   int root = 0;                      // broadcast / reduce
+  // Some host runs more ranks than it has CPUs (rank 0 decides, so every
+  // rank selects alike): Select leaves the ring reduce out (see there).
+  bool ranks_outnumber_cpus = false;
 };
 
 // Rough defaults per backend, to be replaced by calibration (ciuic-tune):

@@ -100,6 +100,29 @@ TEST(CostModelTest, NearTiesGoToTheLeastTraffic) {
   }
 }
 
+// Where ranks outnumber their CPUs a reduce of more than 2 ranks runs
+// binomial, even where the model alone picks the ring; a forced ring still
+// runs, and other collectives are selected as before.
+TEST(CostModelTest, ReduceIsBinomialWhereRanksOutnumberTheirCpus) {
+  CostParams p = DefaultCostParams(transport::BackendKind::kTcp);
+  auto plain = Select(Collective::kReduce, 1u << 20, 4, p, "");
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(plain->algorithm, Algorithm::kRing) << plain->reason;  // the model's choice, the premise
+  p.ranks_outnumber_cpus = true;
+  for (int n : {3, 4, 8}) {
+    auto sel = Select(Collective::kReduce, 1u << 20, n, p, "");
+    ASSERT_TRUE(sel.ok()) << sel.status().ToString();
+    EXPECT_EQ(sel->algorithm, Algorithm::kBinomial) << n << " ranks: " << sel->reason;
+    EXPECT_NE(sel->reason.find("outnumber their CPUs"), std::string::npos) << sel->reason;
+  }
+  auto forced = Select(Collective::kReduce, 1u << 20, 4, p, "ring");
+  ASSERT_TRUE(forced.ok());
+  EXPECT_EQ(forced->algorithm, Algorithm::kRing);
+  auto other = Select(Collective::kBroadcast, 256u << 20, 16, p, "");
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(other->algorithm, Algorithm::kRing) << other->reason;
+}
+
 TEST(CostModelTest, ForcedAlgorithms) {
   const CostParams p = Verbs();
   auto f = Select(Collective::kAllReduce, 8, 8, p, "rabenseifner");
