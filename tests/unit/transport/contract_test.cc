@@ -52,7 +52,7 @@ Status SendPatternChunk(Backend& be, Link& link, const LinkProgress& progress, i
                         Clock::time_point deadline) {
   void* slot = nullptr;
   CIUIC_RETURN_IF_ERROR(WaitFor(be, progress, [&] { return (slot = link.AcquireSend()) != nullptr; }, deadline,
-                                "a free slot"));
+                                "a free slot for chunk " + std::to_string(c)));
   auto* p = static_cast<uint8_t*>(slot);
   for (size_t i = 0; i < len; ++i) p[i] = Pattern(src, dst, c, i);
   return link.CommitSend(len);
@@ -487,8 +487,8 @@ TEST_P(ContractTest, LinkSmallChunksTakeOnlyTheirBytes) {
         for (; c < ends[round]; ++c) {
           // Nothing of this round is released: a wait here (to the short
           // deadline) would mean the chunk does not fit.
-          Status sent = SendPatternChunk(*be, *link, progress, 0, 1, c, lens[c], Clock::now() + milliseconds(5000));
-          if (!sent.ok()) return Status(sent.code(), "chunk " + std::to_string(c) + ": " + sent.message());
+          CIUIC_RETURN_IF_ERROR(
+              SendPatternChunk(*be, *link, progress, 0, 1, c, lens[c], Clock::now() + milliseconds(5000)));
         }
         for (int i = 0; i < 100; ++i) CIUIC_RETURN_IF_ERROR(link->Progress().status());
         if (round < 2 && (link->CanSend() || link->AcquireSend() != nullptr)) {
@@ -536,8 +536,8 @@ TEST_P(ContractTest, LinkMidSizeChunksRunAheadByBytes) {
       if (rank == 0) {
         if (round > 0) CIUIC_RETURN_IF_ERROR(store.Get("released0", kStoreTimeout).status());
         for (int c = first; c < first + kBatch; ++c) {
-          Status sent = SendPatternChunk(*be, *link, progress, 0, 1, c, kLen, Clock::now() + milliseconds(5000));
-          if (!sent.ok()) return Status(sent.code(), "chunk " + std::to_string(c) + ": " + sent.message());
+          CIUIC_RETURN_IF_ERROR(
+              SendPatternChunk(*be, *link, progress, 0, 1, c, kLen, Clock::now() + milliseconds(5000)));
         }
         for (int i = 0; i < 100; ++i) CIUIC_RETURN_IF_ERROR(link->Progress().status());
         if (link->CanSend() || link->AcquireSend() != nullptr) {
