@@ -17,7 +17,7 @@
 
 #include "ciuic/collectives.h"
 #include "ciuic/topology.h"
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 #include "collectives/device.h"
 #include "collectives/executor.h"
 #include "collectives/nccl.h"

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "ciuic/status.h"
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 #include "collectives/algorithms.h"
 #include "collectives/schedule.h"
 

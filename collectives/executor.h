@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "ciuic/kernels.h"
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 #include "collectives/schedule.h"
 
 namespace ciuic::collectives {

@@ -17,7 +17,7 @@
 #include <string>
 
 #include "ciuic/status.h"
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 #include "collectives/plan.h"
 
 namespace ciuic::collectives {

@@ -49,7 +49,7 @@
 
 #include "ciuic/kernels.h"
 #include "ciuic/status.h"
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 
 namespace ciuic::collectives {
 

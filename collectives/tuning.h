@@ -60,7 +60,7 @@
 
 #include "ciuic/kernels.h"
 #include "ciuic/status.h"
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 #include "collectives/algorithms.h"
 #include "collectives/cost_model.h"
 

@@ -31,7 +31,7 @@
 
 #include "ciuic/collectives.h"
 #include "ciuic/config.h"
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 #include "common/version.h"
 
 #ifndef CIUIC_PERF_OP

@@ -1,6 +1,6 @@
 // transport_perf: bandwidth and latency of ciuic's data transports (shm, tcp,
 // verbs) between two ranks, in the manner of perftest's ib_write_bw and
-// ib_write_lat, over the Connection interface of include/ciuic/transport.h.
+// ib_write_lat, over the Connection interface of transport/bootstrap.h.
 //
 //   bandwidth  rank 0 streams one-sided writes (PostWrite with an immediate)
 //              of S bytes into one registered region of rank 1, keeping W
@@ -67,7 +67,7 @@
 #include <vector>
 
 #include "ciuic/config.h"
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 #include "common/cpu_relax.h"
 #include "common/version.h"
 

@@ -60,7 +60,7 @@
 #include "ciuic/config.h"
 #include "ciuic/status.h"
 #include "ciuic/topology.h"
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 
 extern char** environ;
 

@@ -61,7 +61,7 @@
 #include "ciuic/collectives.h"
 #include "ciuic/config.h"
 #include "ciuic/kernels.h"
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 #include "collectives/cost_model.h"
 #include "collectives/tuning.h"
 #include "common/version.h"

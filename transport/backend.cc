@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <string>
 
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 #include "transport/backends.h"
 
 namespace ciuic::transport {

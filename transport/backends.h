@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 
 namespace ciuic::transport {
 

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 #include "common/log.h"
 #include "transport/pmix.h"
 

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "transport/backoff.h"
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 #include "transport/sha256.h"
 
 namespace ciuic::transport {

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 #include "common/cpu_relax.h"
 
 namespace ciuic::transport {

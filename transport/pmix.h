@@ -27,7 +27,7 @@
 #include <string>
 
 #include "ciuic/status.h"
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 
 namespace ciuic::transport::pmix {
 

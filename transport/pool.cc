@@ -3,7 +3,7 @@
 
 #include <map>
 
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 
 namespace ciuic::transport {
 

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 #include "transport/mem_monitor.h"
 
 namespace ciuic::transport {

@@ -1,5 +1,5 @@
 // TcpStoreServer / TcpStoreClient; the wire format is documented in
-// include/ciuic/transport.h.
+// transport/bootstrap.h.
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "transport/backoff.h"
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 #include "common/log.h"
 #include "transport/net.h"
 #include "transport/sha256.h"

@@ -37,12 +37,9 @@
 #include "ciuic/config.h"
 #include "ciuic/kernels.h"
 #include "ciuic/status.h"
+#include "ciuic/store.h"
 
 namespace ciuic {
-
-namespace transport {
-class Store;
-}
 
 class Communicator;
 namespace collectives {

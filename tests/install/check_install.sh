@@ -8,6 +8,14 @@ src_dir=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d /tmp/ciuic-install-test.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build_dir" --prefix "$work/prefix" >/dev/null
+# Only the public API is installed: internals (the backend SPI, links,
+# pools, stores' wire formats) stay in the source tree.
+for h in "$work/prefix"/include/ciuic/*; do
+  case $(basename "$h") in
+    ciuic.h | ciuic.hpp | collectives.h | config.h | kernels.h | status.h | store.h | topology.h) ;;
+    *) echo "check_install: an internal header is installed: $h" >&2; exit 1 ;;
+  esac
+done
 libdir=$(dirname "$(find "$work/prefix" -name 'libciuic.so' | head -n 1)")
 cmake -S "$src_dir/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
 cmake --build "$work/consumer" >/dev/null

@@ -21,7 +21,7 @@
 #include "ciuic/ciuic.h"
 #include "ciuic/collectives.h"
 #include "ciuic/kernels.h"
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 #include "collectives/device.h"
 #include "tests/util/backend_skip.h"
 #include "tests/util/device_collectives.h"

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 
 namespace ciuic::testing {
 

@@ -25,7 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 
 namespace ciuic::testing {
 

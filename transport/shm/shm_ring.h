@@ -45,7 +45,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 
 namespace ciuic::transport::shm {
 

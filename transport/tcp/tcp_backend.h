@@ -3,7 +3,7 @@
 // WaitForActivity watches. Endpoints, regions and connections (see
 // tcp_connection.h) all point back to their TcpBackend.
 //
-// Thread contract: as for every Backend (include/ciuic/transport.h), one
+// Thread contract: as for every Backend (transport/backend.h), one
 // thread at a time per object; but the objects made from one backend may be
 // used from different threads at once (a progress thread running
 // Connection::Progress while the caller registers memory), so the state
@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 #include "transport/tcp/tcp_iface.h"
 #include "transport/tcp/tcp_wire.h"
 

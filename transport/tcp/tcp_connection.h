@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 #include "transport/tcp/tcp_backend.h"
 #include "transport/tcp/tcp_wire.h"
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "ciuic/config.h"
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 
 namespace {
 

@@ -15,7 +15,7 @@
 #include <random>
 #include <thread>
 
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 #include "tests/util/backend_skip.h"
 #include "tests/util/multiproc.h"
 

@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 
 namespace ciuic::transport {
 namespace {

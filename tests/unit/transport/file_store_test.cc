@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 
 namespace ciuic::transport {
 namespace {

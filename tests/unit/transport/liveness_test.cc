@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 
 namespace ciuic::transport {
 namespace {

@@ -13,7 +13,7 @@
 
 #include <cstring>
 
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 #include "transport/mem_monitor.h"
 
 namespace ciuic::transport {

@@ -8,7 +8,7 @@
 #include <map>
 #include <string>
 
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 #include "transport/pmix.h"
 
 namespace ciuic::transport {

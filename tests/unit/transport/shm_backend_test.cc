@@ -26,7 +26,7 @@
 #include <thread>
 #include <vector>
 
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 #include "transport/backends.h"
 #include "transport/shm/shm_ring.h"
 

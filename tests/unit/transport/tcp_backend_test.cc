@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 #include "tests/util/multiproc.h"
 #include "transport/backends.h"
 #include "transport/tcp/tcp_iface.h"

@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 #include "transport/net.h"
 #include "transport/sha256.h"
 

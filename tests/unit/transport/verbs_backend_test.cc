@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "ciuic/transport.h"
+#include "transport/transport.h"
 #include "tests/util/multiproc.h"
 #include "transport/backends.h"
 #if defined(CIUIC_HAVE_VERBS)
