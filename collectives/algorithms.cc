@@ -1,36 +1,13 @@
-// Names, buffer layouts and the dispatch from (collective, algorithm) to the
-// generators in algorithms_allreduce.cc and algorithms_other.cc.
+// Names, argument checks, buffer layouts, and MakeSchedule: the dispatch
+// from (collective, algorithm) to the registry's generators (algorithms/).
 #include "collectives/algorithms.h"
 
 #include <limits>
 
+#include "collectives/registry.h"
 #include "collectives/schedule_builder.h"
 
 namespace ciuic::collectives {
-namespace internal {
-
-Status CheckRankArgs(const char* fn, int rank, int nranks, int nchannels) {
-  if (nranks < 1) return InvalidArgumentError(std::string(fn) + ": nranks must be >= 1, got " + std::to_string(nranks));
-  if (rank < 0 || rank >= nranks) {
-    return InvalidArgumentError(std::string(fn) + ": rank " + std::to_string(rank) + " not in [0, " +
-                                std::to_string(nranks) + ")");
-  }
-  if (nchannels < 1 || nchannels > kMaxChannels) {
-    return InvalidArgumentError(std::string(fn) + ": nchannels " + std::to_string(nchannels) + " not in [1, " +
-                                std::to_string(kMaxChannels) + "]");
-  }
-  return Status::Ok();
-}
-
-Status CheckRoot(const char* fn, const char* what, int root, int nranks) {
-  if (root < 0 || root >= nranks) {
-    return InvalidArgumentError(std::string(fn) + ": " + what + " " + std::to_string(root) + " not in [0, " +
-                                std::to_string(nranks) + ")");
-  }
-  return Status::Ok();
-}
-
-}  // namespace internal
 
 namespace {
 
@@ -59,6 +36,21 @@ StatusOr<std::vector<size_t>> Displacements(const char* fn, const std::vector<si
   return d;
 }
 
+bool UsesChannels(Collective c) { return c != Collective::kBarrier && c != Collective::kSend && c != Collective::kRecv; }
+
+// Elements of the whole collective (0: nothing to move).
+size_t TotalCount(const CollectiveArgs& a) {
+  switch (a.collective) {
+    case Collective::kAllGatherv:
+    case Collective::kReduceScatterv: {
+      size_t t = 0;
+      for (size_t c : a.counts) t += c;
+      return t;
+    }
+    default: return a.count;
+  }
+}
+
 }  // namespace
 
 const char* CollectiveName(Collective c) {
@@ -78,51 +70,53 @@ const char* CollectiveName(Collective c) {
   return "?";
 }
 
-const char* AlgorithmName(Algorithm a) {
-  switch (a) {
-    case Algorithm::kRing: return "ring";
-    case Algorithm::kTree: return "tree";
-    case Algorithm::kRecursiveDoubling: return "recdoubling";
-    case Algorithm::kRabenseifner: return "rabenseifner";
-    case Algorithm::kBinomial: return "binomial";
-    case Algorithm::kPairwise: return "pairwise";
-    case Algorithm::kDissemination: return "dissemination";
-    case Algorithm::kDirect: return "direct";
-  }
-  return "?";
-}
-
-std::vector<Algorithm> AlgorithmsFor(Collective c) {
-  switch (c) {
-    case Collective::kAllReduce:
-      return {Algorithm::kRing, Algorithm::kTree, Algorithm::kRabenseifner, Algorithm::kRecursiveDoubling};
-    case Collective::kBroadcast:
-    case Collective::kReduce: return {Algorithm::kRing, Algorithm::kBinomial};
-    case Collective::kAllGather:
-    case Collective::kAllGatherv:
-    case Collective::kReduceScatter:
-    case Collective::kReduceScatterv: return {Algorithm::kRing};
-    case Collective::kAllToAll: return {Algorithm::kPairwise};
-    case Collective::kBarrier: return {Algorithm::kDissemination};
-    case Collective::kSend:
-    case Collective::kRecv: return {Algorithm::kDirect};
-  }
-  return {};
-}
-
-StatusOr<Algorithm> ParseAlgorithm(Collective c, const std::string& name) {
-  const std::vector<Algorithm> valid = AlgorithmsFor(c);
-  for (Algorithm a : valid) {
-    if (name == AlgorithmName(a)) return a;
-  }
-  if (name == "tree" && (c == Collective::kBroadcast || c == Collective::kReduce)) return Algorithm::kBinomial;
+StatusOr<Collective> ParseCollective(const std::string& name) {
   std::string list;
-  for (Algorithm a : valid) list += std::string(list.empty() ? "" : ", ") + AlgorithmName(a);
-  return InvalidArgumentError("unknown algorithm '" + name + "' for " + CollectiveName(c) + "; valid: " + list);
+  for (Collective c : AllCollectives()) {
+    if (name == CollectiveName(c)) return c;
+    list += std::string(list.empty() ? "" : ", ") + CollectiveName(c);
+  }
+  return InvalidArgumentError("unknown collective '" + name + "'; valid: " + list);
+}
+
+Status CheckArgs(const CollectiveArgs& a) {
+  const char* fn = CollectiveName(a.collective);
+  if (a.nranks < 1) return InvalidArgumentError(std::string(fn) + ": nranks must be >= 1, got " + std::to_string(a.nranks));
+  if (a.rank < 0 || a.rank >= a.nranks) {
+    return InvalidArgumentError(std::string(fn) + ": rank " + std::to_string(a.rank) + " not in [0, " +
+                                std::to_string(a.nranks) + ")");
+  }
+  const int nch = UsesChannels(a.collective) ? a.nchannels : 1;
+  if (nch < 1 || nch > kMaxChannels) {
+    return InvalidArgumentError(std::string(fn) + ": nchannels " + std::to_string(nch) + " not in [1, " +
+                                std::to_string(kMaxChannels) + "]");
+  }
+  auto in_range = [&](const char* what, int r) -> Status {
+    if (r < 0 || r >= a.nranks) {
+      return InvalidArgumentError(std::string(fn) + ": " + what + " " + std::to_string(r) + " not in [0, " +
+                                  std::to_string(a.nranks) + ")");
+    }
+    return Status::Ok();
+  };
+  switch (a.collective) {
+    case Collective::kBroadcast:
+    case Collective::kReduce: return in_range("root", a.root);
+    case Collective::kSend:
+    case Collective::kRecv:
+      CIUIC_RETURN_IF_ERROR(in_range("peer", a.peer));
+      if (a.peer == a.rank) return InvalidArgumentError(std::string(fn) + ": peer " + std::to_string(a.peer) + " is this rank");
+      return Status::Ok();
+    case Collective::kAllGather:
+    case Collective::kReduceScatter:
+    case Collective::kAllToAll: return Times(fn, a.count, a.nranks).status();
+    case Collective::kAllGatherv:
+    case Collective::kReduceScatterv: return Displacements(fn, a.counts, a.nranks).status();
+    default: return Status::Ok();
+  }
 }
 
 StatusOr<BufferLayout> LayoutFor(const CollectiveArgs& a, bool in_place) {
-  CIUIC_RETURN_IF_ERROR(internal::CheckRankArgs("LayoutFor", a.rank, a.nranks, a.nchannels));
+  CIUIC_RETURN_IF_ERROR(CheckArgs(a));
   BufferLayout l;
   using Alias = BufferLayout::Alias;
   switch (a.collective) {
@@ -132,7 +126,6 @@ StatusOr<BufferLayout> LayoutFor(const CollectiveArgs& a, bool in_place) {
       break;
     case Collective::kBroadcast:
     case Collective::kReduce: {
-      CIUIC_RETURN_IF_ERROR(internal::CheckRoot("LayoutFor", "root", a.root, a.nranks));
       const bool root = a.rank == a.root;
       const bool bcast = a.collective == Collective::kBroadcast;
       l.input_count = (bcast && !root) ? 0 : a.count;
@@ -178,64 +171,26 @@ StatusOr<BufferLayout> LayoutFor(const CollectiveArgs& a, bool in_place) {
 }
 
 StatusOr<Schedule> MakeSchedule(Algorithm algorithm, const CollectiveArgs& a) {
-  const Collective c = a.collective;
-  auto unsupported = [&]() -> Status {
+  const AlgorithmInfo* e = FindEntry(a.collective, algorithm);
+  if (e == nullptr || e->kind != AlgorithmKind::kSchedule) {
     std::string list;
-    for (Algorithm x : AlgorithmsFor(c)) list += std::string(list.empty() ? "" : ", ") + AlgorithmName(x);
-    return InvalidArgumentError(std::string("algorithm '") + AlgorithmName(algorithm) + "' does not implement " +
-                                CollectiveName(c) + "; valid: " + list);
-  };
-  switch (c) {
-    case Collective::kAllReduce:
-      switch (algorithm) {
-        case Algorithm::kRing: return AllReduceRing(a.rank, a.nranks, a.count, a.nchannels);
-        case Algorithm::kTree: return AllReduceDoubleBinaryTree(a.rank, a.nranks, a.count, a.nchannels);
-        case Algorithm::kRecursiveDoubling: return AllReduceRecursiveDoubling(a.rank, a.nranks, a.count, a.nchannels);
-        case Algorithm::kRabenseifner: return AllReduceRabenseifner(a.rank, a.nranks, a.count, a.nchannels);
-        default: return unsupported();
-      }
-    case Collective::kBroadcast:
-      if (algorithm == Algorithm::kRing) return BroadcastRing(a.rank, a.nranks, a.count, a.nchannels, a.root);
-      if (algorithm == Algorithm::kBinomial) return BroadcastBinomial(a.rank, a.nranks, a.count, a.nchannels, a.root);
-      return unsupported();
-    case Collective::kReduce:
-      if (algorithm == Algorithm::kRing) return ReduceRing(a.rank, a.nranks, a.count, a.nchannels, a.root);
-      if (algorithm == Algorithm::kBinomial) return ReduceBinomial(a.rank, a.nranks, a.count, a.nchannels, a.root);
-      return unsupported();
-    case Collective::kAllGather:
-      if (algorithm == Algorithm::kRing) return AllGatherRing(a.rank, a.nranks, a.count, a.nchannels);
-      return unsupported();
-    case Collective::kAllGatherv:
-      if (algorithm == Algorithm::kRing) return AllGathervRing(a.rank, a.nranks, a.counts, a.nchannels);
-      return unsupported();
-    case Collective::kReduceScatter:
-      if (algorithm == Algorithm::kRing) return ReduceScatterRing(a.rank, a.nranks, a.count, a.nchannels);
-      return unsupported();
-    case Collective::kReduceScatterv:
-      if (algorithm == Algorithm::kRing) return ReduceScattervRing(a.rank, a.nranks, a.counts, a.nchannels);
-      return unsupported();
-    case Collective::kAllToAll:
-      if (algorithm == Algorithm::kPairwise) return AllToAllPairwise(a.rank, a.nranks, a.count, a.nchannels);
-      return unsupported();
-    case Collective::kBarrier:
-      if (algorithm == Algorithm::kDissemination) return BarrierDissemination(a.rank, a.nranks);
-      return unsupported();
-    case Collective::kSend:
-      if (algorithm == Algorithm::kDirect) return SendDirect(a.rank, a.nranks, a.count, a.peer);
-      return unsupported();
-    case Collective::kRecv:
-      if (algorithm == Algorithm::kDirect) return RecvDirect(a.rank, a.nranks, a.count, a.peer);
-      return unsupported();
+    for (Algorithm x : AlgorithmsFor(a.collective)) list += std::string(list.empty() ? "" : ", ") + AlgorithmName(x);
+    return InvalidArgumentError(std::string("algorithm '") + AlgorithmName(algorithm) + "' has no schedule for " +
+                                CollectiveName(a.collective) + "; valid: " + list);
   }
-  return unsupported();
+  CIUIC_RETURN_IF_ERROR(CheckArgs(a));
+  internal::Builder b(CollectiveName(a.collective), e->name(), a.rank, a.nranks);
+  const bool always_runs = !UsesChannels(a.collective);  // barrier, send, recv
+  if (!always_runs) {
+    const size_t total = TotalCount(a);
+    if (total == 0) return b.Take();
+    if (a.nranks == 1) {
+      b.Copy(internal::In(0, total), internal::Out(0, total));
+      return b.Take();
+    }
+  }
+  CIUIC_RETURN_IF_ERROR(e->generate(a, b));
+  return b.Take();
 }
-
-// Shared by the v / non-v generators in algorithms_other.cc.
-namespace internal {
-StatusOr<std::vector<size_t>> CheckedDisplacements(const char* fn, const std::vector<size_t>& counts, int n) {
-  return Displacements(fn, counts, n);
-}
-StatusOr<size_t> CheckedTimes(const char* fn, size_t count, int n) { return Times(fn, count, n); }
-}  // namespace internal
 
 }  // namespace ciuic::collectives

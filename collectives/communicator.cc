@@ -70,7 +70,11 @@ class CommImpl {
   std::vector<char> scratch;
   std::vector<char> staging;  // input copy for unsupported overlaps
   std::string last_algorithm;
-  CostParams cost_params;
+  const CallPlan* last_algorithm_plan = nullptr;  // the plan last_algorithm describes
+  // What selection needs of this communicator (selection.h): the model's
+  // parameters, the tuning file, CIUIC_ALGO parsed, the direct family's
+  // limits; filled in by Init.
+  SelectionContext selection;
   SelectionCache selections;
   std::unique_ptr<ShmDirect> direct;  // the one-host all-reduce, made on first use
   // What CheckPeer knows of each peer's process.
@@ -166,20 +170,16 @@ class CommImpl {
     // route (NCCL or host copies) as the root.
     if (d->coll == Collective::kReduce && rank != d->root) d->recv_device = d->send_device;
   }
-  // Whether `d` runs on the direct shared-memory all-reduce.
-  bool UseDirect(const OpDesc& d) const;
-  size_t direct_logged_bytes = SIZE_MAX;  // the size last_algorithm describes
-  // config.algo, parsed once (UseDirect runs on every call).
-  enum class AlgoChoice { kAuto, kDirect, kOther } algo_choice = AlgoChoice::kAuto;
+  // Runs `d` on the shared-memory family (plan kinds kShmDirect, kExchange).
   Status RunDirect(const OpDesc& d, Clock::time_point deadline);
   ShmDirectOptions DirectOptions() const;  // from the link options and wait_spin
-  StatusOr<ExecJob> Prepare(const OpDesc& d, Plan* plan);
+  StatusOr<ExecJob> Prepare(const OpDesc& d, CallPlan* plan);
   // The plan of a collective, from `plans` when the same call (collective,
   // counts, type, op, root and buffers) ran before: a schedule is built
   // once, not per call (~3500 instructions for an 8-byte recursive
   // doubling). Valid until the next call of PlanFor (exec_mu held).
-  StatusOr<const Plan*> PlanFor(const OpDesc& d);
-  StatusOr<ExecJob> JobFor(const OpDesc& d, const Plan& plan);
+  StatusOr<const CallPlan*> PlanFor(const OpDesc& d);
+  StatusOr<ExecJob> JobFor(const OpDesc& d, const CallPlan& plan);
   struct PlanKey {
     Collective coll;
     const void* send;
@@ -195,7 +195,11 @@ class CommImpl {
     }
   };
   static constexpr size_t kMaxCachedPlans = 64;  // then the cache starts over
-  std::map<PlanKey, Plan> plans;
+  std::map<PlanKey, CallPlan> plans;
+  // The plan of the last call, checked before the map: a loop of the same
+  // call pays one key comparison.
+  const PlanKey* last_key = nullptr;
+  const CallPlan* last_plan = nullptr;
   Status Finish(const OpDesc& d);
   // The link to `peer` on `channel`. `wait` (collectives): set it up now,
   // waiting for the peer. Otherwise (send/recv) null while it is being set
@@ -304,7 +308,7 @@ Status DivideInPlace(const kernels::Reducer& reducer, void* buf, size_t count,
 
 Status CommImpl::Init() {
   const auto timeout = std::chrono::milliseconds(config.timeout_ms);
-  algo_choice = config.algo == "auto" ? AlgoChoice::kAuto : config.algo == "direct" ? AlgoChoice::kDirect : AlgoChoice::kOther;
+  CIUIC_ASSIGN_OR_RETURN(selection.algo, AlgoKnob::Parse(config.algo));
   prefix = "ciuic/comm" + std::to_string(g_comm_counter.fetch_add(1));
   CIUIC_ASSIGN_OR_RETURN(link_options, transport::LinkOptions::FromConfig(config));
   CIUIC_ASSIGN_OR_RETURN(kernels::Reducer red, kernels::Reducer::Create(config, kernels::CacheSizes::FromSystem()));
@@ -393,15 +397,24 @@ Status CommImpl::Init() {
                                           "): " + be.status().message());
   }
   backend = std::move(*be);
-  cost_params = DefaultCostParams(kind);
-  cost_params.chunk_bytes = link_options.slot_size;
-  cost_params.ranks_outnumber_cpus = oversubscribed;
+  CIUIC_RETURN_IF_ERROR(selection.algo.CheckTransport(kind));
+  selection.backend = kind;
+  selection.params = DefaultCostParams(kind);
+  selection.params.chunk_bytes = link_options.slot_size;
+  selection.params.nchannels = config.nchannels;
+  selection.params.ranks_outnumber_cpus = oversubscribed;
   if (tuning.has_value()) {
-    ApplyTuning(*tuning, kind, &cost_params);
+    selection.tuning = &*tuning;
+    ApplyTuning(*tuning, kind, &selection.params);
     CIUIC_LOG(kInfo, "tuning from %s (CIUIC_TUNING_FILE): %zu rules; %s alpha %.3g us, beta %.3g GB/s",
               config.tuning_file.c_str(), tuning->rules.size(), transport::BackendName(kind),
-              cost_params.alpha_s * 1e6, 1e-9 / cost_params.beta_s_per_byte);
+              selection.params.alpha_s * 1e6, 1e-9 / selection.params.beta_s_per_byte);
   }
+  const ShmDirectOptions direct_options = DirectOptions();
+  selection.limits.slot_bytes = direct_options.slot_bytes;
+  selection.limits.one_shot_max_bytes = direct_options.one_shot_max_bytes;
+  selection.limits.exchange_reduce_max_bytes = direct_options.exchange_reduce_max_bytes;
+  selection.limits.exchange_move_max_bytes = direct_options.exchange_move_max_bytes;
   pool = std::make_unique<transport::BufferPool>(*backend, 16u << 20);
   CIUIC_RETURN_IF_ERROR(InitDevice());
   if (kind == BackendKind::kVerbs) reg_cache = std::make_unique<transport::RegistrationCache>(*backend);
@@ -531,28 +544,34 @@ StatusOr<transport::Link*> CommImpl::GetLink(int peer, int channel, bool wait) {
   }
 }
 
-StatusOr<ExecJob> CommImpl::Prepare(const OpDesc& d, Plan* plan) {
-  CIUIC_ASSIGN_OR_RETURN(*plan, MakePlan(d, rank, size, config.nchannels, config.algo, cost_params, &selections,
-                                         tuning.has_value() ? &*tuning : nullptr, backend->kind()));
+StatusOr<ExecJob> CommImpl::Prepare(const OpDesc& d, CallPlan* plan) {
+  CIUIC_ASSIGN_OR_RETURN(*plan, PlanCall(d, rank, size, selection, &selections));
+  last_algorithm = plan->why;
+  last_algorithm_plan = nullptr;
   return JobFor(d, *plan);
 }
 
-StatusOr<const Plan*> CommImpl::PlanFor(const OpDesc& d) {
+StatusOr<const CallPlan*> CommImpl::PlanFor(const OpDesc& d) {
   PlanKey key{d.coll, d.send, d.recv, d.count, d.counts, d.dtype, d.op, d.root};
+  if (last_key != nullptr && !(key < *last_key) && !(*last_key < key)) return last_plan;
   auto it = plans.find(key);
   if (it == plans.end()) {
-    CIUIC_ASSIGN_OR_RETURN(Plan plan, MakePlan(d, rank, size, config.nchannels, config.algo, cost_params, &selections,
-                                               tuning.has_value() ? &*tuning : nullptr, backend->kind()));
-    if (plans.size() >= kMaxCachedPlans) plans.clear();
+    CIUIC_ASSIGN_OR_RETURN(CallPlan plan, PlanCall(d, rank, size, selection, &selections));
+    // Said once per distinct call, not per call.
+    CIUIC_LOG(kInfo, "%s count=%zu: %s", CollectiveName(d.coll), d.count, plan.why.c_str());
+    if (plans.size() >= kMaxCachedPlans) {
+      plans.clear();
+      last_algorithm_plan = nullptr;
+    }
     it = plans.emplace(std::move(key), std::move(plan)).first;
   }
-  return &it->second;
+  last_key = &it->first;
+  last_plan = &it->second;
+  return last_plan;
 }
 
-StatusOr<ExecJob> CommImpl::JobFor(const OpDesc& d, const Plan& plan_ref) {
-  const Plan* plan = &plan_ref;
-  last_algorithm = plan->why;
-  CIUIC_LOG(kInfo, "%s count=%zu: %s", CollectiveName(d.coll), d.count, plan->why.c_str());
+StatusOr<ExecJob> CommImpl::JobFor(const OpDesc& d, const CallPlan& plan_ref) {
+  const CallPlan* plan = &plan_ref;
   if (LogEnabled(LogLevel::kTrace)) {
     // The schedule itself, step by step (CIUIC_DEBUG=TRACE).
     CIUIC_LOG(kTrace, "%s", plan->schedule.Dump().c_str());
@@ -628,44 +647,6 @@ Status CommImpl::Finish(const OpDesc& d) {
     default: break;
   }
   return n > 0 ? DivideInPlace(*reducer, d.recv, n, d.dtype, size) : Status::Ok();
-}
-
-bool CommImpl::UseDirect(const OpDesc& d) const {
-  if (size < 2 || backend->kind() != BackendKind::kShm) return false;
-  if (algo_choice == AlgoChoice::kOther) return false;
-  const size_t bytes = d.count * DataTypeSize(d.dtype);
-  // The small collectives' one exchange (ShmDirect::Reduce, ...): each
-  // rank's whole input in one slot, up to the exchange sizes.
-  size_t input = 0;
-  switch (d.coll) {
-    case Collective::kAllReduce:
-    case Collective::kBroadcast: break;
-    case Collective::kReduce:
-    case Collective::kAllGather: input = bytes; break;
-    case Collective::kReduceScatter:
-    case Collective::kAllToAll: input = bytes * static_cast<size_t>(size); break;
-    case Collective::kBarrier: break;
-    default: return false;
-  }
-  const bool exchange = d.coll != Collective::kAllReduce && d.coll != Collective::kBroadcast;
-  // Nothing to move: returns at once on the schedule path (as in MPI), where
-  // an exchange would wait for every rank.
-  if (exchange && d.coll != Collective::kBarrier && d.count == 0) return false;
-  if (exchange) {
-    const ShmDirectOptions o = DirectOptions();
-    const bool reduces = d.coll == Collective::kReduce || d.coll == Collective::kReduceScatter;
-    if (input > std::min(reduces ? o.exchange_reduce_max_bytes : o.exchange_move_max_bytes, o.slot_bytes)) return false;
-  }
-  if (algo_choice == AlgoChoice::kAuto && tuning.has_value()) {
-    // A measured rule for this size decides (direct or a schedule).
-    const TuningRule* rule = FindRule(*tuning, d.coll, BackendKind::kShm, size, bytes);
-    if (rule != nullptr && rule->algorithm != "direct") return false;
-  }
-  if (d.coll != Collective::kAllReduce) return true;  // inputs copied before outputs are written
-  // Partly overlapping buffers: the schedules stage such input; so do they.
-  const auto s = reinterpret_cast<uintptr_t>(d.send);
-  const auto r = reinterpret_cast<uintptr_t>(d.recv);
-  return s == r || s >= r + bytes || r >= s + bytes;
 }
 
 ShmDirectOptions CommImpl::DirectOptions() const {
@@ -771,7 +752,7 @@ Status CommImpl::DecideGpuRoute(const OpDesc& d, Clock::time_point deadline) {
 Status CommImpl::ExecuteOnDevice(const OpDesc& d, Clock::time_point deadline) {
   if (gpu_route == GpuRoute::kUndecided) CIUIC_RETURN_IF_ERROR(DecideGpuRoute(d, deadline));
   if (nccl != nullptr && nccl->Supports(d)) {
-    direct_logged_bytes = SIZE_MAX;
+    last_algorithm_plan = nullptr;
     last_algorithm = std::string("nccl for ") + CollectiveName(d.coll) + ": GPU buffers, every rank on a GPU of its own";
     return nccl->Run(d, rank, size, deadline, &aborted);
   }
@@ -819,19 +800,6 @@ Status CommImpl::AllReduceStagedPipelined(const OpDesc& d, Clock::time_point dea
   return drain(s);
 }
 
-namespace {
-// The model's time for the direct shm all-reduce (not a schedule, so the
-// cost model does not cover it): one-shot = one hand-off, the copy in and
-// an n-input reduction of the whole buffer; two-shot = two hand-offs, the
-// copy in, the reduction of this rank's slice and the copy out.
-double DirectPredictedSeconds(size_t bytes, int n, bool one_shot, const CostParams& p) {
-  const double b = static_cast<double>(bytes);
-  if (one_shot) return p.alpha_s + b * p.copy_s_per_byte + (n - 1) * b * p.gamma_s_per_byte;
-  return 2 * p.alpha_s + b * (n - 1) / n * p.copy_s_per_byte + (n - 1) * (b / n) * p.gamma_s_per_byte +
-         b * p.copy_s_per_byte;
-}
-}  // namespace
-
 Status CommImpl::ExecuteCollective(const OpDesc& d, Clock::time_point deadline) {
   // Nothing to move (count 0; the v-forms and barrier aside): done, as in
   // MPI, without a plan or a look at any link.
@@ -840,69 +808,34 @@ Status CommImpl::ExecuteCollective(const OpDesc& d, Clock::time_point deadline) 
     return Status::Ok();
   }
   if (d.on_device()) return ExecuteOnDevice(d, deadline);  // comes back here with host buffers
+  CIUIC_ASSIGN_OR_RETURN(const CallPlan* plan, PlanFor(d));
+  if (plan != last_algorithm_plan) {
+    last_algorithm = plan->why;
+    last_algorithm_plan = plan;
+  }
   // CIUIC_DEBUG=INFO: the model's prediction next to the measured time of
   // every call (not timed otherwise: this is the small-message path).
   const bool timed = LogEnabled(LogLevel::kInfo);
   const Clock::time_point t0 = timed ? Clock::now() : Clock::time_point();
-  double predicted_s = -1;
   Status s;
-  if (UseDirect(d)) {
-    const size_t bytes = d.count * DataTypeSize(d.dtype);
-    const bool not_allreduce = d.coll != Collective::kAllReduce;  // broadcast, or one of the small exchanges
-    const bool one_shot = not_allreduce || ShmDirect::OneShot(bytes, DirectOptions());
-    if (bytes != direct_logged_bytes) {
-      // Said once per size, not per call.
-      direct_logged_bytes = bytes;
-      std::string reason = config.algo == "direct" ? "CIUIC_ALGO=direct"
-                           : not_allreduce ? "every rank on this host (shm): through each other's memory, no rings"
-                                   : "every rank on this host (shm): reduce from each other's memory, no rings";
-      const TuningRule* rule = tuning.has_value() && config.algo == "auto"
-                                   ? FindRule(*tuning, d.coll, BackendKind::kShm, size, bytes)
-                                   : nullptr;
-      if (rule != nullptr) reason = "tuned: " + FormatRule(*rule) + " (" + tuning->origin + ":" + std::to_string(rule->line) + ")";
-      const std::string what = not_allreduce ? std::string("direct for ") + CollectiveName(d.coll)
-                                             : std::string("direct (") + (one_shot ? "one-shot" : "two-shot") +
-                                                   ") for allreduce";
-      last_algorithm = what + " " + std::to_string(bytes) + " B on " + std::to_string(size) + " ranks: " + reason;
-      CIUIC_LOG(kInfo, "%s count=%zu: %s", CollectiveName(d.coll), d.count, last_algorithm.c_str());
-    }
-    if (timed) {
-      CostParams p = cost_params;
-      if (tuning.has_value()) ApplyTuning(*tuning, backend->kind(), &p, d.dtype, d.op);
-      // A broadcast or an exchange: one hand-off, a copy in and a copy out.
-      predicted_s = not_allreduce ? p.alpha_s + 2 * static_cast<double>(bytes) * p.copy_s_per_byte
-                                  : DirectPredictedSeconds(bytes, size, one_shot, p);
-    }
+  if (plan->algorithm->kind != AlgorithmKind::kSchedule) {
     s = RunDirect(d, deadline);
   } else {
-    direct_logged_bytes = SIZE_MAX;
     auto source = [this](int peer, int channel) { return GetLink(peer, channel, true); };
     Executor exec(*backend, *reducer, wait_spin);
-    CIUIC_ASSIGN_OR_RETURN(const Plan* plan_ptr, PlanFor(d));
-    const Plan& plan = *plan_ptr;
-    CIUIC_ASSIGN_OR_RETURN(ExecJob job, JobFor(d, plan));
-    if (timed) {
-      // The model's time for this very call (the selection above costed
-      // its size class).
-      CostParams p = cost_params;
-      p.elem_size = DataTypeSize(d.dtype);
-      p.nchannels = config.nchannels;
-      p.root = d.root;
-      if (tuning.has_value()) ApplyTuning(*tuning, backend->kind(), &p, d.dtype, d.op);
-      StatusOr<Algorithm> a = ParseAlgorithm(d.coll, plan.why.substr(0, plan.why.find(' ')));
-      if (a.ok()) {
-        StatusOr<Prediction> pr = Predict(d.coll, *a, d.count * DataTypeSize(d.dtype), size, p);
-        if (pr.ok()) predicted_s = pr->seconds;
-      }
-    }
+    CIUIC_ASSIGN_OR_RETURN(ExecJob job, JobFor(d, *plan));
     s = exec.RunMany({job}, source, deadline, &aborted, nullptr);
     if (s.ok()) s = Finish(d);
   }
   if (timed && s.ok()) {
     const double measured = std::chrono::duration<double>(Clock::now() - t0).count();
-    CIUIC_LOG(kInfo, "%s %zu B: %.*s predicted %.2f us, measured %.2f us", CollectiveName(d.coll),
-              d.count * DataTypeSize(d.dtype), static_cast<int>(last_algorithm.find(' ')), last_algorithm.c_str(),
-              predicted_s * 1e6, measured * 1e6);
+    // The model's time for this very call (selection costed its size class).
+    CostParams p = selection.params;
+    if (tuning.has_value()) ApplyTuning(*tuning, backend->kind(), &p, d.dtype, d.op);
+    StatusOr<double> predicted = PredictCall(*plan->algorithm, ShapeOf(d, size, backend->kind()), p, selection.limits);
+    CIUIC_LOG(kInfo, "%s %zu B: %s predicted %.2f us, measured %.2f us", CollectiveName(d.coll),
+              d.count * DataTypeSize(d.dtype), plan->algorithm->name(), predicted.ok() ? *predicted * 1e6 : -1.0,
+              measured * 1e6);
   }
   return s;
 }
@@ -916,7 +849,7 @@ Status CommImpl::ExecuteBatch(std::vector<std::shared_ptr<OpState>>* batch) {
   // Point-to-point: this one and every send/recv queued behind it (also
   // those posted while it runs) progress together, so ISend + IRecv in
   // either order between two ranks cannot deadlock on full rings.
-  std::deque<Plan> plans;
+  std::deque<CallPlan> plans;
   std::vector<ExecJob> jobs;
   // GPU buffers: sends copied to host mirrors here, receives copied back
   // once the batch is done (mirror pair k for the k-th operation).

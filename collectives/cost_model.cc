@@ -75,17 +75,6 @@ RankLoad LoadOf(const Schedule& s, const CostParams& p) {
   return load;
 }
 
-std::string Seconds(double s) {
-  char buf[32];
-  if (s < 1e-3) {
-    std::snprintf(buf, sizeof buf, "%.3g us", s * 1e6);
-  } else if (s < 1) {
-    std::snprintf(buf, sizeof buf, "%.3g ms", s * 1e3);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.3g s", s);
-  }
-  return buf;
-}
 
 }  // namespace
 
@@ -234,8 +223,15 @@ StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t 
     // A point-to-point pair: costed as rank 0 sending to rank 1.
     if (nranks < 2) return InvalidArgumentError("Predict: send/recv needs nranks >= 2");
     std::vector<Schedule> s;
-    CIUIC_ASSIGN_OR_RETURN(Schedule snd, SendDirect(0, nranks, args.count, 1));
-    CIUIC_ASSIGN_OR_RETURN(Schedule rcv, RecvDirect(1, nranks, args.count, 0));
+    CollectiveArgs send = args, recv = args;
+    send.collective = Collective::kSend;
+    send.rank = 0;
+    send.peer = 1;
+    recv.collective = Collective::kRecv;
+    recv.rank = 1;
+    recv.peer = 0;
+    CIUIC_ASSIGN_OR_RETURN(Schedule snd, MakeSchedule(algorithm, send));
+    CIUIC_ASSIGN_OR_RETURN(Schedule rcv, MakeSchedule(algorithm, recv));
     s.push_back(std::move(snd));
     s.push_back(std::move(rcv));
     for (int r = 2; r < nranks; ++r) {
@@ -268,77 +264,6 @@ StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t 
     all.push_back(std::move(s));
   }
   return PredictSchedules(all, p);
-}
-
-StatusOr<Selection> Select(Collective collective, size_t bytes, int nranks, const CostParams& p,
-                           const std::string& forced_algo) {
-  if (p.elem_size == 0) return InvalidArgumentError("Select: elem_size must be > 0");
-  if (nranks < 1) return InvalidArgumentError("Select: nranks must be >= 1");
-  const bool forced = !forced_algo.empty() && forced_algo != "auto";
-  Algorithm forced_choice = Algorithm::kRing;
-  if (forced) {
-    CIUIC_ASSIGN_OR_RETURN(forced_choice, ParseAlgorithm(collective, forced_algo));
-  }
-  Selection sel;
-  std::vector<Algorithm> candidates = AlgorithmsFor(collective);
-  // Where ranks outnumber their CPUs a reduce runs binomial. The ring
-  // reduce (reduce-scatter, then a gather to the root) sends n(n-1)+n-1
-  // messages against the binomial tree's n-1, and there every message costs
-  // a context switch, which the model does not count: 4 ranks on 2 cores,
-  // tcp 64 KiB 127-132 us against 36-47, 1 MiB 684-1537 against 365-867;
-  // 3 ranks tcp 1 MiB 413-460 against 292-321; 4 ranks shm 1 MiB 162-188
-  // against 105-130.
-  const bool binomial_reduce = !forced && p.ranks_outnumber_cpus && collective == Collective::kReduce && nranks > 2;
-  if (binomial_reduce) candidates = {Algorithm::kBinomial};
-  std::vector<double> t;
-  std::vector<size_t> traffic;
-  bool exact = true;
-  for (Algorithm a : candidates) {
-    CIUIC_ASSIGN_OR_RETURN(Prediction pred, Predict(collective, a, bytes, nranks, p));
-    sel.predicted_s.emplace_back(AlgorithmName(a), pred.seconds);
-    t.push_back(pred.seconds);
-    traffic.push_back(pred.total_bytes_sent);
-    exact = exact && pred.exact;
-  }
-  const size_t best = static_cast<size_t>(std::min_element(t.begin(), t.end()) - t.begin());
-  // Near-ties (within 3% of the best): the one that moves the fewest bytes
-  // in all, then the earlier in the list. The model gives a 2-rank ring
-  // reduce (24 MiB moved for 16 MiB) the time of the binomial one (16 MiB),
-  // but on loopback tcp every byte is a kernel copy: 9.2-9.6 ms against
-  // 7.4-7.7 here.
-  size_t pick = best;
-  for (size_t i = 0; i < t.size(); ++i) {
-    if (t[i] > t[best] * 1.03) continue;
-    if (traffic[i] < traffic[pick] || (traffic[i] == traffic[pick] && i < pick)) pick = i;
-  }
-  const std::string where = std::string(CollectiveName(collective)) + " " + std::to_string(bytes) + " B on " +
-                            std::to_string(nranks) + " ranks" + (exact ? "" : " (rank-0 estimate)");
-  if (forced) {
-    sel.algorithm = forced_choice;
-    size_t fi = 0;
-    while (candidates[fi] != forced_choice) ++fi;
-    sel.reason = std::string(AlgorithmName(forced_choice)) + " forced for " + where + ": predicted " +
-                 Seconds(t[fi]) + ", model's choice " + AlgorithmName(candidates[pick]) + " " + Seconds(t[pick]);
-  } else {
-    sel.algorithm = candidates[pick];
-    sel.reason = std::string(AlgorithmName(candidates[pick])) + " for " + where + ": predicted " + Seconds(t[pick]);
-    if (binomial_reduce) {
-      sel.reason += " (ranks outnumber their CPUs: a ring reduce's many messages each cost a context switch)";
-    } else if (candidates.size() == 1) {
-      sel.reason += " (the only algorithm)";
-    } else if (pick != best) {
-      sel.reason += ", within 3% of " + std::string(AlgorithmName(candidates[best])) + " " + Seconds(t[best]) +
-                    (traffic[pick] < traffic[best] ? " and moving fewer bytes" : " and preferred on near-ties");
-    } else {
-      size_t second = best == 0 ? 1 : 0;
-      for (size_t i = 0; i < t.size(); ++i) {
-        if (i != best && t[i] < t[second]) second = i;
-      }
-      sel.reason += ", next " + std::string(AlgorithmName(candidates[second])) + " " + Seconds(t[second]);
-    }
-  }
-  sel.name = AlgorithmName(sel.algorithm);
-  return sel;
 }
 
 }  // namespace ciuic::collectives

@@ -1,4 +1,4 @@
-// Alpha-beta-gamma cost model over schedules, and algorithm selection.
+// Alpha-beta-gamma cost model over schedules (selection.h chooses with it).
 //
 // A prediction comes from the schedules themselves, not from per-algorithm
 // formulas, so a new generator is costed without new code:
@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "ciuic/status.h"
-#include "transport/transport.h"
+#include "transport/backend_kind.h"
 #include "collectives/algorithms.h"
 #include "collectives/schedule.h"
 
@@ -41,11 +41,12 @@ struct CostParams {
   double gamma_s_per_byte = 5e-11;   // reduction time per byte of result
   double copy_s_per_byte = 3e-11;    // local copy per byte (slot -> buffer, kCopy)
   size_t chunk_bytes = 512u << 10;   // pipelining unit (CIUIC_CHUNK_SIZE)
-  size_t elem_size = 4;              // bytes per element (Select converts bytes to a count)
+  size_t elem_size = 4;              // bytes per element (Predict converts bytes to a count)
   int nchannels = 1;                 // as passed to the generators
   int root = 0;                      // broadcast / reduce
   // Some host runs more ranks than it has CPUs (rank 0 decides, so every
-  // rank selects alike): Select leaves the ring reduce out (see there).
+  // rank selects alike): selection leaves out the entries the registry
+  // marks avoid_when_ranks_outnumber_cpus (the ring reduce).
   bool ranks_outnumber_cpus = false;
 };
 
@@ -75,24 +76,6 @@ StatusOr<Prediction> PredictSchedules(const std::vector<Schedule>& schedules, co
 // them. Errors: those of MakeSchedule and PredictSchedules.
 StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t bytes, int nranks,
                              const CostParams& params);
-
-struct Selection {
-  Algorithm algorithm = Algorithm::kRing;
-  std::string name;  // AlgorithmName(algorithm)
-  // Predicted seconds of every candidate, in AlgorithmsFor order.
-  std::vector<std::pair<std::string, double>> predicted_s;
-  std::string reason;  // one line, for logs and ciuic-info
-};
-
-// Picks the algorithm for one call: the fastest predicted; among candidates
-// within 3% of it, the one listed first by AlgorithmsFor (ring before tree,
-// Rabenseifner, recursive doubling: neighbour-only traffic and channels
-// matter on real fabrics more than the model knows). `forced_algo` ("" or
-// "auto" = choose) names an algorithm to use regardless (still costed).
-// Errors: kInvalidArgument for an unknown or unsupported forced name (the
-// message lists the valid ones), elem_size 0, nranks < 1; those of Predict.
-StatusOr<Selection> Select(Collective collective, size_t bytes, int nranks, const CostParams& params,
-                           const std::string& forced_algo);
 
 }  // namespace ciuic::collectives
 

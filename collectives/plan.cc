@@ -1,47 +1,10 @@
-// MakePlan: algorithm choice and in-place handling for one operation.
+// PlanCall: the algorithm for one operation and, for a schedule, its
+// in-place handling.
 #include "collectives/plan.h"
 
 #include <cstdint>
-#include <cstdio>
-#include <optional>
 
 namespace ciuic::collectives {
-
-namespace {
-
-int SizeClass(size_t bytes) {
-  int c = 0;
-  while ((size_t{1} << c) < bytes && c < 63) ++c;
-  return c;
-}
-
-std::string Micros(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.3g us", s * 1e6);
-  return buf;
-}
-
-// The selection a tuning file's rule makes, or nullopt when no rule applies
-// (or it names `direct`, which is not a schedule). `model` is the cost
-// model's selection for the same call: its predictions go into the reason.
-std::optional<Selection> TunedSelection(const Tuning& tuning, transport::BackendKind backend, Collective coll,
-                                        int nranks, size_t bytes, const Selection& model) {
-  const TuningRule* rule = FindRule(tuning, coll, backend, nranks, bytes);
-  if (rule == nullptr) return std::nullopt;
-  StatusOr<Algorithm> a = ParseAlgorithm(coll, rule->algorithm);
-  if (!a.ok()) return std::nullopt;
-  Selection sel = model;
-  sel.algorithm = *a;
-  sel.name = AlgorithmName(*a);
-  sel.reason = "tuned: " + FormatRule(*rule) + " (" + tuning.origin + ":" + std::to_string(rule->line) + ")";
-  for (const auto& [name, seconds] : model.predicted_s) {
-    if (name == sel.name) sel.reason += "; model predicts " + Micros(seconds);
-  }
-  if (model.algorithm != *a) sel.reason += ", model's choice: " + model.reason;
-  return sel;
-}
-
-}  // namespace
 
 CollectiveArgs ArgsFor(const OpDesc& op, int rank, int nranks, int nchannels) {
   CollectiveArgs args;
@@ -56,68 +19,70 @@ CollectiveArgs ArgsFor(const OpDesc& op, int rank, int nranks, int nchannels) {
   return args;
 }
 
-StatusOr<Plan> MakePlan(const OpDesc& op, int rank, int nranks, int nchannels, const std::string& algo,
-                        const CostParams& params, SelectionCache* cache, const Tuning* tuning,
-                        transport::BackendKind backend) {
-  const size_t es = DataTypeSize(op.dtype);
-  const CollectiveArgs args = ArgsFor(op, rank, nranks, nchannels);
-  size_t bytes = op.count * es;
-  if (op.coll == Collective::kAllGather || op.coll == Collective::kReduceScatter || op.coll == Collective::kAllToAll) {
-    bytes *= static_cast<size_t>(nranks);
+CallShape ShapeOf(const OpDesc& op, int nranks, transport::BackendKind backend) {
+  CallShape s;
+  s.collective = op.coll;
+  s.elem_size = DataTypeSize(op.dtype);
+  s.count = op.count;
+  s.nranks = nranks;
+  s.root = op.root;
+  s.backend = backend;
+  const size_t es = s.elem_size, n = static_cast<size_t>(nranks);
+  switch (op.coll) {
+    case Collective::kAllGather:
+      s.input_bytes = op.count * es;
+      s.bytes = s.input_bytes * n;
+      break;
+    case Collective::kReduceScatter:
+    case Collective::kAllToAll:
+      s.bytes = s.input_bytes = op.count * es * n;
+      break;
+    case Collective::kAllGatherv:
+    case Collective::kReduceScatterv: {
+      size_t total = 0;
+      for (size_t c : op.counts) total += c;
+      s.bytes = total * es;
+      s.input_bytes = op.coll == Collective::kAllGatherv ? op.count * es : s.bytes;
+      break;
+    }
+    default: s.bytes = s.input_bytes = op.count * es; break;
   }
+  if (op.coll == Collective::kAllReduce && op.send != op.recv && op.send != nullptr && op.recv != nullptr) {
+    const auto in = reinterpret_cast<uintptr_t>(op.send), out = reinterpret_cast<uintptr_t>(op.recv);
+    s.partial_overlap = in < out + s.bytes && out < in + s.bytes;
+  }
+  return s;
+}
 
-  Plan plan;
-  Algorithm chosen = Algorithm::kRing;
-  std::string why;
-  bool forced = false;
-  if (algo != "auto") {
-    StatusOr<Algorithm> a = ParseAlgorithm(op.coll, algo);
-    if (a.ok()) {
-      chosen = *a;
-      forced = true;
-      why = "forced by CIUIC_ALGO";
-    } else if (op.coll == Collective::kAllReduce) {
-      return Status(a.status().code(), "CIUIC_ALGO: " + a.status().message());
-    }
-  }
-  if (!forced) {
-    const auto key = std::make_pair(static_cast<int>(op.coll), SizeClass(bytes));
-    auto it = cache->find(key);
-    if (it == cache->end()) {
-      CostParams p = params;
-      p.elem_size = es;
-      p.nchannels = nchannels;
-      p.root = op.root;
-      if (tuning != nullptr) {
-        // The measured gamma of this dtype and op (alpha, beta and copy are
-        // the caller's: `params`).
-        CostParams tuned = p;
-        ApplyTuning(*tuning, backend, &tuned, op.dtype, op.op);
-        p.gamma_s_per_byte = tuned.gamma_s_per_byte;
-      }
-      // One representative size per class (its upper bound), so every rank
-      // makes the same choice for the same class.
-      const size_t rep = bytes == 0 ? 0 : (size_t{1} << key.second);
-      CIUIC_ASSIGN_OR_RETURN(Selection sel, Select(op.coll, rep, nranks, p, ""));
-      it = cache->emplace(key, std::move(sel)).first;
-    }
-    chosen = it->second.algorithm;
-    why = it->second.reason;
-    // A rule of the tuning file covers the exact size ("from" is in bytes;
-    // the model's choice above is per size class).
-    if (tuning != nullptr) {
-      if (std::optional<Selection> tuned = TunedSelection(*tuning, backend, op.coll, nranks, bytes, it->second)) {
-        chosen = tuned->algorithm;
-        why = tuned->reason;
-      }
-    }
-  }
-  CIUIC_ASSIGN_OR_RETURN(plan.schedule, MakeSchedule(chosen, args));
-  plan.why = std::string(AlgorithmName(chosen)) + " (" + why + ")";
+namespace {
 
-  // In place: run directly when the caller's overlap is the one the
-  // schedule supports (LayoutFor, the NCCL conventions); any other overlap
-  // copies the input aside first, so results are never silently wrong.
+// The shared-memory family's line: what ran, on what, and why.
+std::string SharedWhy(const CallShape& call, const CallPlan& plan, const DirectLimits& limits) {
+  std::string what = std::string(plan.algorithm->name());
+  if (call.collective == Collective::kAllReduce) {
+    what += std::min(call.bytes, limits.slot_bytes) <= limits.one_shot_max_bytes ? " (one-shot)" : " (two-shot)";
+  }
+  return what + " for " + CollectiveName(call.collective) + " " + std::to_string(call.bytes) + " B on " +
+         std::to_string(call.nranks) + " ranks: " + plan.selection.reason;
+}
+
+}  // namespace
+
+StatusOr<CallPlan> PlanCall(const OpDesc& op, int rank, int nranks, const SelectionContext& ctx,
+                            SelectionCache* cache) {
+  const CallShape call = ShapeOf(op, nranks, ctx.backend);
+  CallPlan plan;
+  CIUIC_ASSIGN_OR_RETURN(plan.selection, Select(call, op.dtype, op.op, ctx, cache));
+  plan.algorithm = plan.selection.algorithm;
+  if (plan.algorithm->kind != AlgorithmKind::kSchedule) {
+    plan.why = SharedWhy(call, plan, ctx.limits);
+    return plan;
+  }
+  const CollectiveArgs args = ArgsFor(op, rank, nranks, ctx.params.nchannels);
+  CIUIC_ASSIGN_OR_RETURN(plan.schedule, MakeSchedule(plan.algorithm->id, args));
+  plan.why = std::string(plan.algorithm->name()) + " (" + plan.selection.reason + ")";
+
+  const size_t es = call.elem_size;
   CIUIC_ASSIGN_OR_RETURN(BufferLayout out_of_place, LayoutFor(args, false));
   plan.layout = out_of_place;
   const auto* in = static_cast<const char*>(op.send);

@@ -1,6 +1,6 @@
-// From an operation to the schedule this rank runs: which collective, its
-// buffers and counts, and the algorithm chosen for it (forced by
-// CIUIC_ALGO or picked by the cost model).
+// From an operation to how this rank runs it: which collective, its
+// buffers and counts, the algorithm Select chose for it and, for a
+// schedule, the schedule itself.
 #ifndef CIUIC_COLLECTIVES_PLAN_H_
 #define CIUIC_COLLECTIVES_PLAN_H_
 
@@ -13,7 +13,9 @@
 #include "transport/transport.h"
 #include "collectives/algorithms.h"
 #include "collectives/cost_model.h"
+#include "collectives/registry.h"
 #include "collectives/schedule.h"
+#include "collectives/selection.h"
 #include "collectives/tuning.h"
 
 namespace ciuic::collectives {
@@ -38,36 +40,31 @@ struct OpDesc {
 // The generators' arguments for `op` on `rank` of `nranks`.
 CollectiveArgs ArgsFor(const OpDesc& op, int rank, int nranks, int nchannels);
 
-struct Plan {
-  Schedule schedule;
+// The selection's view of `op` on `nranks` ranks over `backend`.
+CallShape ShapeOf(const OpDesc& op, int nranks, transport::BackendKind backend);
+
+// How one call runs: the algorithm Select chose and, for a schedule, this
+// rank's schedule with its buffer layout.
+struct CallPlan {
+  Selection selection;
+  const AlgorithmInfo* algorithm = nullptr;  // selection.algorithm
+  Schedule schedule;        // kSchedule only
   BufferLayout layout;      // element counts of input/output and how they may alias
   bool stage_input = false; // the caller's buffers overlap in a way the schedule
                             // does not support: copy the input aside first
-  std::string why;          // which algorithm and why (debug log)
+  // For logs and last_algorithm(): the algorithm's name first, e.g.
+  // "ring (ring for allreduce 4096 B on 4 ranks: predicted 12 us, ...)" or
+  // "direct (one-shot) for allreduce 8 B on 2 ranks: forced by CIUIC_ALGO".
+  std::string why;
 };
 
-// The schedule of `rank` of `nranks` for `op`. `algo` is "auto" or a name
-// (one that does not implement this collective falls back to auto for it,
-// so CIUIC_ALGO=ring still lets a barrier run).
-// Errors: kInvalidArgument (an unknown algorithm, root out of range, an
-// algorithm that does not implement this collective).
-// Under "auto" the cost model (`params`) picks the algorithm; its choices
-// are remembered in `cache` (keyed by collective and power-of-two size
-// class), so the model runs once per size class, not per call.
-// With a `tuning` (CIUIC_TUNING_FILE), "auto" first looks for a rule of the
-// file for (op.coll, `backend`, nranks) covering the call's exact size in
-// bytes (every rank has the same, so every rank picks the same): a rule
-// wins over the model, and Plan::why says
-// "tuned: <the rule> (<file>:<line>)" with the model's prediction for it. A
-// rule naming `direct` (the communicator's own shared-memory all-reduce,
-// not a schedule; the communicator handles it before calling MakePlan)
-// leaves the choice to the model. The file's gamma for op's dtype and op,
-// where it has one, replaces params' gamma for the model.
-using SelectionCache = std::map<std::pair<int, int>, Selection>;
-StatusOr<Plan> MakePlan(const OpDesc& op, int rank, int nranks, int nchannels,
-                        const std::string& algo, const CostParams& params, SelectionCache* cache,
-                        const Tuning* tuning = nullptr,
-                        transport::BackendKind backend = transport::BackendKind::kShm);
+// Selects the algorithm for `op` on `rank` of `nranks` (selection.h) and
+// builds its schedule. In place: a schedule runs directly when the
+// caller's overlap is the one it supports (LayoutFor, the NCCL
+// conventions); any other overlap copies the input aside first, so results
+// are never silently wrong. Errors: those of Select and MakeSchedule.
+StatusOr<CallPlan> PlanCall(const OpDesc& op, int rank, int nranks, const SelectionContext& ctx,
+                            SelectionCache* cache);
 
 }  // namespace ciuic::collectives
 

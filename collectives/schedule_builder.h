@@ -1,6 +1,6 @@
-// Internal helpers for the schedule generators (algorithms_*.cc): a builder
-// that appends steps and returns their indices, range makers, argument
-// checks and ring/tree orderings. Thread contract: a Builder is a local
+// Internal helpers for the schedule generators (algorithms/*.cc): a builder
+// that appends steps and returns their indices, range makers, splits and
+// ring orderings. Thread contract: a Builder is a local
 // value of one generator call.
 #ifndef CIUIC_COLLECTIVES_SCHEDULE_BUILDER_H_
 #define CIUIC_COLLECTIVES_SCHEDULE_BUILDER_H_
@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "collectives/algorithms.h"
 #include "collectives/partition.h"
 #include "collectives/schedule.h"
 
@@ -20,18 +21,7 @@ inline Range Out(size_t offset, size_t count) { return Range{BufKind::kOutput, o
 inline Range Scr(size_t offset, size_t count) { return Range{BufKind::kScratch, offset, count}; }
 inline Range In(std::pair<size_t, size_t> oc) { return In(oc.first, oc.second); }
 inline Range Out(std::pair<size_t, size_t> oc) { return Out(oc.first, oc.second); }
-
-// kInvalidArgument unless nranks >= 1, rank in [0, nranks) and nchannels in
-// [1, kMaxChannels]; `fn` names the generator in the message.
-Status CheckRankArgs(const char* fn, int rank, int nranks, int nchannels);
-// kInvalidArgument unless `root` (named `what`) is in [0, nranks).
-Status CheckRoot(const char* fn, const char* what, int root, int nranks);
-
-// Prefix sums of counts (n+1 entries). Errors: kInvalidArgument when counts
-// does not have n entries or the sum overflows.
-StatusOr<std::vector<size_t>> CheckedDisplacements(const char* fn, const std::vector<size_t>& counts, int n);
-// count * n. Errors: kInvalidArgument on overflow.
-StatusOr<size_t> CheckedTimes(const char* fn, size_t count, int n);
+inline Range Span(BufKind buf, size_t offset, size_t count) { return Range{buf, offset, count}; }
 
 // a mod n in [0, n) for any sign of a.
 inline int Mod(long long a, int n) {
@@ -43,6 +33,27 @@ inline int Mod(long long a, int n) {
 inline std::pair<size_t, size_t> EvenPart(size_t base, size_t count, size_t parts, size_t i) {
   const size_t b = EvenSplitOffset(count, parts, i);
   return {base + b, EvenSplitOffset(count, parts, i + 1) - b};
+}
+
+// Largest power of two <= n (n >= 1).
+inline int FloorPow2(int n) {
+  int p = 1;
+  while (p <= n / 2) p *= 2;
+  return p;
+}
+
+// The per-rank block counts of a collective made of blocks (all-gather,
+// reduce-scatter and their v forms): `counts`, or nranks x `count`.
+inline std::vector<size_t> BlockCounts(const CollectiveArgs& a) {
+  if (a.collective == Collective::kAllGatherv || a.collective == Collective::kReduceScatterv) return a.counts;
+  return std::vector<size_t>(static_cast<size_t>(a.nranks), a.count);
+}
+
+// Prefix sums of `counts` (n + 1 entries; MakeSchedule checked they fit).
+inline std::vector<size_t> PrefixSums(const std::vector<size_t>& counts) {
+  std::vector<size_t> d(counts.size() + 1, 0);
+  for (size_t i = 0; i < counts.size(); ++i) d[i + 1] = d[i] + counts[i];
+  return d;
 }
 
 // How many channels a vector of `count` elements uses: each part gets at

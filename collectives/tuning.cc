@@ -1,5 +1,5 @@
 // Tuning files: parser, writer, and how their contents reach the cost model
-// and MakePlan (format in tuning.h).
+// and selection (format in tuning.h).
 #include "collectives/tuning.h"
 
 #include <cerrno>
@@ -10,6 +10,8 @@
 #include <map>
 #include <sstream>
 #include <tuple>
+
+#include "collectives/registry.h"
 
 namespace ciuic::collectives {
 namespace {
@@ -83,22 +85,20 @@ const DataType kAllDataTypes[] = {DataType::kInt8,    DataType::kUint8,    DataT
                                   DataType::kFloat32, DataType::kFloat64};
 const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg};
 
-// Whether `name` may be the algorithm of a rule for (collective, backend);
-// otherwise `why` says what is wrong.
+// Whether `name` may be the algorithm of a rule for (collective, backend):
+// a registry entry of that collective that runs on that backend; otherwise
+// `why` says what is wrong.
 bool RuleAlgorithmOk(Collective c, transport::BackendKind backend, const std::string& name, std::string* why) {
-  if (name == "direct" && (c == Collective::kAllReduce || c == Collective::kBroadcast)) {
-    if (backend == transport::BackendKind::kShm) return true;
-    *why = std::string("algorithm 'direct' for ") + CollectiveName(c) +
-           " runs through one host's shared memory: only with backend shm";
+  StatusOr<Algorithm> a = ParseAlgorithm(c, name);
+  if (!a.ok()) {
+    *why = a.status().message();
     return false;
   }
-  StatusOr<Algorithm> a = ParseAlgorithm(c, name);
-  if (a.ok()) return true;
-  *why = a.status().message();
-  if ((c == Collective::kAllReduce || c == Collective::kBroadcast) && backend == transport::BackendKind::kShm) {
-    *why += ", direct";
+  if (!FindEntry(c, *a)->RunsOn(backend)) {
+    *why = std::string("algorithm '") + name + "' for " + CollectiveName(c) + " runs through one host's shared memory: only with backend shm";
+    return false;
   }
-  return false;
+  return true;
 }
 
 bool MetaKeyOk(const std::string& key) {

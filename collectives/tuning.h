@@ -32,9 +32,11 @@
 //     to the `from` of the next rule of the same (COLL, BACKEND, N). Within
 //     one (COLL, BACKEND, N) the rules are sorted by strictly increasing
 //     `from`; sizes below the first `from` have no rule (the cost model
-//     decides). ALGO must implement COLL (ParseAlgorithm); in addition,
-//     `direct` is accepted for allreduce on shm: the communicator's own
-//     one-host shared-memory all-reduce, which is not a schedule.
+//     decides). ALGO must be a registry entry of COLL (registry.h) that
+//     runs on BACKEND: a schedule, or on shm the shared-memory family
+//     (`direct`: all-reduce, broadcast, and the small reduce, all-gather,
+//     reduce-scatter, all-to-all and barrier); a rule whose algorithm
+//     cannot run a call (over the family's limits) leaves it to the model.
 //
 // Example:
 //   ciuic-tuning 1
@@ -60,7 +62,7 @@
 
 #include "ciuic/kernels.h"
 #include "ciuic/status.h"
-#include "transport/transport.h"
+#include "transport/backend_kind.h"
 #include "collectives/algorithms.h"
 #include "collectives/cost_model.h"
 
@@ -89,7 +91,7 @@ struct TuningRule {
   transport::BackendKind backend = transport::BackendKind::kShm;
   int nranks = 0;
   size_t from_bytes = 0;
-  std::string algorithm;  // an AlgorithmName, or "direct" (all-reduce on shm)
+  std::string algorithm;  // a registry name of `collective`
   int line = 0;
 };
 

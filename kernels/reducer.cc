@@ -14,34 +14,6 @@
 
 namespace ciuic {
 
-const char* DataTypeName(DataType dtype) {
-  switch (dtype) {
-    case DataType::kInt8: return "i8";
-    case DataType::kUint8: return "u8";
-    case DataType::kInt32: return "i32";
-    case DataType::kUint32: return "u32";
-    case DataType::kInt64: return "i64";
-    case DataType::kUint64: return "u64";
-    case DataType::kFloat16: return "f16";
-    case DataType::kBFloat16: return "bf16";
-    case DataType::kFloat32: return "f32";
-    case DataType::kFloat64: return "f64";
-  }
-  return "invalid";
-}
-
-const char* ReduceOpName(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kProd: return "prod";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kAvg: return "avg";
-  }
-  return "invalid";
-}
-
-
 namespace kernels {
 namespace internal {
 

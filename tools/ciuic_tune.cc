@@ -12,10 +12,10 @@
 //                chunks streamed one way (the sender copies each into the
 //                slot, as the executor does), bytes / time until the
 //                receiver's answer to the last one.
-//   all-reduce   per rank count, n forked ranks run every algorithm that
-//                implements all-reduce (ring, tree, recdoubling,
-//                rabenseifner, and direct on shm where the communicator has
-//                it) on every backend over the size sweep, each through a
+//   all-reduce   per rank count, n forked ranks run every all-reduce
+//                algorithm of the registry that runs on the backend (the
+//                schedules, and on shm the direct family) over the size
+//                sweep, each through a
 //                Communicator with CIUIC_ALGO forced, f32 sum out of place.
 //                Every size is checked once (#wrong; any wrong element fails
 //                the run and no file is written), warmed up, then timed: the
@@ -63,6 +63,8 @@
 #include "ciuic/kernels.h"
 #include "transport/transport.h"
 #include "collectives/cost_model.h"
+#include "collectives/registry.h"
+#include "collectives/selection.h"
 #include "collectives/tuning.h"
 #include "common/version.h"
 
@@ -611,12 +613,11 @@ Status MeasureLink(int rank, const std::string& host, uint16_t port, const std::
 // ---------------------------------------------------------------------------
 // The all-reduce sweep (every rank of a group).
 
-const char* const kAlgorithms[] = {"ring", "tree", "recdoubling", "rabenseifner", "direct"};
-
+// The all-reduce algorithms of the registry that run on `kind`.
 std::vector<std::string> AlgorithmsOn(BackendKind kind) {
   std::vector<std::string> out;
-  for (const char* a : kAlgorithms) {
-    if (std::string(a) != "direct" || kind == BackendKind::kShm) out.push_back(a);
+  for (const collectives::AlgorithmInfo* e : collectives::EntriesFor(Collective::kAllReduce)) {
+    if (e->RunsOn(kind)) out.push_back(e->name());
   }
   return out;
 }
@@ -699,24 +700,10 @@ Status Sweep(int rank, int n, const std::string& host, uint16_t port, const std:
       const auto t0 = Clock::now();
       StatusOr<std::unique_ptr<Communicator>> comm =
           Communicator::CreateTcp(rank, n, host, port, /*external=*/true, secret, c);
-      // Every rank decides the same way without talking: an algorithm the
-      // library does not know yet is refused locally, with the same error.
-      auto unknown = [&](const Status& s) {
-        return algo == "direct" && s.code() == StatusCode::kInvalidArgument &&
-               s.message().find("direct") != std::string::npos;
-      };
-      if (!comm.ok() && unknown(comm.status())) {
-        if (rank == 0) out.Line("skip " + what + " " + comm.status().message());
-        continue;
-      }
       CIUIC_RETURN_IF_ERROR(comm.status());
       for (size_t bytes : a.sizes) {
         std::string report;
         Status s = TimeOneSize(**comm, a, bytes, bytes == a.sizes.front(), send, recv, &report);
-        if (!s.ok() && bytes == a.sizes.front() && unknown(s)) {
-          if (rank == 0) out.Line("skip " + what + " " + s.message());
-          break;
-        }
         if (!s.ok()) return Status(s.code(), what + " at " + std::to_string(bytes) + " B: " + s.message());
         if (rank == 0) out.Line("run " + what + " " + report);
       }
@@ -742,12 +729,11 @@ struct Point {
 using Results = std::map<BackendKind, std::map<int, std::map<std::string, std::map<size_t, Point>>>>;
 
 // The fastest algorithm at `bytes` and its time; "" when none ran there.
-std::pair<std::string, double> Fastest(const std::map<std::string, std::map<size_t, Point>>& by_algo, size_t bytes,
-                                       bool schedules_only) {
+std::pair<std::string, double> Fastest(const std::map<std::string, std::map<size_t, Point>>& by_algo, size_t bytes) {
   std::pair<std::string, double> best{"", 0};
   for (const auto& [algo, points] : by_algo) {
     auto it = points.find(bytes);
-    if (it == points.end() || (schedules_only && algo == "direct")) continue;
+    if (it == points.end()) continue;
     if (best.first.empty() || it->second.us < best.second) best = {algo, it->second.us};
   }
   return best;
@@ -773,7 +759,7 @@ std::vector<collectives::TuningRule> DeriveRules(BackendKind kind, int n,
   std::vector<collectives::TuningRule> rules;
   std::string current;
   for (size_t i = 0; i < sizes.size(); ++i) {
-    const std::string best = Fastest(by_algo, sizes[i], false).first;
+    const std::string best = Fastest(by_algo, sizes[i]).first;
     if (best.empty() || best == current) continue;
     if (!current.empty()) {
       if (!Beats(by_algo, best, current, sizes[i])) continue;
@@ -795,6 +781,21 @@ std::vector<collectives::TuningRule> DeriveRules(BackendKind kind, int n,
 // every algorithm per size, the fastest, and the model's choice.
 void PrintTable(BackendKind kind, int n, const std::map<std::string, std::map<size_t, Point>>& by_algo,
                 const std::vector<size_t>& sizes, const collectives::CostParams& params) {
+  collectives::SelectionContext ctx;
+  ctx.backend = kind;
+  ctx.params = params;
+  ctx.limits.slot_bytes = params.chunk_bytes;
+  collectives::SelectionCache cache;
+  auto shape = [&](size_t bytes) {
+    collectives::CallShape call;
+    call.collective = Collective::kAllReduce;
+    call.count = bytes / 4;
+    call.bytes = call.input_bytes = bytes;
+    call.elem_size = 4;
+    call.nranks = n;
+    call.backend = kind;
+    return call;
+  };
   std::vector<std::string> algos;
   for (const std::string& a : AlgorithmsOn(kind)) {
     if (by_algo.count(a)) algos.push_back(a);
@@ -816,20 +817,21 @@ void PrintTable(BackendKind kind, int n, const std::map<std::string, std::map<si
       }
       wrong += it->second.wrong;
       StatusOr<collectives::Algorithm> algo = collectives::ParseAlgorithm(Collective::kAllReduce, a);
-      StatusOr<collectives::Prediction> pred =
-          algo.ok() ? collectives::Predict(Collective::kAllReduce, *algo, bytes, n, params)
-                    : StatusOr<collectives::Prediction>(algo.status());
+      StatusOr<double> pred = algo.ok() ? collectives::PredictCall(*collectives::FindEntry(Collective::kAllReduce, *algo),
+                                                                   shape(bytes), params, ctx.limits)
+                                        : StatusOr<double>(algo.status());
       char model[16] = "n/a";
-      if (pred.ok()) std::snprintf(model, sizeof(model), "%.1f", pred->seconds * 1e6);
+      if (pred.ok()) std::snprintf(model, sizeof(model), "%.1f", *pred * 1e6);
       std::printf(" %10.1f (%8s)", it->second.us, model);
     }
-    StatusOr<collectives::Selection> sel = collectives::Select(Collective::kAllReduce, bytes, n, params, "");
-    const std::string model = sel.ok() ? sel->name : "?";
-    std::printf("  %-12s %-12s %6.0f\n", Fastest(by_algo, bytes, false).first.c_str(), model.c_str(), wrong);
+    StatusOr<collectives::Selection> sel =
+        collectives::Select(shape(bytes), DataType::kFloat32, ReduceOp::kSum, ctx, &cache);
+    const std::string model = sel.ok() ? sel->name() : "?";
+    std::printf("  %-12s %-12s %6.0f\n", Fastest(by_algo, bytes).first.c_str(), model.c_str(), wrong);
     ++rows;
-    agree += model == Fastest(by_algo, bytes, true).first;
+    agree += model == Fastest(by_algo, bytes).first;
   }
-  std::printf("# the model picks the fastest measured schedule (direct is none) at %d of %d sizes\n", agree, rows);
+  std::printf("# the model picks the fastest measured algorithm at %d of %d sizes\n", agree, rows);
 }
 
 collectives::CostParams ModelParams(const collectives::Tuning& tuning, BackendKind kind, const Config& config,

@@ -7,22 +7,6 @@
 
 namespace ciuic::transport {
 
-const char* BackendName(BackendKind kind) {
-  switch (kind) {
-    case BackendKind::kShm: return "shm";
-    case BackendKind::kTcp: return "tcp";
-    case BackendKind::kVerbs: return "verbs";
-  }
-  return "?";
-}
-
-StatusOr<BackendKind> ParseBackendKind(const std::string& name) {
-  if (name == "shm") return BackendKind::kShm;
-  if (name == "tcp") return BackendKind::kTcp;
-  if (name == "verbs") return BackendKind::kVerbs;
-  return InvalidArgumentError("unknown transport '" + name + "' (expected shm, tcp or verbs)");
-}
-
 StatusOr<std::unique_ptr<Backend>> OpenBackend(BackendKind kind, const BackendOptions& options) {
   if (options.rank < 0 || options.world_size < 1 || options.rank >= options.world_size) {
     return InvalidArgumentError("backend options: rank " + std::to_string(options.rank) +

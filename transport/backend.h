@@ -24,14 +24,9 @@
 #include "ciuic/config.h"
 #include "ciuic/status.h"
 #include "ciuic/store.h"
+#include "transport/backend_kind.h"
 
 namespace ciuic::transport {
-
-enum class BackendKind : uint8_t { kShm = 1, kTcp = 2, kVerbs = 3 };
-// "shm", "tcp", "verbs".
-const char* BackendName(BackendKind kind);
-// Parses "shm", "tcp" or "verbs". Errors: kInvalidArgument.
-StatusOr<BackendKind> ParseBackendKind(const std::string& name);
 
 // The largest payload of a two-sided message.
 inline constexpr size_t kMaxMessageBytes = 64;

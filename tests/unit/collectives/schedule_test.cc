@@ -56,6 +56,37 @@ BufferLayout Layout(size_t in, size_t out) {
   return l;
 }
 
+
+// One rank's schedule through MakeSchedule (the registry's generator).
+StatusOr<Schedule> Gen(Algorithm a, Collective c, int rank, int n, size_t count, int nch, int root = 0) {
+  CollectiveArgs args;
+  args.collective = c;
+  args.rank = rank;
+  args.nranks = n;
+  args.count = count;
+  args.nchannels = nch;
+  args.root = root;
+  return MakeSchedule(a, args);
+}
+StatusOr<Schedule> GenV(Collective c, int rank, int n, std::vector<size_t> counts, int nch) {
+  CollectiveArgs args;
+  args.collective = c;
+  args.rank = rank;
+  args.nranks = n;
+  args.counts = std::move(counts);
+  args.nchannels = nch;
+  return MakeSchedule(Algorithm::kRing, args);
+}
+StatusOr<Schedule> P2p(Collective c, int rank, int n, size_t count, int peer) {
+  CollectiveArgs args;
+  args.collective = c;
+  args.rank = rank;
+  args.nranks = n;
+  args.count = count;
+  args.peer = peer;
+  return MakeSchedule(Algorithm::kPointToPoint, args);
+}
+
 TEST(ScheduleTest, DumpNamesAlgorithmAndEveryStep) {
   for (Algorithm a : AlgorithmsFor(Collective::kAllReduce)) {
     auto s = MakeSchedule(a, CollectiveArgs{Collective::kAllReduce, 1, 5, 100, {}, 0, -1, 2});
@@ -66,13 +97,13 @@ TEST(ScheduleTest, DumpNamesAlgorithmAndEveryStep) {
     // One line per step plus the header.
     EXPECT_EQ(static_cast<size_t>(std::count(d.begin(), d.end(), '\n')), s->steps.size() + 1) << d;
   }
-  auto ring = AllReduceRing(1, 4, 100, 1);
+  auto ring = Gen(Algorithm::kRing, Collective::kAllReduce, 1, 4, 100, 1);
   ASSERT_TRUE(ring.ok());
   const std::string d = ring->Dump();
   EXPECT_NE(d.find("#0 send ->2 ch0 src=in[25..50)"), std::string::npos) << d;
   EXPECT_NE(d.find("recv_reduce_send <-0 ->2 ch0 src=in[0..25) dst=out[0..25)"), std::string::npos) << d;
   EXPECT_NE(d.find("deps=0"), std::string::npos) << d;
-  auto tree = AllReduceDoubleBinaryTree(2, 8, 100, 1);
+  auto tree = Gen(Algorithm::kTree, Collective::kAllReduce, 2, 8, 100, 1);
   ASSERT_TRUE(tree.ok());
   EXPECT_NE(tree->Dump().find("per-chunk"), std::string::npos) << tree->Dump();
 }
@@ -276,8 +307,8 @@ TEST(SimulatorTest, DetectsMismatchesAtRunTimeAndOutOfBounds) {
 
 TEST(SimulatorTest, PointToPointAndZeroCountMessages) {
   for (size_t count : {0, 1, 1000}) {
-    auto snd = SendDirect(2, 3, count, 0);
-    auto rcv = RecvDirect(0, 3, count, 2);
+    auto snd = P2p(Collective::kSend, 2, 3, count, 0);
+    auto rcv = P2p(Collective::kRecv, 0, 3, count, 2);
     ASSERT_TRUE(snd.ok() && rcv.ok());
     Schedule mid = Make(1, 3, {});
     auto res = Sim({*rcv, mid, *snd}, {Layout(0, count), Layout(0, 0), Layout(count, 0)});
@@ -286,27 +317,34 @@ TEST(SimulatorTest, PointToPointAndZeroCountMessages) {
     for (size_t i = 0; i < count; ++i) ASSERT_EQ(out[i], static_cast<int32_t>(200 + i));
     EXPECT_EQ(res->stats.messages, 1u);
   }
-  EXPECT_FALSE(SendDirect(1, 3, 5, 1).ok());
-  EXPECT_FALSE(RecvDirect(1, 3, 5, 3).ok());
+  EXPECT_FALSE(P2p(Collective::kSend, 1, 3, 5, 1).ok());
+  EXPECT_FALSE(P2p(Collective::kRecv, 1, 3, 5, 3).ok());
 }
 
 TEST(AlgorithmArgsTest, BadArgumentsAreErrors) {
-  EXPECT_EQ(AllReduceRing(0, 0, 10, 1).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(AllReduceRing(4, 4, 10, 1).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(AllReduceRing(0, 4, 10, 0).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(AllReduceRing(0, 4, 10, kMaxChannels + 1).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(BroadcastRing(0, 4, 10, 1, 4).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(ReduceBinomial(0, 4, 10, 1, -1).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(AllGathervRing(0, 4, {1, 2, 3}, 1).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(AllGatherRing(0, 4, SIZE_MAX / 2, 1).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(ReduceScattervRing(0, 2, {SIZE_MAX, 2}, 1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Gen(Algorithm::kRing, Collective::kAllReduce, 0, 0, 10, 1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Gen(Algorithm::kRing, Collective::kAllReduce, 4, 4, 10, 1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Gen(Algorithm::kRing, Collective::kAllReduce, 0, 4, 10, 0).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Gen(Algorithm::kRing, Collective::kAllReduce, 0, 4, 10, kMaxChannels + 1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Gen(Algorithm::kRing, Collective::kBroadcast, 0, 4, 10, 1, 4).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Gen(Algorithm::kBinomial, Collective::kReduce, 0, 4, 10, 1, -1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(GenV(Collective::kAllGatherv, 0, 4, {1, 2, 3}, 1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Gen(Algorithm::kRing, Collective::kAllGather, 0, 4, SIZE_MAX / 2, 1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(GenV(Collective::kReduceScatterv, 0, 2, {SIZE_MAX, 2}, 1).status().code(), StatusCode::kInvalidArgument);
   CollectiveArgs a{Collective::kAllGather, 0, 2, 4, {}, 0, -1, 1};
   EXPECT_EQ(MakeSchedule(Algorithm::kTree, a).status().code(), StatusCode::kInvalidArgument);
   auto parsed = ParseAlgorithm(Collective::kAllReduce, "bogus");
   EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(parsed.status().message().find("ring, tree, rabenseifner, recdoubling"), std::string::npos)
+  EXPECT_NE(parsed.status().message().find("direct, ring, tree, rabenseifner, recdoubling"), std::string::npos)
       << parsed.status().ToString();
-  EXPECT_EQ(*ParseAlgorithm(Collective::kBroadcast, "tree"), Algorithm::kBinomial);
+  // One meaning per name: "tree" is the double binary tree, which only
+  // all-reduce has; broadcast and reduce have "binomial".
+  EXPECT_FALSE(ParseAlgorithm(Collective::kBroadcast, "tree").ok());
+  EXPECT_EQ(*ParseAlgorithm(Collective::kBroadcast, "binomial"), Algorithm::kBinomial);
+  // The shared-memory family has no schedule.
+  EXPECT_EQ(*ParseAlgorithm(Collective::kAllReduce, "direct"), Algorithm::kShmDirect);
+  CollectiveArgs ar{Collective::kAllReduce, 0, 2, 4, {}, 0, -1, 1};
+  EXPECT_EQ(MakeSchedule(Algorithm::kShmDirect, ar).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(*ParseAlgorithm(Collective::kAllReduce, "recdoubling"), Algorithm::kRecursiveDoubling);
   EXPECT_FALSE(ParseAlgorithm(Collective::kAllGather, "tree").ok());
 }
@@ -316,7 +354,7 @@ TEST(AlgorithmShapeTest, DoubleTreesAreComplementary) {
   // leaves of one are interior ranks of the other.
   for (int n : {2, 3, 4, 5, 6, 7, 8, 9, 16, 17}) {
     for (int r = 0; r < n; ++r) {
-      auto s = AllReduceDoubleBinaryTree(r, n, 1000, 1);
+      auto s = Gen(Algorithm::kTree, Collective::kAllReduce, r, n, 1000, 1);
       ASSERT_TRUE(s.ok());
       int leaf_trees = 0;
       for (int ch = 0; ch < 2; ++ch) {
@@ -333,7 +371,7 @@ TEST(AlgorithmShapeTest, DoubleTreesAreComplementary) {
 }
 
 TEST(AlgorithmShapeTest, RingUsesAlternatingDirections) {
-  auto s = AllReduceRing(2, 5, 100, 2);
+  auto s = Gen(Algorithm::kRing, Collective::kAllReduce, 2, 5, 100, 2);
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->nchannels, 2);
   int fwd = 0, bwd = 0;

@@ -1,5 +1,5 @@
 // Tuning files: parse/format round trip, every error naming its line,
-// rule lookup at boundaries, ApplyTuning, LoadTuningFile, and MakePlan
+// rule lookup at boundaries, ApplyTuning, LoadTuningFile, and PlanCall
 // following a rule.
 #include "collectives/tuning.h"
 
@@ -32,7 +32,7 @@ constexpr const char* kSample =
     "rule allreduce shm ranks 2 from 64K ring\n"
     "rule allreduce shm ranks 2 from 1048576 direct\n"
     "rule allreduce tcp ranks 4 from 1024 rabenseifner\n"
-    "rule broadcast shm ranks 2 from 0 tree\n";
+    "rule broadcast shm ranks 2 from 0 binomial\n";
 
 Tuning ParseOrDie(const std::string& text) {
   StatusOr<Tuning> t = ParseTuning(text, "t.txt");
@@ -144,10 +144,11 @@ TEST(TuningTest, EveryErrorNamesFileLineAndProblem) {
       {"rule allreduce shm ranks 2 from 12Q ring", "from '12Q': '12Q': unknown unit 'Q'"},
       {"rule allreduce shm ranks 2 from -1 ring", "from '-1'"},
       {"rule allreduce shm ranks 2 from 0 fast",
-       "unknown algorithm 'fast' for allreduce; valid: ring, tree, rabenseifner, recdoubling, direct"},
-      {"rule broadcast shm ranks 2 from 0 recdoubling", "unknown algorithm 'recdoubling' for broadcast; valid: ring, binomial"},
+       "unknown algorithm 'fast' for allreduce; valid: direct, ring, tree, rabenseifner, recdoubling"},
+      {"rule broadcast shm ranks 2 from 0 recdoubling", "unknown algorithm 'recdoubling' for broadcast; valid: direct, ring, binomial"},
       {"rule allreduce tcp ranks 2 from 0 direct", "'direct' for allreduce runs through one host's shared memory: only with backend shm"},
-      {"rule reduce shm ranks 2 from 0 direct", "unknown algorithm 'direct' for reduce"},
+      {"rule reduce tcp ranks 2 from 0 direct", "'direct' for reduce runs through one host's shared memory: only with backend shm"},
+      {"rule allgatherv shm ranks 2 from 0 direct", "unknown algorithm 'direct' for allgatherv"},
       {"rule broadcast tcp ranks 2 from 0 direct", "'direct' for broadcast runs through one host's shared memory: only with backend shm"},
       {"rule allreduce shm ranks 2 from 4096 tree", "duplicate rule for allreduce shm ranks 2 from 4096 (line 5)"},
       {"rule allreduce shm ranks 2 from 100 tree", "rules for allreduce shm ranks 2 are not sorted: from 100 after from 4096 (line 5)"},
@@ -205,7 +206,7 @@ TEST(TuningTest, RuleLookupAtBoundaries) {
   EXPECT_EQ(algo(65536, 3), "none");
   EXPECT_EQ(algo(65536, 2, BackendKind::kTcp), "none");
   EXPECT_EQ(algo(65536, 2, BackendKind::kShm, Collective::kReduce), "none");
-  EXPECT_EQ(algo(65536, 2, BackendKind::kShm, Collective::kBroadcast), "tree");
+  EXPECT_EQ(algo(65536, 2, BackendKind::kShm, Collective::kBroadcast), "binomial");
   // Below the first rule of a group: no rule.
   EXPECT_EQ(algo(1023, 4, BackendKind::kTcp), "none");
   EXPECT_EQ(algo(1024, 4, BackendKind::kTcp), "rabenseifner");
@@ -291,28 +292,34 @@ TEST(TuningTest, LoadTuningFile) {
       << t.status().message();
 }
 
-// MakePlan for an all-reduce of `bytes` on 4 ranks over shm (a fresh
-// selection cache unless one is given).
-StatusOr<Plan> PlanFor(size_t bytes, const Tuning* tuning, BackendKind backend = BackendKind::kShm,
-                       const std::string& algo = "auto", SelectionCache* shared = nullptr) {
+// PlanCall for a `coll` of `bytes` on 4 ranks over shm (a fresh selection
+// cache unless one is given).
+StatusOr<CallPlan> PlanFor(size_t bytes, const Tuning* tuning, BackendKind backend = BackendKind::kShm,
+                           const std::string& algo = "auto", SelectionCache* shared = nullptr,
+                           Collective coll = Collective::kAllReduce) {
   OpDesc op;
-  op.coll = Collective::kAllReduce;
+  op.coll = coll;
   op.count = bytes / 4;
   SelectionCache cache;
-  return MakePlan(op, 0, 4, 1, algo, DefaultCostParams(backend), shared ? shared : &cache, tuning, backend);
+  SelectionContext ctx;
+  ctx.backend = backend;
+  ctx.params = DefaultCostParams(backend);
+  ctx.tuning = tuning;
+  CIUIC_ASSIGN_OR_RETURN(ctx.algo, AlgoKnob::Parse(algo));
+  return PlanCall(op, 0, 4, ctx, shared ? shared : &cache);
 }
 
 std::string FirstWord(const std::string& s) { return s.substr(0, s.find(' ')); }
 
-TEST(TuningTest, MakePlanFollowsARule) {
+TEST(TuningTest, PlanCallFollowsARule) {
   const size_t bytes = 1 << 20;
-  StatusOr<Plan> model = PlanFor(bytes, nullptr);
+  StatusOr<CallPlan> model = PlanFor(bytes, nullptr);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   const std::string model_algo = FirstWord(model->why);
   // A rule for an algorithm the model does not choose here.
   const std::string other = model_algo == "tree" ? "ring" : "tree";
   const Tuning t = ParseOrDie("ciuic-tuning 1\nrule allreduce shm ranks 4 from 4096 " + other + "\n");
-  StatusOr<Plan> tuned = PlanFor(bytes, &t);
+  StatusOr<CallPlan> tuned = PlanFor(bytes, &t);
   ASSERT_TRUE(tuned.ok()) << tuned.status().ToString();
   EXPECT_EQ(FirstWord(tuned->why), other) << tuned->why;
   EXPECT_NE(tuned->why.find("tuned: rule allreduce shm ranks 4 from 4096 " + other + " (t.txt:2)"), std::string::npos)
@@ -328,19 +335,19 @@ TEST(TuningTest, MakePlanFollowsARule) {
   EXPECT_EQ(tuned->schedule.steps.size(), expect->steps.size());
 
   // Below the rule, on another backend, or forced by CIUIC_ALGO: not tuned.
-  StatusOr<Plan> below = PlanFor(2048, &t);
+  StatusOr<CallPlan> below = PlanFor(2048, &t);
   ASSERT_TRUE(below.ok());
   EXPECT_EQ(below->why.find("tuned"), std::string::npos) << below->why;
-  StatusOr<Plan> tcp = PlanFor(bytes, &t, BackendKind::kTcp);
+  StatusOr<CallPlan> tcp = PlanFor(bytes, &t, BackendKind::kTcp);
   ASSERT_TRUE(tcp.ok());
   EXPECT_EQ(tcp->why.find("tuned"), std::string::npos) << tcp->why;
-  StatusOr<Plan> forced = PlanFor(bytes, &t, BackendKind::kShm, "recdoubling");
+  StatusOr<CallPlan> forced = PlanFor(bytes, &t, BackendKind::kShm, "recdoubling");
   ASSERT_TRUE(forced.ok());
   EXPECT_EQ(FirstWord(forced->why), "recdoubling");
   EXPECT_NE(forced->why.find("forced by CIUIC_ALGO"), std::string::npos);
 }
 
-TEST(TuningTest, MakePlanAppliesRulesAtTheExactSize) {
+TEST(TuningTest, PlanCallAppliesRulesAtTheExactSize) {
   // 40000 B is inside the size class (32 KiB, 64 KiB]: the rule boundary
   // holds anyway, and the selection cache shared by the calls (as in a
   // communicator) does not carry one size's rule over to another.
@@ -348,33 +355,46 @@ TEST(TuningTest, MakePlanAppliesRulesAtTheExactSize) {
                               "rule allreduce shm ranks 4 from 40000 tree\n");
   SelectionCache cache;
   for (size_t bytes : {39996, 40000, 39996, 65536, 36000}) {
-    StatusOr<Plan> plan = PlanFor(bytes, &t, BackendKind::kShm, "auto", &cache);
+    StatusOr<CallPlan> plan = PlanFor(bytes, &t, BackendKind::kShm, "auto", &cache);
     ASSERT_TRUE(plan.ok()) << plan.status().ToString();
     EXPECT_EQ(FirstWord(plan->why), bytes >= 40000 ? "tree" : "ring") << bytes << ": " << plan->why;
   }
 }
 
-TEST(TuningTest, MakePlanLeavesDirectToTheModel) {
+// A rule naming the shared-memory family runs it where it can run the
+// call, and leaves the call to the model where it cannot (a reduce over the
+// one-exchange limit).
+TEST(TuningTest, PlanCallFollowsADirectRuleWhereItApplies) {
   const size_t bytes = 1 << 20;
-  StatusOr<Plan> model = PlanFor(bytes, nullptr);
-  ASSERT_TRUE(model.ok());
-  const Tuning t = ParseOrDie("ciuic-tuning 1\nrule allreduce shm ranks 4 from 0 direct\n");
+  const Tuning t = ParseOrDie("ciuic-tuning 1\nrule allreduce shm ranks 4 from 0 tree\n"
+                              "rule allreduce shm ranks 4 from 65536 direct\nrule reduce shm ranks 4 from 0 direct\n");
   ASSERT_EQ(TunedAlgorithm(t, Collective::kAllReduce, BackendKind::kShm, 4, bytes).value_or(""), "direct");
-  StatusOr<Plan> plan = PlanFor(bytes, &t);
+  StatusOr<CallPlan> plan = PlanFor(bytes, &t);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  EXPECT_EQ(plan->why, model->why);
+  EXPECT_EQ(plan->algorithm->kind, AlgorithmKind::kShmDirect) << plan->why;
+  EXPECT_NE(plan->why.find("tuned: rule allreduce shm ranks 4 from 65536 direct"), std::string::npos) << plan->why;
+  StatusOr<CallPlan> small = PlanFor(4096, &t);
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(FirstWord(small->why), "tree") << small->why;
+  StatusOr<CallPlan> reduce = PlanFor(bytes, &t, BackendKind::kShm, "auto", nullptr, Collective::kReduce);
+  ASSERT_TRUE(reduce.ok()) << reduce.status().ToString();
+  EXPECT_EQ(reduce->algorithm->kind, AlgorithmKind::kSchedule) << reduce->why;
+  EXPECT_EQ(reduce->why.find("tuned"), std::string::npos) << reduce->why;
+  StatusOr<CallPlan> small_reduce = PlanFor(4096, &t, BackendKind::kShm, "auto", nullptr, Collective::kReduce);
+  ASSERT_TRUE(small_reduce.ok());
+  EXPECT_EQ(small_reduce->algorithm->kind, AlgorithmKind::kExchange) << small_reduce->why;
 }
 
-TEST(TuningTest, MakePlanUsesTheFilesGammaForTheModel) {
+TEST(TuningTest, PlanCallUsesTheFilesGammaForTheModel) {
   // With reductions made very slow, the model stops choosing algorithms
   // that reduce more bytes per rank (recursive doubling reduces the whole
   // vector on every rank; ring and Rabenseifner a 1/n share).
   const size_t bytes = 1 << 10;
   const Tuning slow = ParseOrDie("ciuic-tuning 1\ngamma f32 sum 0.00001\n");
-  StatusOr<Plan> plan = PlanFor(bytes, &slow);
+  StatusOr<CallPlan> plan = PlanFor(bytes, &slow, BackendKind::kTcp);
   ASSERT_TRUE(plan.ok());
   EXPECT_NE(FirstWord(plan->why), "recdoubling") << plan->why;
-  StatusOr<Plan> fast = PlanFor(bytes, nullptr);
+  StatusOr<CallPlan> fast = PlanFor(bytes, nullptr, BackendKind::kTcp);
   ASSERT_TRUE(fast.ok());
   EXPECT_EQ(FirstWord(fast->why), "recdoubling") << fast->why;
 }

@@ -1,0 +1,43 @@
+// Private: the schedule generators, one per file of this folder, each
+// listed in the registry (collectives/registry.cc). MakeSchedule checks the
+// arguments (ranks, channels, root or peer, counts and their sums) and
+// handles one rank and nothing to move before it calls a generator, so a
+// generator only ever sees nranks >= 2 and something to move (except
+// barrier and send/recv, which always run). A generator appends the steps
+// of `a.rank` to `b` (the schedule's name, rank and size are set).
+//
+// What every generator guarantees (algorithms.h): correct for any nranks,
+// count < nranks and uneven splits, with segments from EvenSplit so every
+// rank computes the same split; with nchannels > 1 the data is cut into
+// contiguous parts, each an independent instance on its own channel
+// (rings alternate direction), never fewer than one element per part.
+// Each file says how it stays correct in place (the layouts of LayoutFor).
+#ifndef CIUIC_COLLECTIVES_ALGORITHMS_GENERATORS_H_
+#define CIUIC_COLLECTIVES_ALGORITHMS_GENERATORS_H_
+
+#include "ciuic/status.h"
+#include "collectives/algorithms.h"
+#include "collectives/schedule_builder.h"
+
+namespace ciuic::collectives::generators {
+
+using internal::Builder;
+
+Status AllReduceRing(const CollectiveArgs& a, Builder& b);
+Status AllReduceDoubleBinaryTree(const CollectiveArgs& a, Builder& b);
+Status AllReduceRecursiveDoubling(const CollectiveArgs& a, Builder& b);
+Status AllReduceRabenseifner(const CollectiveArgs& a, Builder& b);
+Status BroadcastRing(const CollectiveArgs& a, Builder& b);
+Status BroadcastBinomial(const CollectiveArgs& a, Builder& b);
+Status ReduceBinomial(const CollectiveArgs& a, Builder& b);
+Status ReduceRing(const CollectiveArgs& a, Builder& b);
+Status AllGatherRing(const CollectiveArgs& a, Builder& b);  // also all-gatherv
+Status ReduceScatterRing(const CollectiveArgs& a, Builder& b);  // also reduce-scatterv
+Status AllToAllPairwise(const CollectiveArgs& a, Builder& b);
+Status BarrierDissemination(const CollectiveArgs& a, Builder& b);
+Status SendToPeer(const CollectiveArgs& a, Builder& b);
+Status RecvFromPeer(const CollectiveArgs& a, Builder& b);
+
+}  // namespace ciuic::collectives::generators
+
+#endif  // CIUIC_COLLECTIVES_ALGORITHMS_GENERATORS_H_
