@@ -62,8 +62,13 @@ std::string SharedWhy(const CallShape& call, const CallPlan& plan, const DirectL
   if (call.collective == Collective::kAllReduce) {
     what += std::min(call.bytes, limits.slot_bytes) <= limits.one_shot_max_bytes ? " (one-shot)" : " (two-shot)";
   }
-  return what + " for " + CollectiveName(call.collective) + " " + std::to_string(call.bytes) + " B on " +
-         std::to_string(call.nranks) + " ranks: " + plan.selection.reason;
+  const std::string where = std::string(CollectiveName(call.collective)) + " " + std::to_string(call.bytes) +
+                            " B on " + std::to_string(call.nranks) + " ranks";
+  // The model's reason starts with the same "<name> for <where>: ".
+  std::string reason = plan.selection.reason;
+  const std::string same = std::string(plan.algorithm->name()) + " for " + where + ": ";
+  if (reason.rfind(same, 0) == 0) reason = "cheapest: " + reason.substr(same.size());
+  return what + " for " + where + ": " + reason;
 }
 
 }  // namespace
