@@ -14,8 +14,8 @@ using C = Collective;
 using K = AlgorithmKind;
 
 // The name of every algorithm id, in Algorithm order.
-constexpr const char* kNames[kNumAlgorithms] = {"ring",          "tree",   "recdoubling", "rabenseifner", "binomial",
-                                                "pairwise",      "dissemination", "direct", "p2p"};
+constexpr const char* kNames[kNumAlgorithms] = {"ring",     "tree",          "recdoubling", "rabenseifner", "binomial",
+                                                "pairwise", "dissemination", "direct",      "p2p"};
 
 // --- The shared-memory family: when it applies, what it costs -------------
 

@@ -334,7 +334,7 @@ const Knob kKnobs[] = {
      ParseIntIn<&Config::ib_timeout, 1, 31>, PrintInt<&Config::ib_timeout>},
     {"CIUIC_IB_RETRY_CNT", "7", "verbs transport retry count (0-7)",
      ParseIntIn<&Config::ib_retry_cnt, 0, 7>, PrintInt<&Config::ib_retry_cnt>},
-    {"CIUIC_ALGO", "auto", "collective algorithm: auto (tuning file, else cost model) or ring, tree, recdoubling, rabenseifner, direct (shm all-reduce), ...",
+    {"CIUIC_ALGO", "auto", "collective algorithm: auto (a tuning-file rule, else the cheapest prediction), a name (forced for every collective that has it), or COLLECTIVE:NAME items, comma-separated; `ciuic-info --algorithms` lists the names",
      [](const std::string& t, Config* c) {
        if (t.empty()) return InvalidArgumentError("expected auto or an algorithm name");
        c->algo = Lower(t);

@@ -31,6 +31,7 @@
 
 #include "ciuic/collectives.h"
 #include "ciuic/config.h"
+#include "collectives/registry.h"
 #include "transport/transport.h"
 #include "common/version.h"
 
@@ -68,19 +69,27 @@ struct Options {
   bool cuda = false;  // --mem cuda: buffers in GPU memory (cudaMalloc)
 };
 
+// The registry's collective this tool runs ("reduce_scatter" is reducescatter).
+ciuic::collectives::Collective ThisCollective() {
+  std::string name = CIUIC_PERF_OP;
+  name.erase(std::remove(name.begin(), name.end(), '_'), name.end());
+  return *ciuic::collectives::ParseCollective(name);
+}
+
 [[noreturn]] void Usage(const char* argv0, const std::string& error) {
   if (!error.empty()) std::fprintf(stderr, "%s: %s\n", argv0, error.c_str());
+  const std::string algos = ciuic::collectives::AlgorithmNamesFor(ThisCollective());
   std::fprintf(error.empty() ? stdout : stderr,
                "usage: %s [-N ranks] [-b minbytes] [-e maxbytes] [-f factor | -i step] [-n iters]\n"
                "          [-w warmup] [-c 0|1] [-o sum|prod|min|max|avg] [-d float|double|half|bfloat16|int32|int64|uint8]\n"
                "          [-r root] [-a algo] [-t shm|tcp|verbs] [--no-inplace] [--format table|csv|json]\n"
                "          [--mem host|cuda]\n"
                "  -N  local ranks to fork when not started by a launcher (default 1)\n"
-               "  -a  algorithm (CIUIC_ALGO): auto, ring, tree, recdoubling, rabenseifner, ...\n"
+               "  -a  algorithm of %s: auto, %s (CIUIC_ALGO=%s:NAME; ciuic-info lists them all)\n"
                "  --mem  where the buffers live: host (default) or cuda (GPU memory; CIUIC_GPU decides\n"
                "         between NCCL and host copies; builds with CUDA only)\n"
                "  sizes take K/M/G suffixes; -n 0 = scaled by size\n",
-               argv0);
+               argv0, CIUIC_PERF_OP, algos.c_str(), ciuic::collectives::CollectiveName(ThisCollective()));
   std::exit(error.empty() ? 0 : 2);
 }
 
@@ -578,7 +587,18 @@ bool UnderLauncher() {
 
 int main(int argc, char** argv) {
   Options o = Parse(argc, argv);
-  if (!o.algo.empty()) setenv("CIUIC_ALGO", o.algo.c_str(), 1);
+  if (!o.algo.empty() && o.algo != "auto") {
+    // Forced for the collective under test only: the harness's own barriers
+    // and all-reduces (timing, checks) stay with the library's choice.
+    const ciuic::collectives::Collective c = ThisCollective();
+    if (!ciuic::collectives::ParseAlgorithm(c, o.algo).ok() && o.algo.find(':') == std::string::npos) {
+      Usage(argv[0], "-a: " + ciuic::collectives::ParseAlgorithm(c, o.algo).status().message());
+    }
+    const std::string knob = o.algo.find(':') == std::string::npos
+                                 ? std::string(ciuic::collectives::CollectiveName(c)) + ":" + o.algo
+                                 : o.algo;
+    setenv("CIUIC_ALGO", knob.c_str(), 1);
+  }
   if (!o.transport.empty()) setenv("CIUIC_TRANSPORT", o.transport.c_str(), 1);
   auto config = ciuic::Config::FromEnv();
   if (!config.ok()) {

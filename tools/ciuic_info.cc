@@ -11,6 +11,8 @@
 #include "ciuic/kernels.h"
 #include "ciuic/topology.h"
 #include "collectives/device.h"
+#include "collectives/registry.h"
+#include "collectives/selection.h"
 #include "common/version.h"
 
 namespace {
@@ -30,8 +32,33 @@ std::string Json(const std::string& s) {
   return o + "\"";
 }
 
+// The transports an entry runs on, as "shm,tcp,verbs".
+std::string Transports(const ciuic::collectives::AlgorithmInfo& e) {
+  std::string out;
+  for (auto k : {ciuic::transport::BackendKind::kShm, ciuic::transport::BackendKind::kTcp,
+                 ciuic::transport::BackendKind::kVerbs}) {
+    if (e.RunsOn(k)) out += std::string(out.empty() ? "" : ",") + ciuic::transport::BackendName(k);
+  }
+  return out;
+}
+
+// The registry, one line per algorithm of each collective (what CIUIC_ALGO,
+// tuning-file rules and the perf tools' -a accept), and what CIUIC_ALGO
+// forces.
+void PrintAlgorithms(const ciuic::collectives::AlgoKnob& algo) {
+  using namespace ciuic::collectives;
+  std::printf("algorithms (CIUIC_ALGO=auto | NAME | COLLECTIVE:NAME,...; now '%s'):\n", algo.text.c_str());
+  for (Collective c : AllCollectives()) {
+    for (const AlgorithmInfo* e : EntriesFor(c)) {
+      std::printf("  %-14s %-13s %-10s %-13s %s%s\n", CollectiveName(c), e->name(), AlgorithmKindName(e->kind),
+                  Transports(*e).c_str(), e->summary, algo.For(c) == e ? "  [forced]" : "");
+    }
+  }
+}
+
 int Main(int argc, char** argv) {
   bool json = false;
+  bool algorithms_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--format" && i + 1 < argc && std::strcmp(argv[i + 1], "json") == 0) {
@@ -41,8 +68,10 @@ int Main(int argc, char** argv) {
       json = true;
     } else if (a == "--format" && i + 1 < argc && std::strcmp(argv[i + 1], "table") == 0) {
       ++i;
+    } else if (a == "--algorithms") {
+      algorithms_only = true;
     } else {
-      std::fprintf(stderr, "usage: ciuic-info [--format table|json]\n");
+      std::fprintf(stderr, "usage: ciuic-info [--format table|json] [--algorithms]\n");
       return a == "-h" || a == "--help" ? 0 : 2;
     }
   }
@@ -50,6 +79,15 @@ int Main(int argc, char** argv) {
   if (!config.ok()) {
     std::fprintf(stderr, "ciuic-info: %s\n", config.status().message().c_str());
     return 2;
+  }
+  ciuic::StatusOr<ciuic::collectives::AlgoKnob> algo = ciuic::collectives::AlgoKnob::Parse(config->algo);
+  if (!algo.ok()) {
+    std::fprintf(stderr, "ciuic-info: %s\n", algo.status().message().c_str());
+    return 2;
+  }
+  if (algorithms_only && !json) {
+    PrintAlgorithms(*algo);
+    return 0;
   }
   // Cache sizes: from the topology (hwloc, CIUIC_TOPO_FILE or /sys); the
   // kernels' own sysconf fallback only when discovery fails.
@@ -112,6 +150,17 @@ int Main(int argc, char** argv) {
                   Json(knobs[i].default_value).c_str(), Json(knobs[i].source).c_str(),
                   Json(knobs[i].doc).c_str(), i + 1 < knobs.size() ? "," : "");
     }
+    std::printf("  ],\n  \"algorithms\": [\n");
+    const auto& reg = ciuic::collectives::Registry();
+    for (size_t i = 0; i < reg.size(); ++i) {
+      const auto& e = reg[i];
+      std::printf("    {\"collective\": %s, \"name\": %s, \"kind\": %s, \"transports\": %s, \"summary\": %s, "
+                  "\"forced\": %s}%s\n",
+                  Json(ciuic::collectives::CollectiveName(e.collective)).c_str(), Json(e.name()).c_str(),
+                  Json(ciuic::collectives::AlgorithmKindName(e.kind)).c_str(), Json(Transports(e)).c_str(),
+                  Json(e.summary).c_str(), algo->For(e.collective) == &e ? "true" : "false",
+                  i + 1 < reg.size() ? "," : "");
+    }
     std::printf("  ],\n  \"unknown_env\": [");
     for (size_t i = 0; i < unknown.size(); ++i) {
       std::printf("%s%s", i ? ", " : "", Json(unknown[i]).c_str());
@@ -138,6 +187,7 @@ int Main(int argc, char** argv) {
     std::printf("  %-26s = %-10s [%s] %s\n", k.name.c_str(),
                 k.value.empty() ? "''" : k.value.c_str(), k.source.c_str(), k.doc.c_str());
   }
+  PrintAlgorithms(*algo);
   for (const std::string& u : unknown) {
     std::printf("warning: %s is set but is not a ciuic knob (typo?)\n", u.c_str());
   }

@@ -101,9 +101,11 @@ struct Config {
   int ib_retry_cnt = 7;
   int ib_qps_per_peer = 1;
 
-  // Collectives. CIUIC_ALGO: auto (a CIUIC_TUNING_FILE rule, else the cost
-  // model) or an algorithm name (ring, tree, recdoubling, rabenseifner,
-  // direct = the shared-memory all-reduce of ranks on one host, ...); CIUIC_NCHANNELS: parallel rings /
+  // Collectives. CIUIC_ALGO: auto (a CIUIC_TUNING_FILE rule, else the
+  // cheapest prediction), an algorithm name (forced for every collective
+  // that has it: ring, tree, direct, ...; `ciuic-info --algorithms` lists
+  // them) or COLLECTIVE:NAME items, comma-separated; checked when a
+  // communicator is created. CIUIC_NCHANNELS: parallel rings /
   // connections per peer; CIUIC_PROGRESS: "thread" (a progress thread runs
   // the operations, so async calls overlap the caller's work) or "caller"
   // (operations run inside wait/test and the blocking calls).

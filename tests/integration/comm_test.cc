@@ -23,6 +23,7 @@
 #include "ciuic/kernels.h"
 #include "transport/transport.h"
 #include "collectives/device.h"
+#include "collectives/registry.h"
 #include "tests/util/backend_skip.h"
 #include "tests/util/device_collectives.h"
 #include "tests/util/multiproc.h"
@@ -47,6 +48,15 @@ struct Param {
 };
 std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
   return info.param.transport + "_" + info.param.algo + "_" + std::to_string(info.param.nranks);
+}
+
+// The all-reduce schedules of the registry ("ring", "tree", ...).
+std::vector<std::string> AllReduceSchedules() {
+  std::vector<std::string> out;
+  for (collectives::Algorithm a : collectives::AlgorithmsFor(collectives::Collective::kAllReduce)) {
+    out.emplace_back(collectives::AlgorithmName(a));
+  }
+  return out;
 }
 
 // The communicator of a forked rank.
@@ -294,7 +304,10 @@ class CollectivesTest : public ::testing::TestWithParam<Param> {};
 TEST_P(CollectivesTest, AllCollectivesAllCounts) {
   const Param p = GetParam();
   auto results = RunRanks(p.nranks, [&](int rank, transport::Store& store) -> Status {
-    CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, p.nranks, store, p.transport, p.algo));
+    // The tree is the all-reduce's; broadcast and reduce then run their
+    // binomial tree, so both of their algorithms run at every count.
+    const std::string knob = p.algo == "tree" ? "tree,broadcast:binomial,reduce:binomial" : p.algo;
+    CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, p.nranks, store, p.transport, knob));
     const std::vector<size_t> counts = {0, 1, 7, 1000, (1u << 16) + 3};
     int salt = 0;
     for (size_t count : counts) {
@@ -314,10 +327,9 @@ TEST_P(CollectivesTest, AllCollectivesAllCounts) {
       }
       CIUIC_RETURN_IF_ERROR(CheckHalfAllReduce(*comm, count, DataType::kFloat16, ++salt));
       CIUIC_RETURN_IF_ERROR(CheckHalfAllReduce(*comm, count, DataType::kBFloat16, ++salt));
-      // The other collectives: chosen by the cost model (auto), or forced
-      // where the name fits them (ring: broadcast, reduce, all-gather,
-      // reduce-scatter; tree: binomial broadcast and reduce), so both
-      // broadcast and reduce algorithms run at every count.
+      // The other collectives: chosen by selection (auto), or forced where
+      // the knob names theirs (ring: broadcast, reduce, all-gather,
+      // reduce-scatter; the tree's knob: binomial broadcast and reduce).
       if (p.algo == "auto" || p.algo == "ring" || p.algo == "tree") {
         CIUIC_RETURN_IF_ERROR(CheckOthers(*comm, count, ++salt));
       }
@@ -335,7 +347,7 @@ std::vector<Param> Params() {
   // (collectives_test); these run the schedules on real links.
   for (const char* t : {"shm", "tcp"}) {
     for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16}) out.push_back({t, "auto", n});
-    for (const char* a : {"ring", "tree", "recdoubling", "rabenseifner"}) {
+    for (const std::string& a : AllReduceSchedules()) {
       for (int n : {2, 3, 4, 5, 6, 7, 8}) out.push_back({t, a, n});
     }
   }
@@ -835,9 +847,60 @@ TEST(CollectivesDirect, ARootThatLeavesRightAfterItsBroadcastsStillDelivers) {
   for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
 }
 
+// One call of `c` (its result is checked by CheckOthers), so that
+// last_algorithm() says what ran for it.
+Status CallOnce(Communicator& comm, collectives::Collective c, size_t count) {
+  using collectives::Collective;
+  const int n = comm.size();
+  std::vector<float> in(count * n, 1.0f), out(count * n, 0.0f);
+  std::vector<size_t> counts(n, count);
+  switch (c) {
+    case Collective::kBroadcast: return comm.Broadcast(in.data(), count, DataType::kFloat32, 0);
+    case Collective::kReduce: return comm.Reduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum, 0);
+    case Collective::kAllGather: return comm.AllGather(in.data(), out.data(), count, DataType::kFloat32);
+    case Collective::kAllGatherv: return comm.AllGatherV(in.data(), out.data(), counts.data(), DataType::kFloat32);
+    case Collective::kReduceScatter:
+      return comm.ReduceScatter(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum);
+    case Collective::kReduceScatterv:
+      return comm.ReduceScatterV(in.data(), out.data(), counts.data(), DataType::kFloat32, ReduceOp::kSum);
+    case Collective::kAllToAll: return comm.AllToAll(in.data(), out.data(), count, DataType::kFloat32);
+    case Collective::kBarrier: return comm.Barrier();
+    default: return comm.AllReduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum);
+  }
+}
+
+// Every schedule the registry has for a collective other than all-reduce
+// (the matrix above runs those) runs over real links when forced by
+// COLLECTIVE:NAME, with exact results: an algorithm added to the registry
+// is run here with no change to this test.
+TEST(CollectivesRegistry, EveryScheduleRunsOverLinksWhenForced) {
+  using collectives::Collective;
+  for (const collectives::AlgorithmInfo& e : collectives::Registry()) {
+    if (e.kind != collectives::AlgorithmKind::kSchedule || e.collective == Collective::kAllReduce ||
+        e.collective == Collective::kSend || e.collective == Collective::kRecv) {
+      continue;
+    }
+    const std::string knob = std::string(collectives::CollectiveName(e.collective)) + ":" + e.name();
+    for (const auto& [t, n] : {std::pair<const char*, int>{"tcp", 3}, {"shm", 5}}) {
+      auto results = RunRanks(n, [&](int rank, transport::Store& store) -> Status {
+        CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, n, store, t, knob));
+        int salt = 0;
+        for (size_t count : {size_t{1}, size_t{7}, size_t{1000}}) {
+          CIUIC_RETURN_IF_ERROR(CheckOthers(*comm, count, ++salt));
+          CIUIC_RETURN_IF_ERROR(CallOnce(*comm, e.collective, count));
+          EXPECT_OR_FAIL(comm->last_algorithm().rfind(std::string(e.name()) + " (forced by CIUIC_ALGO", 0) == 0,
+                         knob + ": ran " + comm->last_algorithm());
+        }
+        return Status::Ok();
+      }, milliseconds(60000));
+      for (const auto& r : results) EXPECT_TRUE(r.ok()) << knob << " on " << t << ":\n" << ResultsText(results);
+    }
+  }
+}
+
 TEST(CollectivesPipelining, ChunksSmallerThanSlotsGiveExactResults) {
   for (int n : {2, 3, 4}) {
-    for (const char* algo : {"ring", "tree", "recdoubling", "rabenseifner"}) {
+    for (const std::string& algo : AllReduceSchedules()) {
       auto results = RunRanks(n, [&](int rank, transport::Store& store) -> Status {
         CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
         config.transport = "tcp";
@@ -1020,7 +1083,7 @@ TEST(CollectivesDirect, LargeOutputsWrittenWithStreamingStoresAreExact) {
 // Every rank ends with exactly the same bytes (non-integer floats, whose
 // sum depends on the order of additions).
 TEST(CollectivesDeterminism, SameBytesOnEveryRankAndRun) {
-  for (const char* algo : {"ring", "tree", "recdoubling", "rabenseifner"}) {
+  for (const std::string& algo : AllReduceSchedules()) {
     auto results = RunRanks(4, [&](int rank, transport::Store& store) -> Status {
       CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, 4, store, "shm", algo));
       const size_t count = 100003;

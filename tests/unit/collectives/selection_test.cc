@@ -4,7 +4,9 @@
 // the communicator did before it was a registry entry).
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include "collectives/registry.h"
@@ -46,6 +48,35 @@ TEST(RegistryTest, EveryEntryIsWhole) {
   EXPECT_EQ(names.size(), static_cast<size_t>(kNumAlgorithms));
   EXPECT_EQ(AlgorithmNames().size(), static_cast<size_t>(kNumAlgorithms));
   EXPECT_EQ(AlgorithmNamesFor(Collective::kBroadcast), "direct, ring, binomial");
+}
+
+// collectives/README.md's table lists exactly the registry's entries, with
+// their kinds, transports and summaries.
+TEST(RegistryTest, TheReadmeTableIsTheRegistry) {
+  std::ifstream f(std::string(CIUIC_SOURCE_DIR) + "/collectives/README.md");
+  ASSERT_TRUE(f.good());
+  std::set<std::string> rows;
+  for (std::string line; std::getline(f, line);) {
+    if (line.rfind("| ", 0) == 0 && line.find(" | ") != std::string::npos && line.find("---") == std::string::npos) {
+      rows.insert(line);
+    }
+  }
+  std::set<std::string> want;
+  for (const AlgorithmInfo& e : Registry()) {
+    const std::string transports = e.transports == kAnyTransport ? "all" : "shm";
+    want.insert("| " + std::string(CollectiveName(e.collective)) + " | " + e.name() + " | " +
+                AlgorithmKindName(e.kind) + " | " + transports + " | " + e.summary + " |");
+  }
+  for (const std::string& w : want) EXPECT_EQ(rows.count(w), 1u) << "missing from collectives/README.md: " << w;
+  size_t algorithm_rows = 0;
+  for (const std::string& r : rows) {
+    if (r.find(" | schedule | ") != std::string::npos || r.find(" | exchange | ") != std::string::npos ||
+        r.find(" | shm-direct | ") != std::string::npos) {
+      ++algorithm_rows;
+      EXPECT_EQ(want.count(r), 1u) << "not in the registry: " << r;
+    }
+  }
+  EXPECT_EQ(algorithm_rows, want.size());
 }
 
 TEST(AlgoKnobTest, NamesListsAndErrors) {
