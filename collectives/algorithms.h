@@ -54,8 +54,9 @@ enum class Algorithm : uint8_t {
   kDissemination,      // "dissemination" (barrier)
   kShmDirect,          // "direct": ranks of one host through each other's memory
   kPointToPoint,       // "p2p" (send, recv)
+  kBruck,              // "bruck" (all-gather)
 };
-inline constexpr int kNumAlgorithms = 9;
+inline constexpr int kNumAlgorithms = 10;
 
 // "allreduce", "broadcast", "reduce", "allgather", "allgatherv",
 // "reducescatter", "reducescatterv", "alltoall", "barrier", "send", "recv".

@@ -15,7 +15,7 @@ using K = AlgorithmKind;
 
 // The name of every algorithm id, in Algorithm order.
 constexpr const char* kNames[kNumAlgorithms] = {"ring",     "tree",          "recdoubling", "rabenseifner", "binomial",
-                                                "pairwise", "dissemination", "direct",      "p2p"};
+                                                "pairwise", "dissemination", "direct",      "p2p",          "bruck"};
 
 // --- The shared-memory family: when it applies, what it costs -------------
 
@@ -147,6 +147,8 @@ std::vector<AlgorithmInfo> MakeRegistry() {
 
       SharedEntry(C::kAllGather, K::kExchange, "one exchange of small inputs", MovingExchangeApplies, AllGatherCost),
       ScheduleEntry(C::kAllGather, A::kRing, "ring: each block forwarded n-1 times, pipelined", g::AllGatherRing),
+      ScheduleEntry(C::kAllGather, A::kBruck, "Bruck: ceil(log2 n) rounds, then a local rotation: small blocks",
+                    g::AllGatherBruck),
       ScheduleEntry(C::kAllGatherv, A::kRing, "ring over blocks of any size", g::AllGatherRing),
 
       SharedEntry(C::kReduceScatter, K::kExchange, "one exchange of small inputs; each rank reduces its block of all n",
