@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "ciuic/collectives.h"
+#include "collectives/comm_impl.h"
 #include "collectives/device.h"
 
 namespace ciuic {
@@ -57,7 +58,7 @@ Status FusionBucket::Add(void* tensor, size_t count) {
     p.sent = false;
   }
   Pack& p = *packs_[used_ - 1];
-  collectives::DeviceMemory* mem = collectives::DeviceMemoryOf(comm_);
+  collectives::DeviceMemory* mem = collectives::CommImpl::Of(comm_).device_memory();
   const int device = mem != nullptr ? mem->DeviceOf(tensor) : -1;
   if (device >= 0) {
     CIUIC_RETURN_IF_ERROR(mem->ToHost(p.data.data() + p.bytes, tensor, bytes, device));
@@ -89,7 +90,7 @@ Status FusionBucket::Wait() {
     if (s.ok()) {
       for (const auto& e : p.entries) {
         if (e.device >= 0) {
-          s = collectives::DeviceMemoryOf(comm_)->ToDevice(e.tensor, p.data.data() + e.offset, e.bytes, e.device);
+          s = collectives::CommImpl::Of(comm_).device_memory()->ToDevice(e.tensor, p.data.data() + e.offset, e.bytes, e.device);
           if (!s.ok() && first.ok()) first = s;
         } else {
           std::memcpy(e.tensor, p.data.data() + e.offset, e.bytes);

@@ -41,13 +41,10 @@
 
 namespace ciuic {
 
-class Communicator;
 namespace collectives {
+struct OpDesc;
 struct OpState;
 class CommImpl;
-class DeviceMemory;
-// How the communicator recognises GPU memory (null: it does not look).
-DeviceMemory* DeviceMemoryOf(const Communicator& comm);
 }  // namespace collectives
 
 
@@ -140,7 +137,24 @@ class Communicator {
 
  private:
   explicit Communicator(std::shared_ptr<collectives::CommImpl> impl);
-  friend collectives::DeviceMemory* collectives::DeviceMemoryOf(const Communicator& comm);
+  friend class collectives::CommImpl;
+
+  // Each operation's arguments, checked, as the implementation takes them;
+  // Run runs one now on this thread (the blocking forms), Post queues it
+  // (the I-forms).
+  StatusOr<collectives::OpDesc> AllReduceCall(const void* s, void* r, size_t n, DataType t, ReduceOp o) const;
+  StatusOr<collectives::OpDesc> BroadcastCall(void* b, size_t n, DataType t, int root) const;
+  StatusOr<collectives::OpDesc> ReduceCall(const void* s, void* r, size_t n, DataType t, ReduceOp o, int root) const;
+  StatusOr<collectives::OpDesc> AllGatherCall(const void* s, void* r, size_t n, DataType t) const;
+  StatusOr<collectives::OpDesc> AllGatherVCall(const void* s, void* r, const size_t* c, DataType t) const;
+  StatusOr<collectives::OpDesc> ReduceScatterCall(const void* s, void* r, size_t n, DataType t, ReduceOp o) const;
+  StatusOr<collectives::OpDesc> ReduceScatterVCall(const void* s, void* r, const size_t* c, DataType t,
+                                                   ReduceOp o) const;
+  StatusOr<collectives::OpDesc> AllToAllCall(const void* s, void* r, size_t n, DataType t) const;
+  StatusOr<collectives::OpDesc> BarrierCall() const;
+  StatusOr<collectives::OpDesc> PointToPointCall(bool send, const void* b, size_t n, DataType t, int peer) const;
+  Status Run(collectives::OpDesc&& desc);
+  StatusOr<Request> Post(collectives::OpDesc&& desc);
 
   std::shared_ptr<collectives::CommImpl> impl_;
 };

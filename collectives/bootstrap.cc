@@ -1,0 +1,167 @@
+// The communicator's agreement: host records, rank 0's decision (bootstrap.h).
+#include "collectives/bootstrap.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <functional>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "transport/backend.h"
+
+namespace ciuic::collectives {
+namespace {
+
+std::string RandomHex(int bytes) {
+  std::random_device rd;
+  static const char* kHex = "0123456789abcdef";
+  std::string s;
+  for (int i = 0; i < bytes; ++i) {
+    const unsigned v = rd() & 0xff;
+    s += kHex[v >> 4];
+    s += kHex[v & 15];
+  }
+  return s;
+}
+
+// The fields of `text` separated by single spaces.
+std::vector<std::string> Fields(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string f; in >> f;) out.push_back(f);
+  return out;
+}
+
+}  // namespace
+
+HostRecord HostRecord::OfThisProcess() {
+  HostRecord r;
+  char buf[256] = {};
+  gethostname(buf, sizeof(buf) - 1);
+  r.host = buf;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &set)) r.cpus.push_back(c);
+    }
+  }
+  return r;
+}
+
+std::string HostRecord::Encode() const {
+  std::string out = host;
+  for (size_t i = 0; i < cpus.size(); ++i) out += (i == 0 ? " " : ",") + std::to_string(cpus[i]);
+  return out;
+}
+
+StatusOr<HostRecord> HostRecord::Decode(const std::string& text) {
+  const std::vector<std::string> f = Fields(text);
+  if (f.empty() || f.size() > 2) return DataLossError("malformed host record '" + text + "'");
+  HostRecord r;
+  r.host = f[0];
+  if (f.size() == 2) {
+    std::istringstream in(f[1]);
+    for (std::string cpu; std::getline(in, cpu, ',');) {
+      char* end = nullptr;
+      const long c = std::strtol(cpu.c_str(), &end, 10);
+      if (cpu.empty() || *end != '\0' || c < 0) return DataLossError("malformed CPU list in host record '" + text + "'");
+      r.cpus.push_back(static_cast<int>(c));
+    }
+  }
+  return r;
+}
+
+std::string CommDecision::Encode() const {
+  return std::string(transport::BackendName(transport)) + " " + job_id + " " + (ranks_outnumber_cpus ? "1" : "0") +
+         " " + tuning_id;
+}
+
+StatusOr<CommDecision> CommDecision::Decode(const std::string& text) {
+  const std::vector<std::string> f = Fields(text);
+  if (f.size() != 4 || (f[2] != "0" && f[2] != "1")) {
+    return DataLossError("malformed decision of rank 0: '" + text + "'");
+  }
+  CommDecision d;
+  StatusOr<transport::BackendKind> kind = transport::ParseBackendKind(f[0]);
+  if (!kind.ok()) return DataLossError("decision of rank 0 '" + text + "': " + kind.status().message());
+  d.transport = *kind;
+  d.job_id = f[1];
+  d.ranks_outnumber_cpus = f[2] == "1";
+  d.tuning_id = f[3];
+  return d;
+}
+
+std::string TuningId(const std::string* canonical_text) {
+  return canonical_text == nullptr ? "none" : std::to_string(std::hash<std::string>()(*canonical_text));
+}
+
+CommDecision Decide(const std::vector<HostRecord>& hosts, const Config& config, int world_size,
+                    const std::string& tuning_id) {
+  CommDecision d;
+  d.job_id = RandomHex(8);
+  d.tuning_id = tuning_id;
+  // Ranks and the union of their CPUs per host.
+  std::map<std::string, std::pair<int, std::set<int>>> per_host;
+  bool one_host = true;
+  for (const HostRecord& h : hosts) {
+    one_host &= h.host == hosts[0].host;
+    auto& e = per_host[h.host];
+    ++e.first;
+    e.second.insert(h.cpus.begin(), h.cpus.end());
+  }
+  for (const auto& [host, e] : per_host) {
+    if (!e.second.empty() && static_cast<int>(e.second.size()) < e.first) d.ranks_outnumber_cpus = true;
+  }
+  StatusOr<transport::BackendKind> forced = transport::ParseBackendKind(config.transport);
+  if (config.transport != "auto" && forced.ok()) {
+    d.transport = *forced;
+  } else if (one_host) {
+    d.transport = transport::BackendKind::kShm;
+  } else {
+    transport::BackendOptions probe;
+    probe.config = config;
+    probe.world_size = world_size;
+    std::string why;
+    d.transport = transport::BackendAvailable(transport::BackendKind::kVerbs, probe, &why)
+                      ? transport::BackendKind::kVerbs
+                      : transport::BackendKind::kTcp;
+  }
+  return d;
+}
+
+StatusOr<CommDecision> AgreeOnCommunicator(transport::Store& store, const std::string& prefix, int rank, int size,
+                                           const Config& config, const std::string& tuning_id,
+                                           std::chrono::milliseconds timeout) {
+  if (config.transport != "auto") {
+    StatusOr<transport::BackendKind> kind = transport::ParseBackendKind(config.transport);
+    if (!kind.ok()) return InvalidArgumentError("CIUIC_TRANSPORT: " + kind.status().message());
+  }
+  // The identity before the host record: every rank has set both once any
+  // rank is past this point (rank 0 reads all host records first).
+  CIUIC_RETURN_IF_ERROR(store.Set(prefix + "/process/" + std::to_string(rank), transport::ProcessIdentity()));
+  CIUIC_RETURN_IF_ERROR(store.Set(prefix + "/host/" + std::to_string(rank), HostRecord::OfThisProcess().Encode()));
+  if (rank == 0) {
+    std::vector<HostRecord> hosts;
+    for (int r = 0; r < size; ++r) {
+      CIUIC_ASSIGN_OR_RETURN(std::string v, store.Get(prefix + "/host/" + std::to_string(r), timeout));
+      StatusOr<HostRecord> h = HostRecord::Decode(v);
+      if (!h.ok()) return DataLossError("rank " + std::to_string(r) + ": " + h.status().message());
+      hosts.push_back(std::move(*h));
+    }
+    CIUIC_RETURN_IF_ERROR(store.Set(prefix + "/transport", Decide(hosts, config, size, tuning_id).Encode()));
+  }
+  CIUIC_ASSIGN_OR_RETURN(std::string text, store.Get(prefix + "/transport", timeout));
+  StatusOr<CommDecision> d = CommDecision::Decode(text);
+  if (!d.ok()) return Status(d.status().code(), "rank " + std::to_string(rank) + ": " + d.status().message());
+  if (d->tuning_id != tuning_id) {
+    return InvalidArgumentError("rank " + std::to_string(rank) + ": CIUIC_TUNING_FILE (" +
+                                (config.tuning_file.empty() ? std::string("unset") : "'" + config.tuning_file + "'") +
+                                ") differs from rank 0's: every rank must use the same tuning file");
+  }
+  return d;
+}
+
+}  // namespace ciuic::collectives

@@ -1,0 +1,79 @@
+// Private: how the ranks of a new communicator agree on what it is. Every
+// rank publishes its process identity (for liveness checks) and a host
+// record (host name and the CPUs it may run on); rank 0 reads every rank's
+// record, decides the transport and whether some host runs more ranks than
+// CPUs, and publishes that decision with a fresh job id and the id of its
+// tuning file; every rank reads it back. So every rank builds the same
+// communicator from the same decision.
+//
+// Thread contract: pure values and one blocking function, called from the
+// thread creating the communicator.
+#ifndef CIUIC_COLLECTIVES_BOOTSTRAP_H_
+#define CIUIC_COLLECTIVES_BOOTSTRAP_H_
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "ciuic/config.h"
+#include "ciuic/status.h"
+#include "ciuic/store.h"
+#include "transport/backend_kind.h"
+
+namespace ciuic::collectives {
+
+// One rank's host record: "<host name> <cpu>,<cpu>,...".
+struct HostRecord {
+  std::string host;
+  std::vector<int> cpus;  // empty: unknown (no affinity)
+
+  // This process's: gethostname and sched_getaffinity.
+  static HostRecord OfThisProcess();
+  std::string Encode() const;
+  // Errors: kDataLoss naming what is malformed.
+  static StatusOr<HostRecord> Decode(const std::string& text);
+};
+
+// What rank 0 decided for the communicator.
+struct CommDecision {
+  transport::BackendKind transport = transport::BackendKind::kShm;
+  // Unique per communicator: names shared segments and tags handshakes, so
+  // a stale process of another job cannot connect by mistake.
+  std::string job_id;
+  // Some host runs more ranks than the CPUs they may use together: waits
+  // then yield at once instead of spinning, and selection leaves out
+  // algorithms whose many messages each cost a context switch.
+  bool ranks_outnumber_cpus = false;
+  // The id of rank 0's tuning file ("none" without one): every rank must
+  // load the same, or ranks would pick different algorithms for one call.
+  std::string tuning_id = "none";
+
+  // "<transport> <job id> <0|1> <tuning id>".
+  std::string Encode() const;
+  // Errors: kDataLoss naming what is malformed.
+  static StatusOr<CommDecision> Decode(const std::string& text);
+};
+
+// The id of a tuning file's contents (its canonical text's hash), or
+// "none".
+std::string TuningId(const std::string* canonical_text);
+
+// Rank 0's decision from every rank's host record: CIUIC_TRANSPORT when it
+// is not auto, else shm when every rank is on rank 0's host, else verbs
+// when a device can be opened, else tcp. Pure but for the verbs probe.
+CommDecision Decide(const std::vector<HostRecord>& hosts, const Config& config, int world_size,
+                    const std::string& tuning_id);
+
+// The whole exchange through `store` under `prefix` (keys process/<r>,
+// host/<r>, transport): publishes this rank's identity and host record, and
+// returns rank 0's decision. Errors: the store's (kDeadlineExceeded naming
+// the key of a rank that never came), kDataLoss (a malformed record),
+// kInvalidArgument naming CIUIC_TRANSPORT (an unknown name) or
+// CIUIC_TUNING_FILE (this rank's file differs from rank 0's).
+StatusOr<CommDecision> AgreeOnCommunicator(transport::Store& store, const std::string& prefix, int rank, int size,
+                                           const Config& config, const std::string& tuning_id,
+                                           std::chrono::milliseconds timeout);
+
+}  // namespace ciuic::collectives
+
+#endif  // CIUIC_COLLECTIVES_BOOTSTRAP_H_

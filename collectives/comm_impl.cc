@@ -1,0 +1,466 @@
+// CommImpl: planning and running the communicator's operations (comm_impl.h).
+#include "collectives/comm_impl.h"
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+
+#include "common/log.h"
+
+namespace ciuic::collectives {
+
+using transport::BackendKind;
+
+namespace {
+
+// Communicators of this process, each under its own store prefix.
+std::string NextPrefix() {
+  static std::atomic<int> counter{0};
+  return "ciuic/comm" + std::to_string(counter.fetch_add(1));
+}
+
+// Calls at least this large send straight from the caller's buffers (tcp,
+// verbs); below it, a registration costs more than the copy it saves.
+constexpr size_t kZeroCopyMinBytes = 16u << 10;
+
+bool IsPointToPoint(const OpDesc& d) { return d.coll == Collective::kSend || d.coll == Collective::kRecv; }
+
+// Pipelining: a step (one block of a ring, a tree's share) is cut into at
+// least kPipelineDepth chunks when that keeps chunks of kMinPipelineChunk or
+// more, so receiving, reducing and sending overlap even when the block is
+// no larger than a slot. With 512 KiB slots a 2-rank 1 MiB ring all-reduce
+// otherwise moves each half as one chunk: exchange, reduce, exchange, in
+// series (tcp here: 330-370 us; with 128 KiB chunks 255-310 us).
+// A function of the operation's arguments only (the same on every rank).
+constexpr size_t kPipelineDepth = 4;
+constexpr size_t kMinPipelineChunk = 64u << 10;
+size_t PipelineChunkBytes(const OpDesc& d, int nranks) {
+  const size_t es = DataTypeSize(d.dtype);
+  const size_t n = static_cast<size_t>(std::max(1, nranks));
+  size_t block = 0;
+  switch (d.coll) {
+    case Collective::kAllReduce: block = d.count * es / n; break;
+    case Collective::kAllGatherv:
+    case Collective::kReduceScatterv: {
+      size_t total = 0;
+      for (size_t c : d.counts) total += c;
+      block = total * es / n;
+      break;
+    }
+    case Collective::kSend:
+    case Collective::kRecv:
+    case Collective::kBarrier:
+      return 0;  // the slot size: a send and its receive may name different counts
+    default: block = d.count * es; break;  // per-rank blocks, or the whole message
+  }
+  const size_t chunk = (block / kPipelineDepth + 4095) / 4096 * 4096;
+  return std::max(chunk, kMinPipelineChunk);
+}
+
+
+// AVG = sum over ranks, then divide once here.
+Status DivideInPlace(const kernels::Reducer& reducer, void* buf, size_t count,
+                     DataType dtype, int n) {
+  switch (dtype) {
+    case DataType::kFloat32: {
+      auto* p = static_cast<float*>(buf);
+      for (size_t i = 0; i < count; ++i) p[i] /= static_cast<float>(n);
+      return Status::Ok();
+    }
+    case DataType::kFloat64: {
+      auto* p = static_cast<double*>(buf);
+      for (size_t i = 0; i < count; ++i) p[i] /= n;
+      return Status::Ok();
+    }
+    case DataType::kFloat16:
+    case DataType::kBFloat16: {
+      auto* p = static_cast<uint16_t*>(buf);
+      std::vector<float> tmp(std::min<size_t>(count, 4096));
+      for (size_t at = 0; at < count; at += tmp.size()) {
+        const size_t m = std::min(tmp.size(), count - at);
+        if (dtype == DataType::kFloat16) {
+          CIUIC_RETURN_IF_ERROR(reducer.ConvertF16ToF32(p + at, tmp.data(), m));
+        } else {
+          CIUIC_RETURN_IF_ERROR(reducer.ConvertBF16ToF32(p + at, tmp.data(), m));
+        }
+        for (size_t i = 0; i < m; ++i) tmp[i] /= static_cast<float>(n);
+        if (dtype == DataType::kFloat16) {
+          CIUIC_RETURN_IF_ERROR(reducer.ConvertF32ToF16(tmp.data(), p + at, m));
+        } else {
+          CIUIC_RETURN_IF_ERROR(reducer.ConvertF32ToBF16(tmp.data(), p + at, m));
+        }
+      }
+      return Status::Ok();
+    }
+#define CIUIC_DIV_INT(T)                                      \
+  {                                                           \
+    auto* p = static_cast<T*>(buf);                           \
+    for (size_t i = 0; i < count; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(n)); \
+    return Status::Ok();                                      \
+  }
+    case DataType::kInt8: CIUIC_DIV_INT(int8_t)
+    case DataType::kUint8: CIUIC_DIV_INT(uint8_t)
+    case DataType::kInt32: CIUIC_DIV_INT(int32_t)
+    case DataType::kUint32: CIUIC_DIV_INT(uint32_t)
+    case DataType::kInt64: CIUIC_DIV_INT(int64_t)
+    case DataType::kUint64: CIUIC_DIV_INT(uint64_t)
+#undef CIUIC_DIV_INT
+  }
+  return InvalidArgumentError("unknown datatype");
+}
+
+
+}  // namespace
+
+CommImpl::CommImpl(int rank, int size, const Config& config, std::shared_ptr<transport::Store> store)
+    : rank_(rank),
+      size_(size),
+      config_(config),
+      store_(std::move(store)),
+      prefix_(NextPrefix()),
+      queue_(std::make_unique<OpQueue>([this](OpQueue::Batch* b) { return RunBatch(b); })) {}
+
+// The queue first: its progress thread runs on everything else.
+CommImpl::~CommImpl() { queue_.reset(); }
+
+Status CommImpl::Init() {
+  const auto timeout = std::chrono::milliseconds(config_.timeout_ms);
+  CIUIC_ASSIGN_OR_RETURN(selection_.algo, AlgoKnob::Parse(config_.algo));
+  CIUIC_ASSIGN_OR_RETURN(link_options_, transport::LinkOptions::FromConfig(config_));
+  CIUIC_ASSIGN_OR_RETURN(kernels::Reducer red, kernels::Reducer::Create(config_, kernels::CacheSizes::FromSystem()));
+  reducer_.emplace(red);
+  std::string tuning_text;
+  if (!config_.tuning_file.empty()) {
+    CIUIC_ASSIGN_OR_RETURN(Tuning t, LoadTuningFile(config_.tuning_file));
+    tuning_text = FormatTuning(t);
+    tuning_ = std::move(t);
+  }
+  CIUIC_ASSIGN_OR_RETURN(decision_, AgreeOnCommunicator(*store_, prefix_, rank_, size_, config_,
+                                                        TuningId(tuning_.has_value() ? &tuning_text : nullptr), timeout));
+  const BackendKind kind = decision_.transport;
+  wait_spin_ = decision_.ranks_outnumber_cpus ? std::chrono::microseconds(0) : transport::kDefaultSpin;
+  transport::BackendOptions bo;
+  bo.rank = rank_;
+  bo.world_size = size_;
+  bo.job_id = decision_.job_id;
+  bo.config = config_;
+  StatusOr<std::unique_ptr<transport::Backend>> be = transport::OpenBackend(kind, bo);
+  if (!be.ok()) {
+    return Status(be.status().code(), "rank " + std::to_string(rank_) + ": transport " + transport::BackendName(kind) +
+                                          " (CIUIC_TRANSPORT=" + config_.transport + "): " + be.status().message());
+  }
+  backend_ = std::move(*be);
+  CIUIC_RETURN_IF_ERROR(selection_.algo.CheckTransport(kind));
+  selection_.backend = kind;
+  selection_.params = DefaultCostParams(kind);
+  selection_.params.chunk_bytes = link_options_.slot_size;
+  selection_.params.nchannels = config_.nchannels;
+  selection_.params.ranks_outnumber_cpus = decision_.ranks_outnumber_cpus;
+  if (tuning_.has_value()) {
+    selection_.tuning = &*tuning_;
+    ApplyTuning(*tuning_, kind, &selection_.params);
+    CIUIC_LOG(kInfo, "tuning from %s (CIUIC_TUNING_FILE): %zu rules; %s alpha %.3g us, beta %.3g GB/s",
+              config_.tuning_file.c_str(), tuning_->rules.size(), transport::BackendName(kind),
+              selection_.params.alpha_s * 1e6, 1e-9 / selection_.params.beta_s_per_byte);
+  }
+  const ShmDirectOptions direct_options = DirectOptions();
+  selection_.limits.slot_bytes = direct_options.slot_bytes;
+  selection_.limits.one_shot_max_bytes = direct_options.one_shot_max_bytes;
+  selection_.limits.exchange_reduce_max_bytes = direct_options.exchange_reduce_max_bytes;
+  selection_.limits.exchange_move_max_bytes = direct_options.exchange_move_max_bytes;
+  pool_ = std::make_unique<transport::BufferPool>(*backend_, 16u << 20);
+  links_ = std::make_unique<LinkTable>(*backend_, *pool_, *store_, prefix_, rank_, size_, link_options_, timeout);
+  CIUIC_ASSIGN_OR_RETURN(gpu_, GpuRoute::Open(config_, rank_, size_, *store_, prefix_));
+  if (kind == BackendKind::kVerbs) reg_cache_ = std::make_unique<transport::RegistrationCache>(*backend_);
+  if (kind == BackendKind::kShm) {
+    // The direct all-reduce's streaming stores (ShmDirect::AllReduce).
+    Config nt = config_;
+    nt.kernel_nt_threshold = 1;
+    CIUIC_ASSIGN_OR_RETURN(kernels::Reducer sred, kernels::Reducer::Create(nt, kernels::CacheSizes::FromSystem()));
+    streaming_reducer_.emplace(sred);
+  }
+  CIUIC_LOG(kInfo, "communicator rank %d/%d on %s%s", rank_, size_, backend_->Describe().c_str(),
+            wait_spin_.count() == 0 ? " (ranks outnumber their CPUs: waits yield without spinning)" : "");
+  if (config_.progress == "thread") queue_->StartProgressThread(config_.progress_cpu);
+  return Status::Ok();
+}
+
+std::string CommImpl::last_algorithm() const {
+  std::lock_guard<std::mutex> lock(exec_mu_);
+  return last_algorithm_;
+}
+
+void CommImpl::Ran(const CallPlan* plan, const std::string* text) {
+  if (plan != nullptr && plan == last_algorithm_plan_) return;  // said already
+  last_algorithm_ = plan != nullptr ? plan->why : *text;
+  last_algorithm_plan_ = plan;
+}
+
+StatusOr<const CallPlan*> CommImpl::PlanFor(const OpDesc& d) {
+  PlanKey key{d.coll, d.send, d.recv, d.count, d.counts, d.dtype, d.op, d.root};
+  if (last_key_ != nullptr && !(key < *last_key_) && !(*last_key_ < key)) return last_plan_;
+  auto it = plans_.find(key);
+  if (it == plans_.end()) {
+    CIUIC_ASSIGN_OR_RETURN(CallPlan plan, PlanCall(d, rank_, size_, selection_, &selections_));
+    // Said once per distinct call, not per call.
+    CIUIC_LOG(kInfo, "%s count=%zu: %s", CollectiveName(d.coll), d.count, plan.why.c_str());
+    if (plans_.size() >= kMaxCachedPlans) {
+      plans_.clear();
+      last_algorithm_plan_ = nullptr;
+    }
+    it = plans_.emplace(std::move(key), std::move(plan)).first;
+  }
+  last_key_ = &it->first;
+  last_plan_ = &it->second;
+  return last_plan_;
+}
+
+StatusOr<ExecJob> CommImpl::JobFor(const OpDesc& d, const CallPlan& plan_ref) {
+  const CallPlan* plan = &plan_ref;
+  if (LogEnabled(LogLevel::kTrace)) {
+    // The schedule itself, step by step (CIUIC_DEBUG=TRACE).
+    CIUIC_LOG(kTrace, "%s", plan->schedule.Dump().c_str());
+  }
+  const size_t es = DataTypeSize(d.dtype);
+  ExecJob job;
+  job.schedule = &plan->schedule;
+  job.slot_bytes = link_options_.slot_size;
+  job.chunk_bytes = PipelineChunkBytes(d, size_);
+  job.dtype = d.dtype;
+  job.op = d.op == ReduceOp::kAvg ? ReduceOp::kSum : d.op;  // AVG: sum, then scale once
+  ExecBuffers& bufs = job.buffers;
+  bufs.input = d.send;
+  bufs.input_count = d.send == nullptr ? 0 : plan->layout.input_count;
+  bufs.output = d.recv;
+  bufs.output_count = d.recv == nullptr ? 0 : plan->layout.output_count;
+  if (plan->schedule.scratch_count > 0) {
+    if (scratch_.size() < plan->schedule.scratch_count * es) scratch_.resize(plan->schedule.scratch_count * es);
+    bufs.scratch = scratch_.data();
+    bufs.scratch_count = plan->schedule.scratch_count;
+  }
+  if (plan->stage_input) {
+    // An overlap of the caller's buffers that the schedule does not support:
+    // run from a copy of the input (staging is reused between operations).
+    if (staging_.size() < bufs.input_count * es) staging_.resize(bufs.input_count * es);
+    if (bufs.input_count > 0) std::memcpy(staging_.data(), d.send, bufs.input_count * es);
+    bufs.input = staging_.data();
+  }
+  const bool tcp = backend_->kind() == BackendKind::kTcp;
+  if ((tcp || reg_cache_ != nullptr) && d.count * es >= kZeroCopyMinBytes) {
+    // Send straight from the caller's buffers. tcp: a registration is only
+    // a bounds-checked pointer (nothing pinned), so one per call. verbs:
+    // through the registration cache (pinned once, reused while the memory
+    // stays mapped). Where registering fails (read-only memory for verbs),
+    // the executor copies through a slot.
+    auto reg = [&](const void* p, size_t count, const transport::MemoryRegion** out) {
+      if (p == nullptr || count == 0) return;
+      if (tcp) {
+        auto r = backend_->Register(const_cast<void*>(p), count * es);
+        if (!r.ok()) return;
+        std::shared_ptr<transport::MemoryRegion> region(std::move(*r));
+        *out = region.get();
+        job.keep.push_back(std::move(region));
+        return;
+      }
+      auto h = reg_cache_->Ref(p, count * es);
+      if (!h.ok()) return;
+      *out = h->region;
+      transport::RegistrationCache* cache = reg_cache_.get();
+      job.keep.push_back(std::shared_ptr<const void>(h->region, [cache, handle = *h](const void*) {
+        cache->Unref(handle);
+      }));
+    };
+    reg(bufs.input, bufs.input_count, &bufs.input_region);
+    if (bufs.output == bufs.input && bufs.output_count == bufs.input_count) {
+      bufs.output_region = bufs.input_region;
+    } else {
+      reg(bufs.output, bufs.output_count, &bufs.output_region);
+    }
+    reg(bufs.scratch, bufs.scratch_count, &bufs.scratch_region);
+  }
+  return job;
+}
+
+Status CommImpl::Finish(const OpDesc& d) {
+  if (d.op != ReduceOp::kAvg || d.recv == nullptr) return Status::Ok();
+  size_t n = 0;
+  switch (d.coll) {
+    case Collective::kAllReduce: n = d.count; break;
+    case Collective::kReduce: n = rank_ == d.root ? d.count : 0; break;
+    case Collective::kReduceScatter: n = d.count; break;
+    case Collective::kReduceScatterv: n = d.counts[rank_]; break;
+    default: break;
+  }
+  return n > 0 ? DivideInPlace(*reducer_, d.recv, n, d.dtype, size_) : Status::Ok();
+}
+
+ShmDirectOptions CommImpl::DirectOptions() const {
+  ShmDirectOptions o;
+  o.slot_bytes = link_options_.slot_size;
+  o.nslots = link_options_.nslots;
+  // The small ring takes at most CIUIC_BUFFER_SIZE too (64 slots of 16 KiB
+  // by default; fewer when the buffer is smaller than 1 MiB).
+  const size_t small_bytes = std::min(o.one_shot_max_bytes, o.slot_bytes);
+  o.small_slots = std::min(o.small_slots, o.nslots * o.slot_bytes / small_bytes);
+  // Where the kernels themselves turn to non-temporal stores (half the
+  // last-level cache, at most 16 MiB; CIUIC_KERNEL_NT_THRESHOLD).
+  o.stream_output_min_bytes = reducer_->nt_threshold_bytes();
+  if (wait_spin_.count() == 0) o.spin = std::chrono::microseconds(0);
+  return o;
+}
+
+Status CommImpl::RunDirect(const OpDesc& d, Clock::time_point deadline) {
+  if (direct_ == nullptr) {
+    CIUIC_ASSIGN_OR_RETURN(direct_, ShmDirect::Create(*backend_, *store_, prefix_, rank_, size_, DirectOptions(),
+                                                     std::chrono::milliseconds(config_.timeout_ms), links_->peer_check()));
+  }
+  const ReduceOp op = d.op == ReduceOp::kAvg ? ReduceOp::kSum : d.op;
+  switch (d.coll) {
+    case Collective::kBroadcast: return direct_->Broadcast(d.recv, d.count, d.dtype, d.root, *reducer_, deadline, &aborted_);
+    case Collective::kReduce:
+      CIUIC_RETURN_IF_ERROR(direct_->Reduce(d.send, d.recv, d.count, d.dtype, op, d.root, *reducer_, deadline, &aborted_));
+      return Finish(d);
+    case Collective::kAllGather: return direct_->AllGather(d.send, d.recv, d.count, d.dtype, deadline, &aborted_);
+    case Collective::kReduceScatter:
+      CIUIC_RETURN_IF_ERROR(direct_->ReduceScatter(d.send, d.recv, d.count, d.dtype, op, *reducer_, deadline, &aborted_));
+      return Finish(d);
+    case Collective::kAllToAll: return direct_->AllToAll(d.send, d.recv, d.count, d.dtype, deadline, &aborted_);
+    case Collective::kBarrier: return direct_->Barrier(deadline, &aborted_);
+    default: break;
+  }
+  CIUIC_RETURN_IF_ERROR(direct_->AllReduce(d.send, d.recv, d.count, d.dtype, op, *reducer_,
+                                           streaming_reducer_.has_value() ? &*streaming_reducer_ : nullptr,
+                                           deadline, &aborted_));
+  return Finish(d);
+}
+
+Status CommImpl::ExecuteCollective(const OpDesc& d, Clock::time_point deadline) {
+  // Nothing to move (count 0; the v-forms and barrier aside): done, as in
+  // MPI, without a plan or a look at any link.
+  if (d.count == 0 && d.coll != Collective::kBarrier && d.coll != Collective::kAllGatherv &&
+      d.coll != Collective::kReduceScatterv) {
+    return Status::Ok();
+  }
+  if (d.on_device()) {
+    // Comes back here with host buffers.
+    std::string ran;
+    Status s = gpu_->Execute(d, deadline, &aborted_,
+                             [this](const OpDesc& h, Clock::time_point dl) { return ExecuteCollective(h, dl); }, &ran);
+    if (!ran.empty()) Ran(nullptr, &ran);
+    return s;
+  }
+  CIUIC_ASSIGN_OR_RETURN(const CallPlan* plan, PlanFor(d));
+  Ran(plan, nullptr);
+  // CIUIC_DEBUG=INFO: the model's prediction next to the measured time of
+  // every call (not timed otherwise: this is the small-message path).
+  const bool timed = LogEnabled(LogLevel::kInfo);
+  const Clock::time_point t0 = timed ? Clock::now() : Clock::time_point();
+  Status s;
+  if (plan->algorithm->kind != AlgorithmKind::kSchedule) {
+    s = RunDirect(d, deadline);
+  } else {
+    auto source = [this](int peer, int channel) { return links_->Get(peer, channel, true); };
+    Executor exec(*backend_, *reducer_, wait_spin_);
+    CIUIC_ASSIGN_OR_RETURN(ExecJob job, JobFor(d, *plan));
+    s = exec.RunMany({job}, source, deadline, &aborted_, nullptr);
+    if (s.ok()) s = Finish(d);
+  }
+  if (timed && s.ok()) {
+    const double measured = std::chrono::duration<double>(Clock::now() - t0).count();
+    // The model's time for this very call (selection costed its size class).
+    CostParams p = selection_.params;
+    if (tuning_.has_value()) ApplyTuning(*tuning_, backend_->kind(), &p, d.dtype, d.op);
+    StatusOr<double> predicted = PredictCall(*plan->algorithm, ShapeOf(d, size_, backend_->kind()), p, selection_.limits);
+    CIUIC_LOG(kInfo, "%s %zu B: %s predicted %.2f us, measured %.2f us", CollectiveName(d.coll),
+              d.count * DataTypeSize(d.dtype), plan->algorithm->name(), predicted.ok() ? *predicted * 1e6 : -1.0,
+              measured * 1e6);
+  }
+  return s;
+}
+
+Status CommImpl::ExecutePointToPoint(OpQueue::Batch* batch, Clock::time_point deadline) {
+  auto source = [this](int peer, int channel) { return links_->Get(peer, channel, false); };
+  Executor exec(*backend_, *reducer_, wait_spin_);
+  // This one and every send/recv queued behind it (also those posted while
+  // it runs) progress together, so ISend + IRecv in either order between
+  // two ranks cannot deadlock on full rings.
+  std::deque<CallPlan> plans;
+  std::vector<ExecJob> jobs;
+  // GPU buffers: sends copied to host mirrors here, receives copied back
+  // once the batch is done (mirror pair k for the k-th operation).
+  std::deque<Staged> staged;
+  auto prepare = [&](const OpDesc& d) -> StatusOr<ExecJob> {
+    const OpDesc* h = &d;
+    if (d.on_device()) {
+      CIUIC_ASSIGN_OR_RETURN(Staged st, gpu_->StageIn(plans.size(), d));
+      staged.push_back(std::move(st));
+      h = &staged.back().host;
+    }
+    StatusOr<CallPlan> plan = PlanCall(*h, rank_, size_, selection_, &selections_);
+    if (!plan.ok()) {
+      if (d.on_device()) staged.pop_back();
+      return plan.status();
+    }
+    plans.push_back(std::move(*plan));
+    Ran(nullptr, &plans.back().why);
+    return JobFor(*h, plans.back());
+  };
+  CIUIC_ASSIGN_OR_RETURN(ExecJob job, prepare((*batch)[0]->desc));
+  jobs.push_back(job);
+  auto more = [&](std::vector<ExecJob>* out) {
+    queue_->TakeFront(
+        [&](const OpDesc& d) {
+          if (!IsPointToPoint(d)) return false;
+          StatusOr<ExecJob> j = prepare(d);
+          if (!j.ok()) return false;  // left in the queue: it fails on its own turn
+          out->push_back(*j);
+          return true;
+        },
+        batch);
+  };
+  CIUIC_RETURN_IF_ERROR(exec.RunMany(jobs, source, deadline, &aborted_, more));
+  for (const Staged& st : staged) CIUIC_RETURN_IF_ERROR(gpu_->CopyBack(st));
+  return Status::Ok();
+}
+
+Status CommImpl::ExecuteBatch(OpQueue::Batch* batch) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(config_.timeout_ms);
+  const OpDesc& first = (*batch)[0]->desc;
+  if (!IsPointToPoint(first)) return ExecuteCollective(first, deadline);
+  return ExecutePointToPoint(batch, deadline);
+}
+
+template <typename F>
+Status CommImpl::Guarded(F&& body) {
+  std::lock_guard<std::mutex> lock(exec_mu_);
+  if (aborted_.load()) return AbortedError("communicator aborted");
+  if (!error_.ok()) return Status(error_.code(), "communicator failed earlier: " + error_.message());
+  Status s = body();
+  // Argument errors leave the communicator usable; everything else (a peer
+  // failed, a timeout) poisons it: the ranks are out of step.
+  if (!s.ok() && s.code() != StatusCode::kInvalidArgument) error_ = s;
+  return s;
+}
+
+Status CommImpl::RunBatch(OpQueue::Batch* batch) {
+  return Guarded([&] { return ExecuteBatch(batch); });
+}
+
+Status CommImpl::RunBlocking(OpDesc desc) {
+  // Order is kept: nothing is queued, and exec_mu waits for an operation
+  // the progress thread may still be finishing. No request object and no
+  // hand-off to the progress thread (two futex wake-ups, ~7 us each).
+  if (queue_->Empty()) {
+    if (!IsPointToPoint(desc)) {
+      return Guarded([&] {
+        return ExecuteCollective(desc, Clock::now() + std::chrono::milliseconds(config_.timeout_ms));
+      });
+    }
+    std::shared_ptr<OpState> op = queue_->RunHere(std::move(desc));
+    return op->status;
+  }
+  std::shared_ptr<OpState> op = queue_->Submit(std::move(desc));
+  return queue_->Wait(*op);
+}
+
+}  // namespace ciuic::collectives

@@ -1,0 +1,174 @@
+// Private: the communicator behind ciuic::Communicator, made of its parts:
+//   bootstrap.h  what the ranks agreed (transport, job id, oversubscription)
+//   links.h      this rank's links to its peers
+//   gpu_route.h  where calls on GPU buffers run
+//   op_queue.h   the operations in call order, and the progress thread
+//   plan.h       each call's algorithm and schedule (cached per call)
+//   executor.h / shm_direct.h  what runs a plan
+// CommImpl ties them together: it takes an operation (blocking on the
+// caller's thread, or queued), plans it, runs it under the sticky-error
+// rules, and finishes it (AVG's division).
+//
+// Thread contract: the Communicator's methods from one thread at a time;
+// operations run under exec_mu, one at a time, on the caller's thread
+// (blocking calls with nothing queued, caller mode) or the progress
+// thread; Wait/Test of a request from any thread; `aborted` from any.
+#ifndef CIUIC_COLLECTIVES_COMM_IMPL_H_
+#define CIUIC_COLLECTIVES_COMM_IMPL_H_
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "ciuic/collectives.h"
+#include "ciuic/config.h"
+#include "ciuic/kernels.h"
+#include "collectives/bootstrap.h"
+#include "collectives/executor.h"
+#include "collectives/gpu_route.h"
+#include "collectives/links.h"
+#include "collectives/op_queue.h"
+#include "collectives/plan.h"
+#include "collectives/selection.h"
+#include "collectives/shm_direct.h"
+#include "collectives/tuning.h"
+#include "transport/transport.h"
+
+namespace ciuic::collectives {
+
+class CommImpl {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  CommImpl(int rank, int size, const Config& config, std::shared_ptr<transport::Store> store);
+  ~CommImpl();
+  CommImpl(const CommImpl&) = delete;
+  CommImpl& operator=(const CommImpl&) = delete;
+
+  // Collective over all ranks: agrees on the communicator, opens the
+  // backend and makes everything the calls need. Errors: the agreement's,
+  // the backend's, CIUIC_ALGO's and CIUIC_TUNING_FILE's, CIUIC_GPU's.
+  Status Init();
+
+  // A blocking call: run here when nothing is queued, else queued behind
+  // the rest and waited for.
+  Status RunBlocking(OpDesc desc);
+  // An async call: queued.
+  std::shared_ptr<OpState> Submit(OpDesc desc) { return queue_->Submit(std::move(desc)); }
+  Status Wait(OpState& op) { return queue_->Wait(op); }
+  bool Test(OpState& op) { return queue_->Test(op); }
+  void Abort() { aborted_.store(true); }
+
+  // Marks where the buffers of `d` live (nothing without GPU support).
+  void Classify(OpDesc* d) const {
+    if (gpu_ != nullptr) gpu_->Classify(d, rank_);
+  }
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  transport::BackendKind transport() const { return backend_->kind(); }
+  std::string last_algorithm() const;
+  DeviceMemory* device_memory() const { return gpu_ == nullptr ? nullptr : gpu_->memory(); }
+  // Keeps the store's server (rank 0 serving it) as long as the communicator.
+  void KeepServer(std::unique_ptr<transport::TcpStoreServer> server) { server_ = std::move(server); }
+
+  // The implementation of a Communicator (tests and bucket.cc reach GPU
+  // support through it).
+  static CommImpl& Of(const Communicator& comm) { return *comm.impl_; }
+
+ private:
+  // Runs a batch (the queue's RunBatch) under the sticky-error rules.
+  Status RunBatch(OpQueue::Batch* batch);
+  // `body` under exec_mu: after an error other than a bad argument the
+  // communicator is failed and says so to every later call.
+  template <typename F>
+  Status Guarded(F&& body);
+  Status ExecuteBatch(OpQueue::Batch* batch);
+  // One collective (not send/recv).
+  Status ExecuteCollective(const OpDesc& d, Clock::time_point deadline);
+  // Point-to-point: this one and every send/recv queued behind it progress
+  // together.
+  Status ExecutePointToPoint(OpQueue::Batch* batch, Clock::time_point deadline);
+  // Runs `d` on the shared-memory family (plan kinds kShmDirect, kExchange).
+  Status RunDirect(const OpDesc& d, Clock::time_point deadline);
+  ShmDirectOptions DirectOptions() const;  // from the link options and the decision
+  // The plan of a collective, cached per call (collective, counts, type,
+  // op, root and buffers): a schedule is built once, not per call. Valid
+  // until the next PlanFor (exec_mu held).
+  StatusOr<const CallPlan*> PlanFor(const OpDesc& d);
+  StatusOr<ExecJob> JobFor(const OpDesc& d, const CallPlan& plan);
+  // AVG: the sum was computed; divide once.
+  Status Finish(const OpDesc& d);
+  // Says what ran (last_algorithm()).
+  void Ran(const CallPlan* plan, const std::string* text);
+
+  const int rank_, size_;
+  const Config config_;
+  std::shared_ptr<transport::Store> store_;
+  std::unique_ptr<transport::TcpStoreServer> server_;  // rank 0, when it serves the store
+  const std::string prefix_;
+  CommDecision decision_;
+  std::chrono::microseconds wait_spin_ = transport::kDefaultSpin;  // 0 when ranks outnumber their CPUs
+
+  // Transport.
+  std::unique_ptr<transport::Backend> backend_;
+  std::unique_ptr<transport::BufferPool> pool_;
+  transport::LinkOptions link_options_;
+  std::unique_ptr<LinkTable> links_;
+  // verbs: caller buffers registered once and reused for zero-copy sends.
+  std::unique_ptr<transport::RegistrationCache> reg_cache_;
+
+  // Kernels.
+  std::optional<kernels::Reducer> reducer_;
+  std::optional<kernels::Reducer> streaming_reducer_;  // the same with non-temporal stores (shm)
+
+  // Selection and plans.
+  std::optional<Tuning> tuning_;  // CIUIC_TUNING_FILE
+  SelectionContext selection_;
+  SelectionCache selections_;
+  struct PlanKey {
+    Collective coll;
+    const void* send;
+    const void* recv;
+    size_t count;
+    std::vector<size_t> counts;
+    DataType dtype;
+    ReduceOp op;
+    int root;
+    bool operator<(const PlanKey& o) const {
+      return std::tie(coll, send, recv, count, counts, dtype, op, root) <
+             std::tie(o.coll, o.send, o.recv, o.count, o.counts, o.dtype, o.op, o.root);
+    }
+  };
+  static constexpr size_t kMaxCachedPlans = 64;  // then the cache starts over
+  std::map<PlanKey, CallPlan> plans_;
+  // The last call's key and plan, checked before the map: a loop of the
+  // same call pays one key comparison.
+  const PlanKey* last_key_ = nullptr;
+  const CallPlan* last_plan_ = nullptr;
+
+  // What runs plans.
+  std::unique_ptr<ShmDirect> direct_;  // the shared-memory family, made on first use
+  std::unique_ptr<GpuRoute> gpu_;      // null: buffers are not looked at
+  std::vector<char> scratch_;          // schedules' scratch, reused
+  std::vector<char> staging_;          // input copy for unsupported overlaps
+
+  // Execution state.
+  mutable std::mutex exec_mu_;  // one operation runs at a time
+  std::atomic<bool> aborted_{false};
+  Status error_;                // first failure; sticky (exec_mu_)
+  std::string last_algorithm_;  // (exec_mu_)
+  const CallPlan* last_algorithm_plan_ = nullptr;  // the plan last_algorithm_ describes
+
+  std::unique_ptr<OpQueue> queue_;  // last: its thread runs on everything above
+};
+
+}  // namespace ciuic::collectives
+
+#endif  // CIUIC_COLLECTIVES_COMM_IMPL_H_

@@ -1,0 +1,112 @@
+// OpQueue: see op_queue.h.
+#include "collectives/op_queue.h"
+
+#include <sched.h>
+
+#include <chrono>
+
+#include "ciuic/topology.h"
+
+namespace ciuic::collectives {
+
+void Complete(OpState& op, Status s) {
+  {
+    std::lock_guard<std::mutex> lock(op.mu);
+    op.status = std::move(s);
+    op.done.store(true, std::memory_order_release);
+  }
+  op.cv.notify_all();
+}
+
+OpQueue::~OpQueue() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  for (auto& op : queue_) Complete(*op, AbortedError("communicator destroyed"));
+}
+
+void OpQueue::StartProgressThread(int cpu) {
+  thread_ = std::thread([this, cpu] { ProgressLoop(cpu); });
+}
+
+void OpQueue::ProgressLoop(int cpu) {
+  if (cpu >= 0) (void)topology::BindThisThreadToCpu(cpu);
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop requested and drained
+    }
+    RunNext();
+  }
+}
+
+std::shared_ptr<OpState> OpQueue::Submit(OpDesc desc) {
+  auto op = std::make_shared<OpState>();
+  op->desc = std::move(desc);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(op);
+    queued_.store(queue_.size(), std::memory_order_release);
+  }
+  cv_.notify_one();
+  return op;
+}
+
+std::shared_ptr<OpState> OpQueue::RunHere(OpDesc desc) {
+  Batch batch{std::make_shared<OpState>()};
+  batch[0]->desc = std::move(desc);
+  Status s = run_(&batch);
+  for (auto& op : batch) Complete(*op, s);
+  return batch[0];
+}
+
+bool OpQueue::RunNext() {
+  Batch batch;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queue_.empty()) return false;
+    batch.push_back(queue_.front());
+    queue_.pop_front();
+    queued_.store(queue_.size(), std::memory_order_release);
+  }
+  Status s = run_(&batch);
+  for (auto& op : batch) Complete(*op, s);
+  return true;
+}
+
+void OpQueue::TakeFront(const std::function<bool(const OpDesc&)>& take, Batch* batch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  while (!queue_.empty() && take(queue_.front()->desc)) {
+    batch->push_back(queue_.front());
+    queue_.pop_front();
+    queued_.store(queue_.size(), std::memory_order_release);
+  }
+}
+
+Status OpQueue::Wait(OpState& op) {
+  if (!threaded()) {
+    // Caller mode: run queued operations in order up to this one.
+    while (!op.done.load(std::memory_order_acquire) && RunNext()) {
+    }
+  } else {
+    // Spin briefly (the op may be about to finish), then sleep.
+    const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+    while (!op.done.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < spin_until) sched_yield();
+    std::unique_lock<std::mutex> lock(op.mu);
+    op.cv.wait(lock, [&] { return op.done.load(std::memory_order_acquire); });
+  }
+  std::lock_guard<std::mutex> lock(op.mu);
+  return op.status;
+}
+
+bool OpQueue::Test(OpState& op) {
+  // Caller mode: Test makes progress by running the queue up to this op.
+  if (!threaded() && !op.done.load(std::memory_order_acquire)) (void)Wait(op);
+  return op.done.load(std::memory_order_acquire);
+}
+
+}  // namespace ciuic::collectives

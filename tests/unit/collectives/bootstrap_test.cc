@@ -1,0 +1,74 @@
+// The communicator's agreement: host records and rank 0's decision survive
+// their text form, malformed ones are named, and Decide follows its rules.
+#include "collectives/bootstrap.h"
+
+#include <gtest/gtest.h>
+
+namespace ciuic::collectives {
+namespace {
+
+using transport::BackendKind;
+
+TEST(BootstrapTest, RecordsRoundTripAndMalformedOnesAreNamed) {
+  HostRecord h{"node17", {0, 1, 5}};
+  EXPECT_EQ(h.Encode(), "node17 0,1,5");
+  auto back = HostRecord::Decode(h.Encode());
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->host, "node17");
+  EXPECT_EQ(back->cpus, (std::vector<int>{0, 1, 5}));
+  auto bare = HostRecord::Decode("node17");
+  ASSERT_TRUE(bare.ok());
+  EXPECT_TRUE(bare->cpus.empty());
+  for (const char* bad : {"", "a b c", "node 1,,2", "node -1", "node 1x"}) {
+    EXPECT_EQ(HostRecord::Decode(bad).status().code(), StatusCode::kDataLoss) << bad;
+  }
+  EXPECT_FALSE(HostRecord::OfThisProcess().host.empty());
+
+  CommDecision d;
+  d.transport = BackendKind::kTcp;
+  d.job_id = "abcd";
+  d.ranks_outnumber_cpus = true;
+  d.tuning_id = "123";
+  EXPECT_EQ(d.Encode(), "tcp abcd 1 123");
+  auto e = CommDecision::Decode(d.Encode());
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->transport, BackendKind::kTcp);
+  EXPECT_EQ(e->job_id, "abcd");
+  EXPECT_TRUE(e->ranks_outnumber_cpus);
+  EXPECT_EQ(e->tuning_id, "123");
+  for (const char* bad : {"", "tcp abcd 1", "tcp abcd 2 x", "rdma abcd 0 none", "tcp a 0 none extra"}) {
+    auto s = CommDecision::Decode(bad);
+    EXPECT_EQ(s.status().code(), StatusCode::kDataLoss) << bad;
+    EXPECT_NE(s.status().message().find("rank 0"), std::string::npos) << s.status().ToString();
+  }
+}
+
+TEST(BootstrapTest, DecideFollowsHostsCpusAndTheKnob) {
+  Config c;
+  std::vector<HostRecord> one = {{"a", {0}}, {"a", {1}}};
+  CommDecision d = Decide(one, c, 2, "none");
+  EXPECT_EQ(d.transport, BackendKind::kShm);
+  EXPECT_FALSE(d.ranks_outnumber_cpus);
+  EXPECT_EQ(d.job_id.size(), 16u);
+  EXPECT_NE(Decide(one, c, 2, "none").job_id, d.job_id);  // fresh per communicator
+  // Three ranks sharing two CPUs on one host.
+  std::vector<HostRecord> over = {{"a", {0, 1}}, {"a", {0, 1}}, {"a", {1}}};
+  EXPECT_TRUE(Decide(over, c, 3, "none").ranks_outnumber_cpus);
+  // Unknown affinity says nothing.
+  std::vector<HostRecord> unknown = {{"a", {}}, {"a", {}}, {"a", {}}};
+  EXPECT_FALSE(Decide(unknown, c, 3, "none").ranks_outnumber_cpus);
+  // Two hosts: the network (verbs when a device opens, else tcp).
+  std::vector<HostRecord> two = {{"a", {0}}, {"b", {0}}};
+  const BackendKind net = Decide(two, c, 2, "none").transport;
+  EXPECT_TRUE(net == BackendKind::kTcp || net == BackendKind::kVerbs);
+  c.transport = "tcp";
+  EXPECT_EQ(Decide(one, c, 2, "7").transport, BackendKind::kTcp);
+  EXPECT_EQ(Decide(one, c, 2, "7").tuning_id, "7");
+  const std::string text = "ciuic-tuning 1\n";
+  EXPECT_EQ(TuningId(nullptr), "none");
+  EXPECT_EQ(TuningId(&text), TuningId(&text));
+  EXPECT_NE(TuningId(&text), "none");
+}
+
+}  // namespace
+}  // namespace ciuic::collectives
