@@ -11,7 +11,8 @@
 // Fusion: kRecvReduceSend reduces the incoming chunk with the local operand
 // straight into the next link's send slot (on shm that slot is the peer's
 // memory), so a pipelined ring touches each byte once per hop.
-// Zero-copy sends: on links that are not direct (tcp, verbs), a chunk whose
+// Zero-copy sends: on links that do not write into the peer's memory (tcp,
+// verbs), a chunk whose
 // buffer comes with a registered region (ExecBuffers::*_region) is written
 // to the peer straight from that buffer instead of through a staging slot;
 // such a chunk is done (for dependencies and for the run) when its write
@@ -81,14 +82,14 @@ class Executor {
   // `spin`: how long waits spin before yielding (transport::WaitFor).
   Executor(transport::Backend& backend, const kernels::Reducer& reducer,
            std::chrono::microseconds spin = transport::kDefaultSpin)
-      : backend_(backend), reducer_(reducer), spin_(spin) {}
+      : parts_{backend, reducer, spin} {}
 
   // Runs `schedule` to completion. `op` is the per-step reduction (AVG is
   // the caller's: sum here, scale after). `abort` (may be null) set by
   // another thread stops the run with kAborted. Errors: kInvalidArgument (a
   // range outside its buffer, a malformed schedule), kDeadlineExceeded
-  // naming the step and peer it waited for, kDataLoss (a peer sent a chunk
-  // of the wrong size), the links' errors (which name the peer).
+  // naming the step, its peer and chunk, kDataLoss (a peer sent a chunk of
+  // the wrong size), the links' errors (which name the peer).
   Status Run(const Schedule& schedule, const ExecBuffers& buffers, DataType dtype,
              ReduceOp op, const LinkSource& links,
              std::chrono::steady_clock::time_point deadline, const std::atomic<bool>* abort);
@@ -102,10 +103,15 @@ class Executor {
                  std::chrono::steady_clock::time_point deadline, const std::atomic<bool>* abort,
                  const MoreJobs& more);
 
+  // What every run uses.
+  struct Parts {
+    transport::Backend& backend;
+    const kernels::Reducer& reducer;
+    std::chrono::microseconds spin;
+  };
+
  private:
-  transport::Backend& backend_;
-  const kernels::Reducer& reducer_;
-  std::chrono::microseconds spin_;
+  Parts parts_;
 };
 
 }  // namespace ciuic::collectives

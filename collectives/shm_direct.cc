@@ -571,7 +571,7 @@ StatusOr<std::unique_ptr<ShmDirect>> ShmDirect::Create(transport::Backend& backe
       CIUIC_ASSIGN_OR_RETURN(std::string blob,
                              transport::GetWhilePeerLives(store, key + std::to_string(p), timeout, p, check));
       CIUIC_ASSIGN_OR_RETURN(transport::RemoteRegion remote, impl->conns[p]->ImportRegion(blob));
-      char* pb = static_cast<char*>(impl->conns[p]->DirectPointer(remote, 0));
+      char* pb = static_cast<char*>(impl->conns[p]->PeerMemoryPointer(remote, 0));
       if (pb == nullptr) {
         return UnimplementedError(std::string("direct shm all-reduce: the ") + transport::BackendName(backend.kind()) +
                                   " backend cannot map rank " + std::to_string(p) + "'s memory");

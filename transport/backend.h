@@ -126,7 +126,7 @@ class Connection {
   // If `dst` is directly addressable from this process (shm), a pointer to
   // its byte `offset`, so kernels can write the payload in place and a
   // zero-length PostWrite then only notifies. nullptr otherwise.
-  virtual void* DirectPointer(RemoteRegion dst, size_t offset) {
+  virtual void* PeerMemoryPointer(RemoteRegion dst, size_t offset) {
     (void)dst;
     (void)offset;
     return nullptr;

@@ -111,7 +111,7 @@ bool Link::Fits(uint64_t at) const {
   // at the ring's end, not for more data), and room in the peer's ring.
   if (inflight_bytes_ + options_.slot_size > options_.slot_size * options_.nslots) return false;
   if (at + options_.slot_size - credited_bytes_ > ring_bytes_) return false;
-  if (direct_) return true;
+  if (in_peer_memory_) return true;
   // The staging ring (the same places) is free once the writes completed.
   return committed_ - write_done_ < max_chunks_ && at + options_.slot_size - write_done_bytes_ <= ring_bytes_;
 }
@@ -151,8 +151,8 @@ Status Link::AdoptPeerRing(const std::string& theirs) {
   if (remote_ring_offset_ + ring_bytes > remote_ring_.size || remote_ring_offset_ + ring_bytes < remote_ring_offset_) {
     return DataLossError("link to rank " + std::to_string(peer_rank) + ": ring outside its region");
   }
-  direct_ = conn_->DirectPointer(remote_ring_, remote_ring_offset_) != nullptr;
-  if (!direct_) {
+  in_peer_memory_ = conn_->PeerMemoryPointer(remote_ring_, remote_ring_offset_) != nullptr;
+  if (!in_peer_memory_) {
     CIUIC_ASSIGN_OR_RETURN(send_staging_, pool_.Acquire(ring_bytes));
   }
   return Status::Ok();
@@ -225,7 +225,7 @@ StatusOr<std::unique_ptr<Link>> Link::Builder::Poll() {
 void* Link::AcquireSend() {
   const uint64_t at = send_at_;
   if (!Fits(at)) return nullptr;
-  if (direct_) return conn_->DirectPointer(remote_ring_, remote_ring_offset_ + at % ring_bytes_);
+  if (in_peer_memory_) return conn_->PeerMemoryPointer(remote_ring_, remote_ring_offset_ + at % ring_bytes_);
   return static_cast<char*>(send_staging_.data()) + at % ring_bytes_;
 }
 
@@ -257,7 +257,7 @@ bool Link::CanSend() const { return Fits(send_at_); }
 
 Status Link::CommitSendFrom(const MemoryRegion& src, size_t offset, size_t len) {
   if (!error_.ok()) return error_;
-  if (direct_) return FailedPreconditionError("Link::CommitSendFrom on a direct link (use AcquireSend)");
+  if (in_peer_memory_) return FailedPreconditionError("Link::CommitSendFrom on a link into peer memory (use AcquireSend)");
   if (len > options_.slot_size || offset > src.size() || len > src.size() - offset) {
     return InvalidArgumentError("Link::CommitSendFrom: " + std::to_string(len) + " bytes at offset " +
                                 std::to_string(offset) + " of a " + std::to_string(src.size()) +
@@ -295,7 +295,7 @@ Status Link::Post() {
     const size_t remote_off = remote_ring_offset_ + off;
     // Direct: the bytes are already in the peer's ring; a zero-length write
     // only notifies. Its source is any local region (nothing is read).
-    Status s = direct_ ? conn_->PostWrite(*recv_ring_.region, recv_ring_.offset, remote_ring_, remote_off, 0, c.len,
+    Status s = in_peer_memory_ ? conn_->PostWrite(*recv_ring_.region, recv_ring_.offset, remote_ring_, remote_off, 0, c.len,
                                           posted_)
                : c.src != nullptr
                    ? conn_->PostWrite(*c.src, c.offset, remote_ring_, remote_off, c.len, c.len, posted_)
@@ -343,7 +343,7 @@ StatusOr<bool> Link::Progress(bool receive) {
         if (c.wr_id != write_done_ || write_done_ >= posted_) {
           return error_ = InternalError(who() + ": write completion out of order");
         }
-        if (!direct_) write_done_bytes_ = send_[write_done_ % max_chunks_].end;
+        if (!in_peer_memory_) write_done_bytes_ = send_[write_done_ % max_chunks_].end;
         ++write_done_;
         break;
       case Completion::Kind::kWriteReceived: {

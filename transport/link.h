@@ -119,7 +119,7 @@ class Link {
   // max(nslots, 64) only while less than 1 MiB is under way).
   size_t max_chunks() const { return max_chunks_; }
   // True when AcquireSend returns the peer's slot (no staging copy).
-  bool direct() const { return direct_; }
+  bool writes_into_peer_memory() const { return in_peer_memory_; }
 
   // Sending. The buffer (slot_size() bytes) to fill with the next chunk, or
   // nullptr while the peer has no free slot (Progress and retry). The same
@@ -141,12 +141,12 @@ class Link {
     return posted_ != committed_ || write_done_ != posted_ || conn_->HasQueuedSends();
   }
 
-  // Zero-copy sending (links that are not direct): whether the peer has a
+  // Zero-copy sending (links that do not write into peer memory): whether the peer has a
   // free slot, and a send of `len` bytes (<= slot_size()) straight from
   // `src` at `offset`, with no staging copy. The source must stay unchanged
   // until the chunk's write completes: chunk number sends_committed() (read
   // before the call) is complete once sends_done() exceeds it.
-  // Errors: kFailedPrecondition (no free slot, or a direct link: fill the
+  // Errors: kFailedPrecondition (no free slot, or a link into peer memory: fill the
   // AcquireSend buffer instead), kInvalidArgument (len or range), the sticky
   // error.
   bool CanSend() const;
@@ -202,10 +202,10 @@ class Link {
   BufferPool& pool_;
   LinkOptions options_;
   BufferPool::Lease recv_ring_;
-  BufferPool::Lease send_staging_;  // unused when direct_
+  BufferPool::Lease send_staging_;  // unused when in_peer_memory_
   RemoteRegion remote_ring_;
   size_t remote_ring_offset_ = 0;
-  bool direct_ = false;
+  bool in_peer_memory_ = false;  // the peer's ring is mapped here (shm)
   size_t ring_bytes_;   // (nslots + 1) * slot_size - 1, each side's and the staging ring
   size_t max_chunks_;   // max(nslots, 256)
   // Sender state (chunk sequence numbers; ring places in bytes).

@@ -13,7 +13,7 @@
 //     the receiver, written by the sender;
 //   - pool memory from Allocate(): pre-faulted, huge pages tried, mlocked
 //     best-effort. A peer maps it at ImportRegion; PostWrite into it is a
-//     memcpy into the mapping and DirectPointer points into it.
+//     memcpy into the mapping and PeerMemoryPointer points into it.
 // Register()ed caller memory is not shared; a PostWrite into it is one
 // process_vm_writev (cross-memory attach) into the owner's address space.
 // (Register of a range inside an Allocate()d region describes that segment,
@@ -459,7 +459,7 @@ class ShmConnection final : public Connection {
   Status PostMessage(const void* data, size_t len) override;
   StatusOr<size_t> Progress(Completion* out, size_t max) override;
   size_t max_outstanding() const override { return kRingEntries; }
-  void* DirectPointer(RemoteRegion dst, size_t offset) override {
+  void* PeerMemoryPointer(RemoteRegion dst, size_t offset) override {
     if (dst.id >= imports_.size()) return nullptr;
     const Import& imp = imports_[dst.id];
     if (imp.base == nullptr || offset >= imp.size) return nullptr;

@@ -625,7 +625,7 @@ TEST_P(ContractTest, LinkZeroCopySendsFromCallerMemory) {
         for (size_t i = 0; i < kSlot; ++i) caller[c * kSlot + i] = Pattern(0, 1, c, i);
       }
       CIUIC_ASSIGN_OR_RETURN(auto region, be->Register(caller.data(), caller.size()));
-      if (link->direct()) {
+      if (link->writes_into_peer_memory()) {
         Status st = link->CommitSendFrom(*region, 0, 16);
         if (st.code() != StatusCode::kFailedPrecondition) {
           return InternalError("a direct link took a zero-copy send: " + st.ToString());
@@ -638,7 +638,7 @@ TEST_P(ContractTest, LinkZeroCopySendsFromCallerMemory) {
       }
       std::vector<std::pair<uint64_t, int>> in_flight;  // (link chunk number, chunk)
       for (int c = 0; c < kChunks; ++c) {
-        if (link->direct()) {
+        if (link->writes_into_peer_memory()) {
           void* slot = nullptr;
           CIUIC_RETURN_IF_ERROR(WaitFor(*be, progress, [&] { return (slot = link->AcquireSend()) != nullptr; },
                                         deadline, "a free slot"));

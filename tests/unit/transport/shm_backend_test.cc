@@ -423,8 +423,8 @@ TEST(ShmBackendTest, WritesOfManySizesIntoBothRegionKinds) {
         EXPECT_EQ(rr->size, kRegion);
         dst[k++] = *rr;
       }
-      EXPECT_NE((*c)->DirectPointer(dst[0], 0), nullptr);
-      EXPECT_EQ((*c)->DirectPointer(dst[1], 0), nullptr) << "caller memory is not mapped";
+      EXPECT_NE((*c)->PeerMemoryPointer(dst[0], 0), nullptr);
+      EXPECT_EQ((*c)->PeerMemoryPointer(dst[1], 0), nullptr) << "caller memory is not mapped";
       Poller poll(*b, **c);
       uint32_t imm = 0;
       for (k = 0; k < 2; ++k) {
@@ -544,9 +544,9 @@ TEST(ShmBackendTest, WritesAndMessagesStayInOrder) {
   });
 }
 
-// A kernel writes into the peer's segment through DirectPointer; a
+// A kernel writes into the peer's segment through PeerMemoryPointer; a
 // zero-length write is then only the notification.
-TEST(ShmBackendTest, DirectPointerThenZeroLengthNotify) {
+TEST(ShmBackendTest, PeerMemoryPointerThenZeroLengthNotify) {
   const std::string job = NewJobId();
   TempDir dir;
   RunRanks(2, [&](int rank) {
@@ -574,11 +574,11 @@ TEST(ShmBackendTest, DirectPointerThenZeroLengthNotify) {
       ASSERT_TRUE(c.ok());
       auto rr = (*c)->ImportRegion(*store->Get("r", kTimeout));
       ASSERT_TRUE(rr.ok());
-      auto* p = static_cast<uint8_t*>((*c)->DirectPointer(*rr, 100));
+      auto* p = static_cast<uint8_t*>((*c)->PeerMemoryPointer(*rr, 100));
       ASSERT_NE(p, nullptr);
-      EXPECT_EQ(static_cast<uint8_t*>((*c)->DirectPointer(*rr, 0)) + 100, p);
-      EXPECT_EQ((*c)->DirectPointer(*rr, 8192), nullptr);
-      EXPECT_EQ((*c)->DirectPointer(RemoteRegion{99, 10}, 0), nullptr);
+      EXPECT_EQ(static_cast<uint8_t*>((*c)->PeerMemoryPointer(*rr, 0)) + 100, p);
+      EXPECT_EQ((*c)->PeerMemoryPointer(*rr, 8192), nullptr);
+      EXPECT_EQ((*c)->PeerMemoryPointer(RemoteRegion{99, 10}, 0), nullptr);
       FillPattern(p, 5000, 9, kSeed);
       ASSERT_TRUE((*c)->PostWrite(**region, 0, *rr, 100, 0, 77, 5).ok());
       Poller poll(*b, **c);
@@ -1151,11 +1151,11 @@ TEST(ShmBackendTest, RegisterInsidePoolIsDirect) {
   auto rc = p.c0->ImportRegion((*cma)->Describe());
   ASSERT_TRUE(rs.ok() && rc.ok());
   EXPECT_EQ(rs->size, 8192u);
-  char* direct = static_cast<char*>(p.c0->DirectPointer(*rs, 10));
+  char* direct = static_cast<char*>(p.c0->PeerMemoryPointer(*rs, 10));
   ASSERT_NE(direct, nullptr);
   direct[0] = 'z';
   EXPECT_EQ(base[4096 + 10], 'z') << "the same memory through both mappings";
-  EXPECT_EQ(p.c0->DirectPointer(*rc, 10), nullptr);
+  EXPECT_EQ(p.c0->PeerMemoryPointer(*rc, 10), nullptr);
   // The sub-range keeps its segment alive after the pool region is gone.
   pool->reset();
   auto again = p.c0->ImportRegion((*sub)->Describe());
