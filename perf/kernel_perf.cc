@@ -4,7 +4,9 @@
 //          AVX512-BF16 rounding) - the bar; non-temporal stores where ours
 //          uses them,
 //   scalar a scalar loop compiled without vectorisation (what Gloo/UCC do),
-//   memcpy of the same output bytes.
+//   memcpy of the same output bytes,
+// and what the C ABI's ciuic_reduce_local costs per call above the C++
+// Reducer (the C-ABI column, ns).
 // GB/s counts bytes read + bytes written (1e9 B/s). Every ciuic result is
 // checked against the scalar reference (#wrong). Timing: median of --reps
 // runs, each long enough (--min-ms); the yardsticks run interleaved with ours.
@@ -24,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "ciuic/ciuic.h"
 #include "ciuic/config.h"
 #include "ciuic/kernels.h"
 #include "ciuic/topology.h"
@@ -230,6 +233,7 @@ struct Row {
   size_t bytes;
   bool nt;
   double ours, hand, scalar, memcpy_gbs;  // GB/s; < 0: not applicable
+  double capi_ns;  // ciuic_reduce_local's time per call above Reducer::Reduce's
   size_t wrong;
 };
 
@@ -309,7 +313,7 @@ int Main(int argc, char** argv) {
             FillValues(in.back()->p, count, dt, k + 1);
             srcs.push_back(in.back()->p);
           }
-          Buffer out(count * es), want(count * es), tmp(count * es);
+          Buffer out(count * es), want(count * es), tmp(count * es), capi_out(count * es);
           Row row;
           row.dtype = DataTypeName(dt);
           row.op = ReduceOpName(op);
@@ -361,6 +365,14 @@ int Main(int argc, char** argv) {
               fns.push_back([=] { ScalarSumF16(d16, s16, n, count); });
             }
           }
+          // The same reduction through the C ABI (its process-wide reducer).
+          const int capi = static_cast<int>(fns.size());
+          fns.push_back([&] {
+            if (ciuic_reduce_local(capi_out.p, srcs.data(), n, count, static_cast<ciuic_datatype_t>(dt),
+                                   static_cast<ciuic_redop_t>(op)) != CIUIC_SUCCESS) {
+              failed = true;
+            }
+          });
           const int mcpy = static_cast<int>(fns.size());
           fns.push_back([&] { std::memcpy(tmp.p, srcs[0], row.bytes); });
           const std::vector<double> t = TimeInterleaved(fns, o);
@@ -372,12 +384,14 @@ int Main(int argc, char** argv) {
           row.hand = hand < 0 ? -1 : moved / t[hand] / 1e9;
           row.scalar = scalar < 0 ? -1 : moved / t[scalar] / 1e9;
           row.memcpy_gbs = 2.0 * row.bytes / t[mcpy] / 1e9;
+          row.capi_ns = (t[capi] - t[0]) * 1e9;
           // Check the result of ciuic's last run against the reference.
           if (!r.Reduce(out.p, srcs.data(), n, count, dt, op).ok()) return 1;
           kernels::ref::Reduce(want.p, srcs.data(), n, count, dt, op);
           row.wrong = 0;
           for (size_t i = 0; i < count; ++i) {
             row.wrong += !kernels::ref::SameElement(out.p, want.p, i, dt);
+            row.wrong += !kernels::ref::SameElement(capi_out.p, want.p, i, dt);
           }
           rows.push_back(row);
           if (o.format == "table") {
@@ -390,16 +404,17 @@ int Main(int argc, char** argv) {
               std::printf("# knobs: %s\n", knobs.empty() ? "(all defaults)" : knobs.c_str());
               std::printf("# GB/s = (inputs + output bytes) / time; hand = hand-written AVX-512 "
                           "loop; scalar = loop built without vectorisation\n");
-              std::printf("%-5s %-4s %2s %10s %-4s %2s | %8s %8s %6s | %8s %7s | %8s %6s | %6s\n",
+              std::printf("# C-ABI ns = ciuic_reduce_local's time per call minus Reducer::Reduce's (same run)\n");
+              std::printf("%-5s %-4s %2s %10s %-4s %2s | %8s %8s %6s | %8s %7s | %8s %6s | %8s | %6s\n",
                           "type", "op", "n", "bytes", "set", "nt", "ciuic", "hand", "/hand",
-                          "scalar", "/scal", "memcpy", "/mcpy", "#wrong");
+                          "scalar", "/scal", "memcpy", "/mcpy", "C-ABI ns", "#wrong");
             }
-            std::printf("%-5s %-4s %2d %10zu %-4s %2s | %8s %8s %6s | %8s %7s | %8s %6s | %6zu\n",
+            std::printf("%-5s %-4s %2d %10zu %-4s %2s | %8s %8s %6s | %8s %7s | %8s %6s | %8.0f | %6zu\n",
                         row.dtype.c_str(), row.op.c_str(), row.nsrcs, row.bytes, row.level.c_str(),
                         row.nt ? "y" : "n", Fmt(row.ours).c_str(), Fmt(row.hand).c_str(),
                         Ratio(row.ours, row.hand).c_str(), Fmt(row.scalar).c_str(),
                         Ratio(row.ours, row.scalar).c_str(), Fmt(row.memcpy_gbs).c_str(),
-                        Ratio(row.ours, row.memcpy_gbs).c_str(), row.wrong);
+                        Ratio(row.ours, row.memcpy_gbs).c_str(), row.capi_ns, row.wrong);
             std::fflush(stdout);
           }
         }
@@ -409,11 +424,11 @@ int Main(int argc, char** argv) {
   size_t total_wrong = 0;
   for (const Row& row : rows) total_wrong += row.wrong;
   if (o.format == "csv") {
-    std::printf("type,op,nsrcs,bytes,set,nt,ciuic_gbs,hand_gbs,scalar_gbs,memcpy_gbs,wrong,target\n");
+    std::printf("type,op,nsrcs,bytes,set,nt,ciuic_gbs,hand_gbs,scalar_gbs,memcpy_gbs,capi_overhead_ns,wrong,target\n");
     for (const Row& w : rows) {
-      std::printf("%s,%s,%d,%zu,%s,%d,%.3f,%.3f,%.3f,%.3f,%zu,%s\n", w.dtype.c_str(), w.op.c_str(),
+      std::printf("%s,%s,%d,%zu,%s,%d,%.3f,%.3f,%.3f,%.3f,%.1f,%zu,%s\n", w.dtype.c_str(), w.op.c_str(),
                   w.nsrcs, w.bytes, w.level.c_str(), w.nt, w.ours, w.hand, w.scalar, w.memcpy_gbs,
-                  w.wrong, r.target_name());
+                  w.capi_ns, w.wrong, r.target_name());
     }
   } else if (o.format == "json") {
     std::printf("{\"benchmark\":\"kernel_perf\",\"version\":\"%s\",\"git\":\"%s\",\"host\":\"%s\","
@@ -424,9 +439,9 @@ int Main(int argc, char** argv) {
       const Row& w = rows[i];
       std::printf("%s{\"type\":\"%s\",\"op\":\"%s\",\"nsrcs\":%d,\"bytes\":%zu,\"set\":\"%s\","
                   "\"nt\":%s,\"ciuic_gbs\":%.3f,\"hand_gbs\":%.3f,\"scalar_gbs\":%.3f,"
-                  "\"memcpy_gbs\":%.3f,\"wrong\":%zu}",
+                  "\"memcpy_gbs\":%.3f,\"capi_overhead_ns\":%.1f,\"wrong\":%zu}",
                   i ? "," : "", w.dtype.c_str(), w.op.c_str(), w.nsrcs, w.bytes, w.level.c_str(),
-                  w.nt ? "true" : "false", w.ours, w.hand, w.scalar, w.memcpy_gbs, w.wrong);
+                  w.nt ? "true" : "false", w.ours, w.hand, w.scalar, w.memcpy_gbs, w.capi_ns, w.wrong);
     }
     std::printf("]}\n");
   } else {

@@ -66,12 +66,20 @@ size_t ciuic_datatype_size(ciuic_datatype_t dtype);
  * overlap between dst and a source is an error. Pointers need only the
  * natural alignment of nothing (any byte address works). One pass: each
  * input is read once and dst written once (integer AVG adds a pass over
- * dst). Uses the best SIMD target of this CPU, capped by CIUIC_SIMD_TARGET;
- * the CIUIC_KERNEL_* knobs are read from the environment on each call.
+ * dst). Uses the best SIMD target of this CPU, capped by CIUIC_SIMD_TARGET,
+ * and the CIUIC_KERNEL_* knobs, read from the environment once per process
+ * (at the first local call) or when ciuic_local_reconfigure() is called.
  * Errors: CIUIC_ERROR_INVALID_ARGUMENT (null pointer with count > 0, nsrcs
  * out of range, unknown dtype/op, overlapping ranges, bad CIUIC_* value). */
 ciuic_status_t ciuic_reduce_local(void* dst, const void* const* srcs, int nsrcs, size_t count,
                                   ciuic_datatype_t dtype, ciuic_redop_t op);
+
+/* Rebuilds the local calls' kernels from the environment now (after a
+ * change to CIUIC_SIMD_TARGET or CIUIC_KERNEL_*). Thread-safe; calls in
+ * flight on other threads finish with the previous settings.
+ * Errors: CIUIC_ERROR_INVALID_ARGUMENT naming a bad CIUIC_* value (every
+ * local call returns it until a reconfiguration succeeds). */
+ciuic_status_t ciuic_local_reconfigure(void);
 
 /* Conversions, round-to-nearest-even; NaN stays NaN, overflow gives Inf.
  * src and dst must not overlap. Errors: CIUIC_ERROR_INVALID_ARGUMENT. */

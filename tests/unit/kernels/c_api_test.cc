@@ -1,10 +1,13 @@
-// The C ABI: status codes, thread-local last error, env knobs read per call.
+// The C ABI: status codes, thread-local last error, env knobs read once per
+// process and again on ciuic_local_reconfigure.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <atomic>
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ciuic/ciuic.h"
 
@@ -36,16 +39,50 @@ TEST(CApiTest, ErrorsSetCodeAndThreadLocalMessage) {
   EXPECT_NE(std::string(ciuic_last_error()).find("dtype"), std::string::npos);
 }
 
-TEST(CApiTest, BadKnobIsReportedByName) {
-  setenv("CIUIC_SIMD_TARGET", "pentium", 1);
-  float a[4] = {}, out[4];
+// The knobs are read once per process (and by ciuic_local_reconfigure): a
+// bad one is named by every call until a reconfiguration succeeds.
+TEST(CApiTest, BadKnobIsReportedByNameUntilReconfigured) {
+  float a[4] = {1, 2, 3, 4}, out[4];
   const void* srcs[1] = {a};
-  const ciuic_status_t s = ciuic_reduce_local(out, srcs, 1, 4, CIUIC_FLOAT32, CIUIC_SUM);
+  ASSERT_EQ(ciuic_reduce_local(out, srcs, 1, 4, CIUIC_FLOAT32, CIUIC_SUM), CIUIC_SUCCESS);
+  setenv("CIUIC_SIMD_TARGET", "pentium", 1);
+  // Not read again by a call.
+  EXPECT_EQ(ciuic_reduce_local(out, srcs, 1, 4, CIUIC_FLOAT32, CIUIC_SUM), CIUIC_SUCCESS);
+  EXPECT_EQ(ciuic_local_reconfigure(), CIUIC_ERROR_INVALID_ARGUMENT);
+  for (int i = 0; i < 2; ++i) {
+    const ciuic_status_t s = ciuic_reduce_local(out, srcs, 1, 4, CIUIC_FLOAT32, CIUIC_SUM);
+    EXPECT_EQ(s, CIUIC_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(ciuic_last_error()).find("CIUIC_SIMD_TARGET='pentium'"), std::string::npos)
+        << ciuic_last_error();
+  }
   unsetenv("CIUIC_SIMD_TARGET");
-  EXPECT_EQ(s, CIUIC_ERROR_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(ciuic_last_error()).find("CIUIC_SIMD_TARGET='pentium'"),
-            std::string::npos)
-      << ciuic_last_error();
+  EXPECT_EQ(ciuic_local_reconfigure(), CIUIC_SUCCESS);
+  EXPECT_EQ(ciuic_reduce_local(out, srcs, 1, 4, CIUIC_FLOAT32, CIUIC_SUM), CIUIC_SUCCESS);
+  EXPECT_EQ(out[3], 4.0f);
+}
+
+// Calls from several threads while another reconfigures: every call
+// succeeds with the right result (reducers replaced stay alive).
+TEST(CApiTest, ReconfigureWhileOtherThreadsCall) {
+  std::atomic<bool> stop{false};
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 2; ++t) {
+    callers.emplace_back([&] {
+      float a[64], b[64], out[64];
+      for (int i = 0; i < 64; ++i) a[i] = static_cast<float>(i), b[i] = 1;
+      const void* srcs[2] = {a, b};
+      while (!stop.load()) {
+        if (ciuic_reduce_local(out, srcs, 2, 64, CIUIC_FLOAT32, CIUIC_SUM) != CIUIC_SUCCESS || out[63] != 64.0f) {
+          wrong.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(ciuic_local_reconfigure(), CIUIC_SUCCESS);
+  stop.store(true);
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 TEST(CApiTest, ConversionsRoundTrip) {
