@@ -134,7 +134,7 @@ CommDecision Decide(const std::vector<HostRecord>& hosts, const Config& config, 
 
 StatusOr<CommDecision> AgreeOnCommunicator(transport::Store& store, const std::string& prefix, int rank, int size,
                                            const Config& config, const std::string& tuning_id,
-                                           std::chrono::milliseconds timeout) {
+                                           std::chrono::milliseconds timeout, LocalRanks* local) {
   if (config.transport != "auto") {
     StatusOr<transport::BackendKind> kind = transport::ParseBackendKind(config.transport);
     if (!kind.ok()) return InvalidArgumentError("CIUIC_TRANSPORT: " + kind.status().message());
@@ -142,7 +142,8 @@ StatusOr<CommDecision> AgreeOnCommunicator(transport::Store& store, const std::s
   // The identity before the host record: every rank has set both once any
   // rank is past this point (rank 0 reads all host records first).
   CIUIC_RETURN_IF_ERROR(store.Set(prefix + "/process/" + std::to_string(rank), transport::ProcessIdentity()));
-  CIUIC_RETURN_IF_ERROR(store.Set(prefix + "/host/" + std::to_string(rank), HostRecord::OfThisProcess().Encode()));
+  const HostRecord mine = HostRecord::OfThisProcess();
+  CIUIC_RETURN_IF_ERROR(store.Set(prefix + "/host/" + std::to_string(rank), mine.Encode()));
   if (rank == 0) {
     std::vector<HostRecord> hosts;
     for (int r = 0; r < size; ++r) {
@@ -151,6 +152,15 @@ StatusOr<CommDecision> AgreeOnCommunicator(transport::Store& store, const std::s
       if (!h.ok()) return DataLossError("rank " + std::to_string(r) + ": " + h.status().message());
       hosts.push_back(std::move(*h));
     }
+    // Each host's ranks and their CPUs, before the decision: every rank
+    // finds its host's once it has the decision.
+    std::map<std::string, LocalRanks> per_host;
+    for (int r = 0; r < size; ++r) {
+      LocalRanks& l = per_host[hosts[r].host];
+      l.ranks.push_back(r);
+      l.cpus.push_back(hosts[r].cpus);
+    }
+    for (const auto& [host, l] : per_host) CIUIC_RETURN_IF_ERROR(store.Set(prefix + "/local/" + host, l.Encode()));
     CIUIC_RETURN_IF_ERROR(store.Set(prefix + "/transport", Decide(hosts, config, size, tuning_id).Encode()));
   }
   CIUIC_ASSIGN_OR_RETURN(std::string text, store.Get(prefix + "/transport", timeout));
@@ -160,6 +170,12 @@ StatusOr<CommDecision> AgreeOnCommunicator(transport::Store& store, const std::s
     return InvalidArgumentError("rank " + std::to_string(rank) + ": CIUIC_TUNING_FILE (" +
                                 (config.tuning_file.empty() ? std::string("unset") : "'" + config.tuning_file + "'") +
                                 ") differs from rank 0's: every rank must use the same tuning file");
+  }
+  if (local != nullptr) {
+    CIUIC_ASSIGN_OR_RETURN(std::string l, store.Get(prefix + "/local/" + mine.host, timeout));
+    StatusOr<LocalRanks> decoded = LocalRanks::Decode(l);
+    if (!decoded.ok()) return decoded.status();
+    *local = std::move(*decoded);
   }
   return d;
 }

@@ -18,6 +18,7 @@
 #include "ciuic/config.h"
 #include "ciuic/status.h"
 #include "ciuic/store.h"
+#include "collectives/topology_plan.h"
 #include "transport/backend_kind.h"
 
 namespace ciuic::collectives {
@@ -65,14 +66,16 @@ CommDecision Decide(const std::vector<HostRecord>& hosts, const Config& config, 
                     const std::string& tuning_id);
 
 // The whole exchange through `store` under `prefix` (keys process/<r>,
-// host/<r>, transport): publishes this rank's identity and host record, and
+// host/<r>, local/<host>, transport): publishes this rank's identity and host record, and
 // returns rank 0's decision. Errors: the store's (kDeadlineExceeded naming
 // the key of a rank that never came), kDataLoss (a malformed record),
 // kInvalidArgument naming CIUIC_TRANSPORT (an unknown name) or
 // CIUIC_TUNING_FILE (this rank's file differs from rank 0's).
+// `local` (optional) gets the ranks of this host and their CPUs (key
+// local/<host>, published by rank 0 with its decision).
 StatusOr<CommDecision> AgreeOnCommunicator(transport::Store& store, const std::string& prefix, int rank, int size,
                                            const Config& config, const std::string& tuning_id,
-                                           std::chrono::milliseconds timeout);
+                                           std::chrono::milliseconds timeout, LocalRanks* local = nullptr);
 
 }  // namespace ciuic::collectives
 

@@ -127,23 +127,38 @@ Status CommImpl::Init() {
   const auto timeout = std::chrono::milliseconds(config_.timeout_ms);
   CIUIC_ASSIGN_OR_RETURN(selection_.algo, AlgoKnob::Parse(config_.algo));
   CIUIC_ASSIGN_OR_RETURN(link_options_, transport::LinkOptions::FromConfig(config_));
-  CIUIC_ASSIGN_OR_RETURN(kernels::Reducer red, kernels::Reducer::Create(config_, kernels::CacheSizes::FromSystem()));
-  reducer_.emplace(red);
   std::string tuning_text;
   if (!config_.tuning_file.empty()) {
     CIUIC_ASSIGN_OR_RETURN(Tuning t, LoadTuningFile(config_.tuning_file));
     tuning_text = FormatTuning(t);
     tuning_ = std::move(t);
   }
+  LocalRanks local;
   CIUIC_ASSIGN_OR_RETURN(decision_, AgreeOnCommunicator(*store_, prefix_, rank_, size_, config_,
-                                                        TuningId(tuning_.has_value() ? &tuning_text : nullptr), timeout));
+                                                        TuningId(tuning_.has_value() ? &tuning_text : nullptr), timeout,
+                                                        &local));
   const BackendKind kind = decision_.transport;
+  // The topology plan: this rank's NIC, pool node, progress CPU, caches.
+  CIUIC_ASSIGN_OR_RETURN(const topology::Topology* topo, MachineTopology(config_, kind != BackendKind::kShm));
+  if (topo != nullptr) {
+    CIUIC_ASSIGN_OR_RETURN(plan_, ComputeRankPlan(*topo, config_, local, rank_, kind));
+    CIUIC_LOG(kInfo, "topology plan: %s", topology::FormatRankPlan(*topo, *plan_).c_str());
+  }
+  kernels::CacheSizes caches = kernels::CacheSizes::FromSystem();
+  if (plan_.has_value()) caches = kernels::CacheSizes{plan_->caches.l1d, plan_->caches.l2, plan_->caches.llc};
+  CIUIC_ASSIGN_OR_RETURN(kernels::Reducer red, kernels::Reducer::Create(config_, caches));
+  reducer_.emplace(red);
   wait_spin_ = decision_.ranks_outnumber_cpus ? std::chrono::microseconds(0) : transport::kDefaultSpin;
   transport::BackendOptions bo;
   bo.rank = rank_;
   bo.world_size = size_;
   bo.job_id = decision_.job_id;
   bo.config = config_;
+  if (plan_.has_value()) {
+    bo.device = plan_->device;
+    bo.netdev = plan_->netdev;
+    if (plan_->nic >= 0) bo.pool_numa_node = plan_->pool_numa_os;
+  }
   StatusOr<std::unique_ptr<transport::Backend>> be = transport::OpenBackend(kind, bo);
   if (!be.ok()) {
     return Status(be.status().code(), "rank " + std::to_string(rank_) + ": transport " + transport::BackendName(kind) +
@@ -176,12 +191,24 @@ Status CommImpl::Init() {
     // The direct all-reduce's streaming stores (ShmDirect::AllReduce).
     Config nt = config_;
     nt.kernel_nt_threshold = 1;
-    CIUIC_ASSIGN_OR_RETURN(kernels::Reducer sred, kernels::Reducer::Create(nt, kernels::CacheSizes::FromSystem()));
+    CIUIC_ASSIGN_OR_RETURN(kernels::Reducer sred, kernels::Reducer::Create(nt, caches));
     streaming_reducer_.emplace(sred);
   }
   CIUIC_LOG(kInfo, "communicator rank %d/%d on %s%s", rank_, size_, backend_->Describe().c_str(),
             wait_spin_.count() == 0 ? " (ranks outnumber their CPUs: waits yield without spinning)" : "");
-  if (config_.progress == "thread") queue_->StartProgressThread(config_.progress_cpu);
+  if (config_.progress == "thread") {
+    std::vector<int> cpus;
+    if (plan_.has_value()) {
+      cpus = plan_->progress_cpus;
+    } else if (config_.progress_cpu >= 0) {
+      cpus = {config_.progress_cpu};
+    }
+    const std::string not_pinned = queue_->StartProgressThread(cpus);
+    if (!not_pinned.empty()) {
+      CIUIC_LOG(kWarn, "progress thread not pinned to CPUs %s: %s", topology::FormatCpuList(cpus).c_str(),
+                not_pinned.c_str());
+    }
+  }
   return Status::Ok();
 }
 

@@ -37,6 +37,7 @@
 #include "collectives/plan.h"
 #include "collectives/selection.h"
 #include "collectives/shm_direct.h"
+#include "collectives/topology_plan.h"
 #include "collectives/tuning.h"
 #include "transport/transport.h"
 
@@ -75,6 +76,8 @@ class CommImpl {
   transport::BackendKind transport() const { return backend_->kind(); }
   std::string last_algorithm() const;
   DeviceMemory* device_memory() const { return gpu_ == nullptr ? nullptr : gpu_->memory(); }
+  // The topology plan it applies (none when the topology was not found).
+  const std::optional<topology::RankPlan>& topology_plan() const { return plan_; }
   // Keeps the store's server (rank 0 serving it) as long as the communicator.
   void KeepServer(std::unique_ptr<transport::TcpStoreServer> server) { server_ = std::move(server); }
 
@@ -114,6 +117,7 @@ class CommImpl {
   std::unique_ptr<transport::TcpStoreServer> server_;  // rank 0, when it serves the store
   const std::string prefix_;
   CommDecision decision_;
+  std::optional<topology::RankPlan> plan_;  // topology_plan.h
   std::chrono::microseconds wait_spin_ = transport::kDefaultSpin;  // 0 when ranks outnumber their CPUs
 
   // Transport.

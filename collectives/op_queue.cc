@@ -1,11 +1,13 @@
 // OpQueue: see op_queue.h.
 #include "collectives/op_queue.h"
 
+#include <pthread.h>
 #include <sched.h>
+
+#include <cstring>
 
 #include <chrono>
 
-#include "ciuic/topology.h"
 
 namespace ciuic::collectives {
 
@@ -28,12 +30,22 @@ OpQueue::~OpQueue() {
   for (auto& op : queue_) Complete(*op, AbortedError("communicator destroyed"));
 }
 
-void OpQueue::StartProgressThread(int cpu) {
-  thread_ = std::thread([this, cpu] { ProgressLoop(cpu); });
+std::string OpQueue::StartProgressThread(const std::vector<int>& cpus) {
+  thread_ = std::thread([this] { ProgressLoop(); });
+  pthread_setname_np(thread_.native_handle(), "ciuic-progress");
+  if (cpus.empty()) return "";
+  // Pinned here, before anything is queued, so the affinity holds from the
+  // first operation and a test reads it without a race.
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus) {
+    if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &set);
+  }
+  const int err = pthread_setaffinity_np(thread_.native_handle(), sizeof(set), &set);
+  return err == 0 ? "" : std::string("pthread_setaffinity_np: ") + std::strerror(err);
 }
 
-void OpQueue::ProgressLoop(int cpu) {
-  if (cpu >= 0) (void)topology::BindThisThreadToCpu(cpu);
+void OpQueue::ProgressLoop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);

@@ -50,8 +50,10 @@ class OpQueue {
   OpQueue(const OpQueue&) = delete;
   OpQueue& operator=(const OpQueue&) = delete;
 
-  // Starts the progress thread, pinned to `cpu` (>= 0) or not (< 0).
-  void StartProgressThread(int cpu);
+  // Starts the progress thread ("ciuic-progress"), on `cpus` (empty: where
+  // it starts, the creating thread's CPUs). Returns why it could not be
+  // pinned, or "".
+  std::string StartProgressThread(const std::vector<int>& cpus);
   bool threaded() const { return thread_.joinable(); }
 
   std::shared_ptr<OpState> Submit(OpDesc desc);
@@ -73,7 +75,7 @@ class OpQueue {
 
  private:
   bool RunNext();
-  void ProgressLoop(int cpu);
+  void ProgressLoop();
 
   RunBatch run_;
   std::mutex mu_;

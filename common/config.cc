@@ -276,7 +276,7 @@ const Knob kKnobs[] = {
      "RDMA devices to use, as NCCL_IB_HCA: mlx5_0:1,mlx5_1:1 (prefix match; '=' exact, '^' exclude)",
      ParseIbHca, [](const Config& c) { return c.ib_hca; }},
     {"CIUIC_PROGRESS_CPU", "auto",
-     "CPU for the progress thread: auto (NIC-local, not used by ranks), none, or a CPU number",
+     "CPU for the progress thread: auto (one no local rank uses, near the NIC, else it stays with its rank), none, or a CPU number",
      ParseProgressCpu,
      [](const Config& c) {
        if (c.progress_cpu == Config::kProgressCpuAuto) return std::string("auto");

@@ -120,7 +120,22 @@ std::string KernelParams(const Config& config, const topo::CacheSizes& c, bool j
   return os.str();
 }
 
-void PrintTable(const topo::Topology& t, const topo::Plan& plan, const Config& config) {
+// One line per rank of what its communicator applies (topo::RankPlan).
+void PrintRankPlans(const topo::Topology& t, const std::vector<topo::RankPlan>& ranks) {
+  for (const topo::RankPlan& p : ranks) {
+    const std::string nic = p.nic >= 0 ? t.nics[p.nic].name : "-";
+    std::printf("  rank %d: gpu %-3s numa %-3s cpus %-14s nic %-10s pool numa %-3s progress cpu %s%s\n", p.local_rank,
+                p.gpu >= 0 ? std::to_string(p.gpu).c_str() : "-",
+                p.numa_node >= 0 ? std::to_string(t.numa_nodes[p.numa_node].os_index).c_str() : "?",
+                topo::FormatCpuList(p.cpus).c_str(), nic.c_str(),
+                p.pool_numa_os >= 0 ? std::to_string(p.pool_numa_os).c_str() : "-",
+                p.progress_cpus.empty() ? "none" : topo::FormatCpuList(p.progress_cpus).c_str(),
+                p.progress_shared ? " (with its rank: no free cpu)" : "");
+  }
+}
+
+void PrintTable(const topo::Topology& t, const topo::Plan& plan, const std::vector<topo::RankPlan>& ranks,
+                const Config& config) {
   std::printf("# ciuic-topo: %s%s%s\n", t.source.c_str(), t.hostname.empty() ? "" : ", host ",
               t.hostname.c_str());
   std::printf("# %s\n", t.Summary().c_str());
@@ -189,22 +204,9 @@ void PrintTable(const topo::Topology& t, const topo::Plan& plan, const Config& c
   std::printf("\nDecisions for %zu local rank%s (CIUIC_IB_HCA=%s, CIUIC_NUMA_POLICY=%s):\n", plan.ranks.size(),
               plan.ranks.size() == 1 ? "" : "s", config.ib_hca.empty() ? "<all>" : config.ib_hca.c_str(),
               topo::NumaPolicyName(plan.numa_policy));
-  std::printf("  allowed NICs: %s\n", NicList(t, plan.allowed_nics).c_str());
-  for (size_t r = 0; r < plan.ranks.size(); ++r) {
-    const topo::RankPlacement& p = plan.ranks[r];
-    const topo::ProgressChoice& pc = plan.progress[r];
-    std::printf("  rank %zu: gpu %-3s numa %-3s cpus %-14s nics %-24s progress cpu %s%s%s\n", r,
-                p.gpu >= 0 ? std::to_string(p.gpu).c_str() : "-",
-                p.numa_node >= 0 ? std::to_string(t.numa_nodes[p.numa_node].os_index).c_str() : "?",
-                topo::FormatCpuList(p.cpus).c_str(), NicList(t, p.nics).c_str(),
-                pc.cpu >= 0 ? std::to_string(pc.cpu).c_str() : "none", pc.shared ? " (shared with a rank)" : "",
-                p.oversubscribed ? "  [oversubscribed]" : "");
-  }
-  for (const topo::NicChoice& n : plan.nics) {
-    std::printf("  pool for %-10s on NUMA node %s\n", t.nics[n.nic].name.c_str(),
-                n.pool_numa_node >= 0 ? std::to_string(t.numa_nodes[n.pool_numa_node].os_index).c_str()
-                                      : "? (first touch)");
-  }
+  std::printf("  allowed NICs: %s; transport %s\n", NicList(t, plan.allowed_nics).c_str(),
+              ranks.empty() ? "?" : ranks[0].transport.c_str());
+  PrintRankPlans(t, ranks);
   const topo::CacheSizes& c = plan.caches;
   std::printf("\nKernel cache sizes: l1d %s, l2 %s, llc %s (L%d, shared by %d CPUs)%s\n", Bytes(c.l1d).c_str(),
               Bytes(c.l2).c_str(), Bytes(c.llc).c_str(), c.llc_level, c.llc_cpus,
@@ -217,7 +219,8 @@ void PrintTable(const topo::Topology& t, const topo::Plan& plan, const Config& c
   std::printf("Kernels with these sizes: %s\n", KernelParams(config, c, false).c_str());
 }
 
-void PrintJson(const topo::Topology& t, const topo::Plan& plan, const Config& config) {
+void PrintJson(const topo::Topology& t, const topo::Plan& plan, const std::vector<topo::RankPlan>& ranks,
+               const Config& config) {
   std::ostringstream o;
   o << "{\n  \"source\": " << Json(t.source) << ",\n  \"hostname\": " << Json(t.hostname)
     << ",\n  \"hwloc\": " << (topo::HaveHwloc() ? "true" : "false") << ",\n  \"packages\": " << t.packages.size()
@@ -265,15 +268,7 @@ void PrintJson(const topo::Topology& t, const topo::Plan& plan, const Config& co
     o << (i ? ", " : "") << Json(t.nics[plan.allowed_nics[i]].name);
   }
   o << "],\n  \"ranks\": [";
-  for (size_t r = 0; r < plan.ranks.size(); ++r) {
-    const topo::RankPlacement& p = plan.ranks[r];
-    o << (r ? "," : "") << "\n    {\"rank\": " << r << ", \"gpu\": " << (p.gpu >= 0 ? std::to_string(p.gpu) : "null")
-      << ", \"numa\": " << os_numa(p.numa_node) << ", \"cpus\": " << JsonInts(p.cpus) << ", \"nics\": [";
-    for (size_t i = 0; i < p.nics.size(); ++i) o << (i ? ", " : "") << Json(t.nics[p.nics[i]].name);
-    o << "], \"progress_cpu\": " << (plan.progress[r].cpu >= 0 ? std::to_string(plan.progress[r].cpu) : "null")
-      << ", \"progress_shared\": " << (plan.progress[r].shared ? "true" : "false")
-      << ", \"oversubscribed\": " << (p.oversubscribed ? "true" : "false") << "}";
-  }
+  for (size_t r = 0; r < ranks.size(); ++r) o << (r ? "," : "") << "\n    " << topo::FormatRankPlan(t, ranks[r]);
   o << "\n  ],\n  \"pools\": [";
   for (size_t i = 0; i < plan.nics.size(); ++i) {
     o << (i ? ", " : "") << "{\"nic\": " << Json(t.nics[plan.nics[i].nic].name)
@@ -286,14 +281,20 @@ void PrintJson(const topo::Topology& t, const topo::Plan& plan, const Config& co
 int Usage(const char* msg) {
   if (msg != nullptr) std::fprintf(stderr, "ciuic-topo: %s\n", msg);
   std::fprintf(stderr,
-               "usage: ciuic-topo [--xml FILE] [--ranks N] [--cpu-ranks] [--format table|json]\n"
+               "usage: ciuic-topo [--xml FILE] [--ranks N] [--cpu-ranks] [--transport shm|tcp|verbs]\n"
+               "                  [--cpus LIST;LIST;...] [--format table|json]\n"
                "  --xml FILE     read a saved hwloc XML topology (lstopo --of xml) instead of\n"
                "                 this machine (same as CIUIC_TOPO_FILE=FILE)\n"
                "  --ranks N      local ranks to place (default: the GPUs, else the NUMA nodes)\n"
                "  --cpu-ranks    place ranks on CPUs only, ignoring GPUs\n"
+               "  --transport T  the communicator's transport (default: verbs when an RDMA NIC\n"
+               "                 is allowed, else tcp)\n"
+               "  --cpus L;L;..  the ranks' CPUs as a launcher bound them (\"0-3;4-7\"), instead\n"
+               "                 of the placement ciuic-topo proposes; sets --ranks\n"
                "  --format F     table (default) or json\n"
                "Knobs read from the environment: CIUIC_TOPO_FILE, CIUIC_IB_HCA,\n"
-               "CIUIC_PROGRESS_CPU, CIUIC_NUMA_POLICY.\n");
+               "CIUIC_PROGRESS_CPU, CIUIC_NUMA_POLICY, CIUIC_SOCKET_IFNAME. Each rank's line is the\n"
+               "plan its communicator applies (NIC, pool node, progress CPU, caches).\n");
   return 2;
 }
 
@@ -303,6 +304,7 @@ int main(int argc, char** argv) {
   std::string xml, format = "table";
   int nranks = 0;
   bool cpu_ranks = false;
+  std::string transport, cpus_arg;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
@@ -322,6 +324,16 @@ int main(int argc, char** argv) {
         return Usage("--format is table or json");
       }
       format = v;
+    } else if (a == "--transport") {
+      const char* v = value();
+      if (v == nullptr || (std::strcmp(v, "shm") != 0 && std::strcmp(v, "tcp") != 0 && std::strcmp(v, "verbs") != 0)) {
+        return Usage("--transport is shm, tcp or verbs");
+      }
+      transport = v;
+    } else if (a == "--cpus") {
+      const char* v = value();
+      if (v == nullptr) return Usage("--cpus needs CPU lists separated by ';'");
+      cpus_arg = v;
     } else if (a == "--cpu-ranks") {
       cpu_ranks = true;
     } else if (a == "--help" || a == "-h") {
@@ -360,10 +372,42 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ciuic-topo: error: %s\n", plan.status().ToString().c_str());
     return 1;
   }
+  // The ranks' plans: what their communicators apply.
+  if (transport.empty()) {
+    bool rdma = false;
+    for (int n : plan->allowed_nics) rdma |= t->nics[n].rdma();
+    transport = rdma ? "verbs" : "tcp";
+  }
+  // CPU ranks (no GPU each), as a communicator with CIUIC_GPU=off plans.
+  StatusOr<topo::LocalJob> job = topo::PlacedJob(*t, *config, nranks, !cpu_ranks && config->gpu != "off", transport);
+  if (!job.ok()) {
+    std::fprintf(stderr, "ciuic-topo: error: %s\n", job.status().ToString().c_str());
+    return 1;
+  }
+  if (!cpus_arg.empty()) {
+    job->cpus.clear();
+    job->gpus.clear();
+    for (size_t at = 0; at <= cpus_arg.size();) {
+      const size_t semi = std::min(cpus_arg.find(';', at), cpus_arg.size());
+      StatusOr<std::vector<int>> c = topo::ParseCpuList(cpus_arg.substr(at, semi - at));
+      if (!c.ok()) return Usage(("--cpus: " + c.status().message()).c_str());
+      job->cpus.push_back(*c);
+      at = semi + 1;
+    }
+  }
+  std::vector<topo::RankPlan> ranks;
+  for (int r = 0; r < static_cast<int>(std::max<size_t>(1, job->cpus.size())); ++r) {
+    StatusOr<topo::RankPlan> rp = topo::PlanRank(*t, *config, *job, r);
+    if (!rp.ok()) {
+      std::fprintf(stderr, "ciuic-topo: error: %s\n", rp.status().ToString().c_str());
+      return 1;
+    }
+    ranks.push_back(*rp);
+  }
   if (format == "json") {
-    PrintJson(*t, *plan, *config);
+    PrintJson(*t, *plan, ranks, *config);
   } else {
-    PrintTable(*t, *plan, *config);
+    PrintTable(*t, *plan, ranks, *config);
   }
   return 0;
 }

@@ -1,8 +1,10 @@
 // Placement decisions: pure functions of a Topology.
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <map>
 #include <set>
+#include <string>
 #include <tuple>
 
 #include "ciuic/topology.h"
@@ -332,6 +334,198 @@ CacheSizes KernelCacheSizes(const Topology& t) {
   return c;
 }
 
+namespace {
+
+// The NUMA node (index) holding most of `cpus` (ties: the lowest), or -1.
+int MajorityNode(const Topology& t, const std::vector<int>& cpus) {
+  std::map<int, int> count;
+  for (int c : cpus) {
+    const int n = t.NumaOfCpu(c);
+    if (n >= 0) ++count[n];
+  }
+  int best = -1, most = 0;
+  for (const auto& [n, k] : count) {
+    if (k > most) best = n, most = k;
+  }
+  return best;
+}
+
+// Local rank j's CPUs within the topology (all of them when unknown).
+std::vector<int> RankCpus(const Topology& t, const LocalJob& job, int j) {
+  const std::vector<int> all = t.Cpus();
+  std::vector<int> out;
+  if (j < static_cast<int>(job.cpus.size())) {
+    for (int c : job.cpus[j]) {
+      if (std::binary_search(all.begin(), all.end(), c)) out.push_back(c);
+    }
+  }
+  if (out.empty()) return all;
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+// The NICs a transport may use under `config`: verbs the RDMA NICs
+// CIUIC_IB_HCA allows, tcp the netdevs (none when CIUIC_SOCKET_IFNAME
+// decides), shm none.
+StatusOr<std::vector<int>> Candidates(const Topology& t, const Config& config, const std::string& transport) {
+  std::vector<int> out;
+  if (transport == "shm") return out;
+  if (transport == "verbs") {
+    CIUIC_ASSIGN_OR_RETURN(std::vector<int> allowed, SelectNics(t, config.ib_hca));
+    for (int n : allowed) {
+      if (t.nics[n].rdma()) out.push_back(n);
+    }
+    return out;
+  }
+  if (transport != "tcp") return InvalidArgumentError("unknown transport '" + transport + "' (shm, tcp or verbs)");
+  if (!config.socket_ifname.empty()) return out;
+  for (size_t n = 0; n < t.nics.size(); ++n) {
+    if (!t.nics[n].netdev.empty()) out.push_back(static_cast<int>(n));
+  }
+  return out;
+}
+
+}  // namespace
+
+StatusOr<RankPlan> PlanRank(const Topology& t, const Config& config, const LocalJob& job, int r) {
+  const int n = std::max<int>(1, static_cast<int>(job.cpus.size()));
+  if (r < 0 || r >= n) return InvalidArgumentError("local rank " + std::to_string(r) + " not in [0, " + std::to_string(n) + ")");
+  if (t.cores.empty()) return InvalidArgumentError("topology " + t.source + " has no CPU");
+  if (config.progress_cpu >= 0 && t.CoreOfCpu(config.progress_cpu) < 0) {
+    return InvalidArgumentError("CIUIC_PROGRESS_CPU=" + std::to_string(config.progress_cpu) + ": no such CPU in " +
+                                t.source + " (CPUs " + FormatCpuList(t.Cpus()) + ")");
+  }
+  CIUIC_ASSIGN_OR_RETURN(const std::vector<int> candidates, Candidates(t, config, job.transport));
+  // Every local rank's CPUs: what progress threads must stay off.
+  std::vector<int> used;
+  for (int j = 0; j < n; ++j) {
+    const std::vector<int> c = RankCpus(t, job, j);
+    used.insert(used.end(), c.begin(), c.end());
+  }
+  // Lower local ranks decide first (their NIC rotation, their progress
+  // CPUs), so every rank of the machine computes the same for each.
+  std::map<std::vector<int>, int> sharing;
+  RankPlan plan;
+  for (int j = 0; j <= r; ++j) {
+    RankPlan p;
+    p.local_rank = j;
+    p.local_size = n;
+    p.transport = job.transport;
+    p.cpus = RankCpus(t, job, j);
+    p.numa_node = MajorityNode(t, p.cpus);
+    // A GPU decides the rank's NIC (shm has none).
+    p.gpu = j < static_cast<int>(job.gpus.size()) && job.transport != "shm" ? job.gpus[j] : -1;
+    if (p.gpu >= static_cast<int>(t.gpus.size())) p.gpu = -1;
+    std::string why;
+    if (!candidates.empty()) {
+      StatusOr<std::vector<int>> nics = p.gpu >= 0         ? NearestNicsToGpu(t, p.gpu, candidates)
+                                        : p.numa_node >= 0 ? NearestNicsToNuma(t, p.numa_node, candidates)
+                                                           : StatusOr<std::vector<int>>(candidates);
+      if (!nics.ok()) return nics.status();
+      std::vector<int> v = *nics;
+      const int k = sharing[v]++;
+      std::rotate(v.begin(), v.begin() + (k % static_cast<int>(v.size())), v.end());
+      p.nic = v[0];
+      const Nic& nic = t.nics[p.nic];
+      if (job.transport == "verbs") p.device = nic.verbs_name;
+      if (job.transport == "tcp") p.netdev = nic.netdev;
+      why = "nic " + nic.name + (p.gpu >= 0 ? " nearest its GPU" : p.numa_node >= 0 ? " nearest its node" : "") +
+            (v.size() > 1 ? " (of " + std::to_string(v.size()) + " tied, rotated)" : "");
+      CIUIC_ASSIGN_OR_RETURN(const int pool, PoolNumaNode(t, p.nic));
+      p.pool_numa_os = pool >= 0 ? t.numa_nodes[pool].os_index : -1;
+    } else {
+      why = job.transport == "shm" ? "no nic (shm)"
+            : job.transport == "tcp" && !config.socket_ifname.empty() ? "nic by CIUIC_SOCKET_IFNAME"
+                                                                      : "no nic allowed";
+      if (job.transport != "shm" && p.numa_node >= 0) p.pool_numa_os = t.numa_nodes[p.numa_node].os_index;
+    }
+    if (config.progress_cpu >= 0) {
+      p.progress_cpus = {config.progress_cpu};
+      p.progress_shared = std::count(used.begin(), used.end(), config.progress_cpu) > 0;
+      why += "; progress on CIUIC_PROGRESS_CPU";
+    } else if (config.progress_cpu == Config::kProgressCpuAuto) {
+      const int home = p.nic >= 0 && t.nics[p.nic].numa_node >= 0 ? t.nics[p.nic].numa_node : p.numa_node;
+      CIUIC_ASSIGN_OR_RETURN(ProgressChoice pc, ProgressCpuNear(t, home, used));
+      if (!pc.shared) {
+        p.progress_cpus = {pc.cpu};
+        used.push_back(pc.cpu);  // two progress threads share a CPU only when none is free
+        why += "; progress on a free cpu";
+      } else {
+        p.progress_cpus = p.cpus;
+        p.progress_shared = true;
+        why += "; progress with its rank (no free cpu)";
+      }
+    } else {
+      why += "; progress unpinned (CIUIC_PROGRESS_CPU=none)";
+    }
+    p.caches = KernelCacheSizes(t);
+    p.why = why;
+    if (j == r) plan = std::move(p);
+  }
+  return plan;
+}
+
+StatusOr<LocalJob> PlacedJob(const Topology& t, const Config& config, int nranks, bool use_gpus,
+                             const std::string& transport) {
+  LocalJob job;
+  job.transport = transport;
+  CIUIC_ASSIGN_OR_RETURN(const std::vector<int> candidates, Candidates(t, config, transport));
+  CIUIC_ASSIGN_OR_RETURN(const std::vector<RankPlacement> placed, PlaceRanks(t, nranks, candidates, use_gpus));
+  for (const RankPlacement& p : placed) {
+    job.cpus.push_back(p.cpus);
+    job.gpus.push_back(p.gpu);
+  }
+  return job;
+}
+
+std::string FormatRankPlan(const Topology& t, const RankPlan& p) {
+  auto str = [](const std::string& s) { return "\"" + s + "\""; };
+  auto ints = [](const std::vector<int>& v) {
+    std::string o = "[";
+    for (size_t i = 0; i < v.size(); ++i) o += (i ? "," : "") + std::to_string(v[i]);
+    return o + "]";
+  };
+  const std::string numa = p.numa_node >= 0 ? std::to_string(t.numa_nodes[p.numa_node].os_index) : "null";
+  const std::string gpu = p.gpu >= 0 ? str(t.gpus[p.gpu].bus_id) : "null";
+  const std::string nic = p.nic >= 0 ? str(t.nics[p.nic].name) : "null";
+  return "{\"local_rank\": " + std::to_string(p.local_rank) + ", \"local_size\": " + std::to_string(p.local_size) +
+         ", \"transport\": " + str(p.transport) + ", \"cpus\": " + ints(p.cpus) + ", \"numa\": " + numa +
+         ", \"gpu\": " + gpu + ", \"nic\": " + nic + ", \"device\": " + str(p.device) + ", \"netdev\": " +
+         str(p.netdev) + ", \"pool_numa\": " + (p.pool_numa_os >= 0 ? std::to_string(p.pool_numa_os) : "null") +
+         ", \"progress_cpus\": " + ints(p.progress_cpus) + ", \"progress_shared\": " +
+         (p.progress_shared ? "true" : "false") + ", \"caches\": [" + std::to_string(p.caches.l1d) + "," +
+         std::to_string(p.caches.l2) + "," + std::to_string(p.caches.llc) + "], \"why\": " + str(p.why) + "}";
+}
+
+StatusOr<std::vector<int>> ParseCpuList(const std::string& text) {
+  std::vector<int> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    at = comma + 1;
+    const size_t dash = item.find('-');
+    char* end = nullptr;
+    const long lo = std::strtol(item.c_str(), &end, 10);
+    const bool lo_ok = !item.empty() && end != item.c_str() && (*end == '\0' || *end == '-');
+    long hi = lo;
+    bool hi_ok = true;
+    if (dash != std::string::npos) {
+      const std::string h = item.substr(dash + 1);
+      hi = std::strtol(h.c_str(), &end, 10);
+      hi_ok = !h.empty() && *end == '\0';
+    }
+    if (!lo_ok || !hi_ok || lo < 0 || hi < lo || hi > 1 << 20) {
+      return InvalidArgumentError("CPU list '" + text + "': bad item '" + item + "'");
+    }
+    for (long c = lo; c <= hi; ++c) out.push_back(static_cast<int>(c));
+  }
+  return out;
+}
+
+// The whole machine's plan: the job ciuic-topo assumes (GPU ranks when
+// there are GPUs), each rank's PlanRank.
 StatusOr<Plan> MakePlan(const Topology& t, const Config& config, int nranks) {
   Plan plan;
   StatusOr<NumaPolicy> policy = ParseNumaPolicy(config.numa_policy);
@@ -340,29 +534,23 @@ StatusOr<Plan> MakePlan(const Topology& t, const Config& config, int nranks) {
   CIUIC_ASSIGN_OR_RETURN(plan.allowed_nics, SelectNics(t, config.ib_hca));
   CIUIC_ASSIGN_OR_RETURN(plan.ranks, PlaceRanks(t, nranks, plan.allowed_nics));
   plan.caches = KernelCacheSizes(t);
-
-  std::vector<int> used;
-  for (const RankPlacement& r : plan.ranks) used.insert(used.end(), r.cpus.begin(), r.cpus.end());
-  if (config.progress_cpu >= 0 && t.CoreOfCpu(config.progress_cpu) < 0) {
-    return InvalidArgumentError("CIUIC_PROGRESS_CPU=" + std::to_string(config.progress_cpu) + ": no such CPU in " +
-                                t.source + " (CPUs " + FormatCpuList(t.Cpus()) + ")");
-  }
-  for (const RankPlacement& r : plan.ranks) {
-    ProgressChoice pc;
-    if (config.progress_cpu >= 0) {
-      pc.cpu = config.progress_cpu;
-      pc.shared = std::count(used.begin(), used.end(), pc.cpu) > 0;
-    } else if (config.progress_cpu == Config::kProgressCpuAuto) {
-      const int home = !r.nics.empty() && t.nics[r.nics[0]].numa_node >= 0 ? t.nics[r.nics[0]].numa_node
-                                                                           : r.numa_node;
-      CIUIC_ASSIGN_OR_RETURN(pc, ProgressCpuNear(t, home, used));
-      // Two ranks' progress threads do not share a CPU while one is free.
-      if (!pc.shared) used.push_back(pc.cpu);
-    }
-    plan.progress.push_back(pc);
+  bool rdma = false;
+  for (int a : plan.allowed_nics) rdma |= t.nics[a].rdma();
+  LocalJob job;
+  job.transport = rdma ? "verbs" : "tcp";
+  for (const RankPlacement& p : plan.ranks) {
+    job.cpus.push_back(p.cpus);
+    job.gpus.push_back(p.gpu);
   }
   std::set<int> nics;
-  for (const RankPlacement& r : plan.ranks) nics.insert(r.nics.begin(), r.nics.end());
+  for (int r = 0; r < nranks; ++r) {
+    CIUIC_ASSIGN_OR_RETURN(RankPlan rp, PlanRank(t, config, job, r));
+    ProgressChoice pc;
+    pc.shared = rp.progress_shared;
+    pc.cpu = rp.progress_cpus.size() == 1 ? rp.progress_cpus[0] : -1;
+    plan.progress.push_back(pc);
+    nics.insert(plan.ranks[r].nics.begin(), plan.ranks[r].nics.end());
+  }
   for (int n : nics) {
     NicChoice c;
     c.nic = n;

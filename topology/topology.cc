@@ -409,13 +409,13 @@ Status Finish(Topology* t) {
 
 }  // namespace internal
 
-StatusOr<Topology> Discover(const Config& config) {
+StatusOr<Topology> Discover(const Config& config, bool io) {
   if (!config.topo_file.empty()) {
     StatusOr<Topology> t = LoadXmlFile(config.topo_file);
     if (!t.ok()) return t.status().WithContext("CIUIC_TOPO_FILE");
     return t;
   }
-  return DiscoverLive();
+  return DiscoverLive(io);
 }
 
 }  // namespace topology

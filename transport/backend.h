@@ -159,6 +159,15 @@ struct BackendOptions {
   // process of another job cannot connect by mistake.
   std::string job_id;
   Config config;
+  // The rank's topology plan (topology::RankPlan), empty = decide as
+  // without one. verbs opens `device` first when CIUIC_IB_HCA allows it;
+  // tcp uses `netdev` when CIUIC_SOCKET_IFNAME is empty and it is up with
+  // an address; a backend that opened the plan's device puts its pools on
+  // `pool_numa_node` (an OS index, -1 first touch).
+  std::string device;
+  std::string netdev;
+  static constexpr int kPoolNodeOfDevice = -2;
+  int pool_numa_node = kPoolNodeOfDevice;
 };
 
 class Backend {

@@ -47,7 +47,8 @@ struct Config {
   // Empty = all, nearest first.
   std::string ib_hca;
   // CIUIC_PROGRESS_CPU: OS CPU for the progress thread; kProgressCpuAuto
-  // (NIC-local, not used by ranks) or kProgressCpuNone (do not pin).
+  // (the topology plan's: a CPU no local rank uses, near the NIC, else the
+  // rank's own; topology::RankPlan) or kProgressCpuNone (do not pin).
   static constexpr int kProgressCpuAuto = -1;
   static constexpr int kProgressCpuNone = -2;
   int progress_cpu = kProgressCpuAuto;

@@ -71,9 +71,10 @@ namespace kernels {
 
 constexpr int kMaxSources = 16;
 
-// Cache sizes the kernels size their tiles and thresholds from. topology/
-// measures them with hwloc; FromSystem() is the fallback (sysconf, then
-// defaults of 32 KiB / 1 MiB / 32 MiB).
+// Cache sizes the kernels size their tiles and thresholds from. A
+// communicator takes them from its topology plan (topology/, hwloc or /sys);
+// FromSystem() is the fallback (sysconf, then defaults of 32 KiB / 1 MiB /
+// 32 MiB).
 struct CacheSizes {
   size_t l1d = 32 * 1024;
   size_t l2 = 1024 * 1024;

@@ -194,7 +194,10 @@ bool HaveHwloc();
 // The live machine: hwloc with I/O discovery, or /sys without hwloc (and, in
 // both cases, verbs devices without PCI, e.g. Soft-RoCE rxe0, from /sys).
 // Errors: kUnavailable when discovery fails.
-StatusOr<Topology> DiscoverLive();
+// `io` false: CPUs, NUMA nodes and caches only (no PCI, NICs or GPUs),
+// about a millisecond instead of tens (what a shared-memory communicator
+// needs).
+StatusOr<Topology> DiscoverLive(bool io = true);
 
 // A saved hwloc XML topology (`lstopo --of xml`, hwloc v1 or v2 format).
 // Errors: kNotFound (no such file, named), kDataLoss (not a valid hwloc XML,
@@ -209,8 +212,8 @@ StatusOr<Topology> LoadXmlString(const std::string& xml, const std::string& name
 // hwloc; always compiled. Errors: kUnavailable when no CPU is found.
 StatusOr<Topology> LoadSysfs(const std::string& root = "/");
 
-// CIUIC_TOPO_FILE when set (errors name the variable), else DiscoverLive().
-StatusOr<Topology> Discover(const Config& config);
+// CIUIC_TOPO_FILE when set (errors name the variable), else DiscoverLive(io).
+StatusOr<Topology> Discover(const Config& config, bool io = true);
 
 // ---- Decisions --------------------------------------------------------------
 
@@ -379,6 +382,62 @@ struct Plan {
 // Errors: those of SelectNics / PlaceRanks; kInvalidArgument when
 // CIUIC_PROGRESS_CPU names a CPU this topology does not have.
 StatusOr<Plan> MakePlan(const Topology& topo, const Config& config, int nranks);
+
+// ---- One rank's plan: what its communicator applies ---------------------------
+
+// The ranks of one machine, as a rank's plan needs them (index = local
+// rank, in rank order).
+struct LocalJob {
+  std::vector<std::vector<int>> cpus;  // each local rank's CPUs (OS indices); empty: unknown
+  std::vector<int> gpus;               // the GPU (index) of each local rank, -1 none; empty: none
+  // The transport: "shm" (no NIC), "tcp" (netdevs) or "verbs" (RDMA NICs).
+  std::string transport = "verbs";
+};
+
+// What one rank's communicator applies, decided from the topology alone:
+// ciuic-topo prints it and the communicator applies it (a test holds the
+// two equal on every fixture).
+struct RankPlan {
+  int local_rank = 0;
+  int local_size = 1;
+  std::string transport;
+  std::vector<int> cpus;   // its CPUs (its affinity within the topology; all when unknown)
+  int numa_node = -1;      // index of the node holding most of them
+  int gpu = -1;            // index, the GPU whose NIC it uses; -1 for a CPU rank or shm
+  int nic = -1;            // index; -1: none (shm, or CIUIC_SOCKET_IFNAME decides)
+  std::string device;      // verbs: the RDMA device to open ("mlx5_3"), else ""
+  std::string netdev;      // tcp: the interface to use, else ""
+  int pool_numa_os = -1;   // OS node of the buffer pools; -1 first touch
+  // The progress thread's CPUs (CIUIC_PROGRESS_CPU): auto picks one CPU no
+  // local rank and no lower local rank's progress thread uses, near the NIC
+  // (else the rank's node), a whole free core first and the highest core;
+  // when none is free the thread stays on the rank's CPUs (`shared`); a
+  // number is that CPU; none (empty) leaves the thread as it starts.
+  std::vector<int> progress_cpus;
+  bool progress_shared = false;
+  CacheSizes caches;       // what the kernels tile with
+  std::string why;         // one line: how the NIC and the progress CPU were chosen
+};
+
+// The plan of local rank `r` of `job` on `topo` under `config`
+// (CIUIC_IB_HCA, CIUIC_SOCKET_IFNAME, CIUIC_PROGRESS_CPU). Pure: the same
+// inputs give the same plan on any machine. Errors: kInvalidArgument (r out
+// of range, CIUIC_PROGRESS_CPU not in the topology, an unknown transport),
+// those of SelectNics.
+StatusOr<RankPlan> PlanRank(const Topology& topo, const Config& config, const LocalJob& job, int r);
+
+// The job ciuic-topo assumes for `nranks` local ranks: PlaceRanks' CPUs and,
+// with `use_gpus`, GPU k for rank k. Errors: those of PlaceRanks and
+// SelectNics.
+StatusOr<LocalJob> PlacedJob(const Topology& topo, const Config& config, int nranks, bool use_gpus,
+                             const std::string& transport);
+
+// A plan as one line of JSON (OS indices and names): what ciuic-topo prints
+// per rank and the communicator logs. Two plans are equal when these are.
+std::string FormatRankPlan(const Topology& topo, const RankPlan& plan);
+
+// Parses "0-3,8,10-11" (empty: no CPU). Errors: kInvalidArgument.
+StatusOr<std::vector<int>> ParseCpuList(const std::string& text);
 
 // Formats "0-3,8,10-11".
 std::string FormatCpuList(const std::vector<int>& cpus);

@@ -4,6 +4,7 @@
 // reference computed in the test; in place and out of place; determinism;
 // async overlap; fusion; bad input; a rank killed mid-collective.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <optional>
@@ -22,6 +24,7 @@
 #include "ciuic/collectives.h"
 #include "ciuic/kernels.h"
 #include "transport/transport.h"
+#include "collectives/comm_impl.h"
 #include "collectives/device.h"
 #include "collectives/registry.h"
 #include "tests/util/backend_skip.h"
@@ -896,6 +899,91 @@ TEST(CollectivesRegistry, EveryScheduleRunsOverLinksWhenForced) {
       for (const auto& r : results) EXPECT_TRUE(r.ok()) << knob << " on " << t << ":\n" << ResultsText(results);
     }
   }
+}
+
+// The CPUs the progress thread ("ciuic-progress") of this process may run
+// on, from /proc (empty: no such thread).
+std::vector<int> ProgressThreadCpus() {
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name != "ciuic-progress") continue;
+    std::ifstream status(task.path() / "status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("Cpus_allowed_list:", 0) != 0) continue;
+      std::string list = line.substr(line.find(':') + 1);
+      list.erase(0, list.find_first_not_of(" \t"));
+      StatusOr<std::vector<int>> cpus = topology::ParseCpuList(list);
+      return cpus.ok() ? *cpus : std::vector<int>{-1};
+    }
+  }
+  return {};
+}
+
+Status BindThisProcess(const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus) CPU_SET(c, &set);
+  if (sched_setaffinity(0, sizeof(set), &set) != 0) return InternalError("sched_setaffinity failed");
+  return Status::Ok();
+}
+
+// The topology plan is applied: under CIUIC_PROGRESS_CPU=auto the progress
+// thread of a rank bound to CPU 0 runs on the free CPU 1; when every CPU has
+// a rank it stays with its rank; an explicit CPU is that CPU.
+TEST(CollectivesTopology, TheProgressThreadRunsWhereThePlanSays) {
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  if (sched_getaffinity(0, sizeof(mine), &mine) != 0 || !CPU_ISSET(0, &mine) || !CPU_ISSET(1, &mine)) {
+    GTEST_SKIP() << "needs CPUs 0 and 1";
+  }
+  struct Case {
+    int n;
+    const char* progress_cpu;
+  };
+  for (const Case c : {Case{1, "auto"}, Case{2, "auto"}, Case{1, "0"}, Case{2, "none"}}) {
+    auto results = RunRanks(c.n, [&](int rank, transport::Store& store) -> Status {
+      CIUIC_RETURN_IF_ERROR(BindThisProcess({rank}));
+      CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
+      config.transport = "shm";
+      config.timeout_ms = 20000;
+      CIUIC_RETURN_IF_ERROR(config.Set("CIUIC_PROGRESS_CPU", c.progress_cpu));
+      std::shared_ptr<transport::Store> s(&store, [](transport::Store*) {});
+      CIUIC_ASSIGN_OR_RETURN(auto comm, Communicator::CreateWithStore(rank, c.n, s, config));
+      const auto& plan = collectives::CommImpl::Of(*comm).topology_plan();
+      EXPECT_OR_FAIL(plan.has_value(), "no topology plan");
+      std::vector<int> want;
+      if (std::string(c.progress_cpu) == "auto") want = c.n == 1 ? std::vector<int>{1} : std::vector<int>{rank};
+      if (std::string(c.progress_cpu) == "0") want = {0};
+      if (std::string(c.progress_cpu) == "none") want = {rank};  // inherited from the rank
+      EXPECT_OR_FAIL(plan->progress_cpus == (std::string(c.progress_cpu) == "none" ? std::vector<int>{} : want),
+                     "plan's progress CPUs " + topology::FormatCpuList(plan->progress_cpus));
+      const std::vector<int> got = ProgressThreadCpus();
+      EXPECT_OR_FAIL(got == want, std::string("CIUIC_PROGRESS_CPU=") + c.progress_cpu + " on " +
+                                      std::to_string(c.n) + " ranks: progress thread on CPUs " +
+                                      topology::FormatCpuList(got) + ", want " + topology::FormatCpuList(want));
+      float x = 1, y = 0;
+      CIUIC_RETURN_IF_ERROR(comm->AllReduce(&x, &y, 1, DataType::kFloat32, ReduceOp::kSum));
+      EXPECT_OR_FAIL(y == static_cast<float>(c.n), "wrong sum");
+      return Status::Ok();
+    }, milliseconds(30000));
+    for (const auto& r : results) EXPECT_TRUE(r.ok()) << c.n << " ranks, " << c.progress_cpu << ":\n" << ResultsText(results);
+  }
+}
+
+// A CIUIC_TOPO_FILE that cannot be read fails the communicator, naming it.
+TEST(CollectivesTopology, AnUnreadableTopologyFileIsAnErrorNamingTheKnob) {
+  auto results = RunRanks(1, [&](int rank, transport::Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
+    config.topo_file = "/nonexistent/topo.xml";
+    std::shared_ptr<transport::Store> s(&store, [](transport::Store*) {});
+    StatusOr<std::unique_ptr<Communicator>> comm = Communicator::CreateWithStore(rank, 1, s, config);
+    EXPECT_OR_FAIL(!comm.ok(), "created with an unreadable topology file");
+    EXPECT_OR_FAIL(comm.status().message().find("CIUIC_TOPO_FILE") != std::string::npos, comm.status().ToString());
+    return Status::Ok();
+  }, milliseconds(30000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
 }
 
 TEST(CollectivesPipelining, ChunksSmallerThanSlotsGiveExactResults) {

@@ -233,7 +233,16 @@ StatusOr<std::unique_ptr<TcpBackend>> TcpBackend::Open(const BackendOptions& opt
     if (!policy.ok()) return InvalidArgumentError("tcp: CIUIC_NUMA_POLICY: " + policy.status().message());
   }
   CIUIC_ASSIGN_OR_RETURN(std::vector<Interface> seen, ListInterfaces());
-  CIUIC_ASSIGN_OR_RETURN(Interface iface, SelectInterface(cfg.socket_ifname, seen));
+  // The topology plan's interface when the knob does not decide and it is
+  // up with an address; else the knob's or the first one up.
+  StatusOr<Interface> planned = options.netdev.empty() || !cfg.socket_ifname.empty()
+                                    ? StatusOr<Interface>(NotFoundError("no plan"))
+                                    : SelectInterface("=" + options.netdev, seen);
+  if (!options.netdev.empty() && cfg.socket_ifname.empty() && !planned.ok()) {
+    CIUIC_LOG(kInfo, "tcp: the topology plan's %s is not usable (%s)", options.netdev.c_str(),
+              planned.status().message().c_str());
+  }
+  CIUIC_ASSIGN_OR_RETURN(Interface iface, planned.ok() ? planned : SelectInterface(cfg.socket_ifname, seen));
 
   std::unique_ptr<TcpBackend> b(new TcpBackend());
   b->rank_ = options.rank;
@@ -244,7 +253,9 @@ StatusOr<std::unique_ptr<TcpBackend>> TcpBackend::Open(const BackendOptions& opt
   b->config_ = cfg;
   // Pool memory goes on the interface's NUMA node; a virtual interface
   // (loopback, veth, bridge) has none and the pool is first-touched here.
-  b->numa_node_ = DeviceNumaNode("/sys/class/net/" + iface.name + "/device");
+  b->numa_node_ = planned.ok() && options.pool_numa_node != BackendOptions::kPoolNodeOfDevice
+                     ? options.pool_numa_node
+                     : DeviceNumaNode("/sys/class/net/" + iface.name + "/device");
   if (b->numa_node_ >= 0) {
     CIUIC_LOG(kInfo, "tcp: pool memory on NUMA node %d, %s's (CIUIC_NUMA_POLICY=%s)", b->numa_node_,
               iface.name.c_str(), cfg.numa_policy.c_str());

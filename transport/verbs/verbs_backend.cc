@@ -430,7 +430,7 @@ StatusOr<std::unique_ptr<Backend>> VerbsBackend::Open(const BackendOptions& opti
     auto p = topology::ParseNumaPolicy(c.numa_policy);
     if (!p.ok()) return InvalidArgumentError("CIUIC_NUMA_POLICY: " + p.status().message());
   }
-  CIUIC_ASSIGN_OR_RETURN(DeviceSelection dev, verbs::OpenDevice(c));
+  CIUIC_ASSIGN_OR_RETURN(DeviceSelection dev, verbs::OpenDevice(c, options.device));
   std::unique_ptr<VerbsBackend> be(new VerbsBackend(options, std::move(dev)));
   be->nqps_ = c.ib_qps_per_peer;
   be->job_hash_ = verbs::JobHash(options.job_id);
@@ -540,7 +540,13 @@ StatusOr<std::unique_ptr<MemoryRegion>> VerbsBackend::Allocate(size_t bytes) {
   // pre-faulted, huge pages where available. Not mlock()ed: ibv_reg_mr pins
   // the pages, and locking twice would count them twice against
   // RLIMIT_MEMLOCK.
-  auto buffer = AllocatePinned(bytes, dev_.numa_node, options_.config, /*lock=*/false);
+  // The plan's node when this is the plan's device (its pool node also
+  // covers a NIC on a node without memory), else the device's own.
+  const int node = !options_.device.empty() && dev_.name == options_.device &&
+                           options_.pool_numa_node != BackendOptions::kPoolNodeOfDevice
+                       ? options_.pool_numa_node
+                       : dev_.numa_node;
+  auto buffer = AllocatePinned(bytes, node, options_.config, /*lock=*/false);
   if (!buffer.ok()) return Status(buffer.status().code(), "verbs Allocate: " + buffer.status().message());
   void* data = buffer->data();
   CIUIC_ASSIGN_OR_RETURN(ibv_mr * mr, RegisterMr(data, bytes, "Allocate"));

@@ -149,7 +149,16 @@ struct DeviceListDeleter {
 
 }  // namespace
 
-StatusOr<DeviceSelection> OpenDevice(const Config& config) {
+std::vector<size_t> DeviceOrder(const std::vector<std::string>& names, const std::vector<int>& numas, int here,
+                                const std::string& preferred) {
+  std::vector<size_t> order(names.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  auto rank = [&](size_t i) { return !preferred.empty() && names[i] == preferred ? 0 : here >= 0 && numas[i] == here ? 1 : 2; };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return rank(a) < rank(b); });
+  return order;
+}
+
+StatusOr<DeviceSelection> OpenDevice(const Config& config, const std::string& preferred) {
   CIUIC_ASSIGN_OR_RETURN(HcaSpec spec, ParseHcaSpec(config.ib_hca));
   int n = 0;
   std::unique_ptr<ibv_device*, DeviceListDeleter> list(ibv_get_device_list(&n));
@@ -160,18 +169,22 @@ StatusOr<DeviceSelection> OpenDevice(const Config& config) {
     std::string name;
     int numa;
   };
-  std::vector<Candidate> candidates;
+  std::vector<Candidate> listed;
+  std::vector<std::string> names;
+  std::vector<int> numas;
   for (int i = 0; i < n; ++i) {
     const char* name = ibv_get_device_name(list.get()[i]);
     if (name == nullptr) continue;
-    candidates.push_back(Candidate{list.get()[i], name, DeviceNumaNode(name)});
+    listed.push_back(Candidate{list.get()[i], name, DeviceNumaNode(name)});
+    names.push_back(name);
+    numas.push_back(listed.back().numa);
   }
-  // Nearest first: devices on this CPU's NUMA node, then the rest, each in
-  // the order verbs lists them.
-  const int here = CurrentNumaNode();
-  if (here >= 0) {
-    std::stable_partition(candidates.begin(), candidates.end(),
-                          [here](const Candidate& c) { return c.numa == here; });
+  // The plan's device, then the nearest (this CPU's NUMA node), then the
+  // rest; CIUIC_IB_HCA filters every one of them below.
+  std::vector<Candidate> candidates;
+  for (size_t i : DeviceOrder(names, numas, CurrentNumaNode(), preferred)) candidates.push_back(listed[i]);
+  if (!preferred.empty() && std::find(names.begin(), names.end(), preferred) == names.end()) {
+    CIUIC_LOG(kInfo, "verbs: the topology plan's %s is not among the devices here", preferred.c_str());
   }
 
   std::string seen;  // what was found and why it was not taken

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "ciuic/config.h"
 #include "ciuic/status.h"
@@ -39,7 +40,13 @@ struct DeviceSelection {
 // syntax, index outside the table or an empty entry); kUnavailable with the
 // reason: "no RDMA devices found", no allowed device, no ACTIVE port (each
 // port's state listed), no RoCE v2 GID.
-StatusOr<DeviceSelection> OpenDevice(const Config& config);
+StatusOr<DeviceSelection> OpenDevice(const Config& config, const std::string& preferred = "");
+
+// The order devices are tried in: `preferred` first (the topology plan's),
+// then those on NUMA node `here` (-1: unknown), then the rest, each group
+// in the order verbs lists them. Indices into `names`.
+std::vector<size_t> DeviceOrder(const std::vector<std::string>& names, const std::vector<int>& numas, int here,
+                                const std::string& preferred);
 
 }  // namespace ciuic::transport::verbs
 

@@ -21,6 +21,7 @@
 #include "tests/util/multiproc.h"
 #include "transport/backends.h"
 #if defined(CIUIC_HAVE_VERBS)
+#include "transport/verbs/verbs_device.h"
 #include "transport/verbs/verbs_wire.h"
 #include "tests/util/backend_skip.h"
 #endif
@@ -168,6 +169,17 @@ TEST(VerbsHcaSpec, ParsesTheNcclSyntax) {
 
 // The receiver's rule (HeadIsStriped on the last WR of the head) must agree
 // with the sender's split for every length, QP count and WR size limit.
+// Devices are tried in this order: the topology plan's, then those on this
+// CPU's node, then the rest, each group as verbs lists them.
+TEST(VerbsHcaSpec, DevicesAreTriedThePlansFirst) {
+  const std::vector<std::string> names = {"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"};
+  const std::vector<int> numas = {0, 0, 1, 1};
+  EXPECT_EQ(verbs::DeviceOrder(names, numas, 1, ""), (std::vector<size_t>{2, 3, 0, 1}));
+  EXPECT_EQ(verbs::DeviceOrder(names, numas, 1, "mlx5_1"), (std::vector<size_t>{1, 2, 3, 0}));
+  EXPECT_EQ(verbs::DeviceOrder(names, numas, -1, "mlx5_3"), (std::vector<size_t>{3, 0, 1, 2}));
+  EXPECT_EQ(verbs::DeviceOrder(names, numas, -1, "mlx5_9"), (std::vector<size_t>{0, 1, 2, 3}));
+}
+
 TEST(VerbsStriping, ReceiverRecognisesEveryStripedWrite) {
   std::mt19937_64 rng(42);
   std::vector<uint64_t> lens = {0, 1, 7, 4096, verbs::kStripeMinPart - 1, verbs::kStripeMinPart,

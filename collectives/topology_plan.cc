@@ -1,0 +1,77 @@
+// The communicator's topology plan (topology_plan.h).
+#include "collectives/topology_plan.h"
+
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "common/log.h"
+
+namespace ciuic::collectives {
+
+std::string LocalRanks::Encode() const {
+  std::string out;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    out += (i ? ";" : "") + std::to_string(ranks[i]) + ":" + topology::FormatCpuList(cpus[i]);
+  }
+  return out;
+}
+
+StatusOr<LocalRanks> LocalRanks::Decode(const std::string& text) {
+  LocalRanks l;
+  for (size_t at = 0; at < text.size();) {
+    const size_t semi = std::min(text.find(';', at), text.size());
+    const std::string item = text.substr(at, semi - at);
+    at = semi + 1;
+    const size_t colon = item.find(':');
+    char* end = nullptr;
+    const long r = colon == std::string::npos ? -1 : std::strtol(item.c_str(), &end, 10);
+    if (colon == std::string::npos || colon == 0 || end != item.c_str() + colon || r < 0) {
+      return DataLossError("malformed local ranks '" + text + "'");
+    }
+    StatusOr<std::vector<int>> c = topology::ParseCpuList(item.substr(colon + 1));
+    if (!c.ok()) return DataLossError("malformed local ranks '" + text + "': " + c.status().message());
+    l.ranks.push_back(static_cast<int>(r));
+    l.cpus.push_back(std::move(*c));
+  }
+  return l;
+}
+
+int LocalRanks::LocalRankOf(int rank) const {
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] == rank) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+StatusOr<const topology::Topology*> MachineTopology(const Config& config, bool io) {
+  // Discovery costs milliseconds (sysfs, PCI): once per process and file.
+  static std::mutex mu;
+  static std::map<std::pair<std::string, bool>, std::unique_ptr<topology::Topology>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_pair(config.topo_file, io || !config.topo_file.empty());
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    StatusOr<topology::Topology> t = topology::Discover(config, key.second);
+    if (!t.ok() && !config.topo_file.empty()) return t.status();  // names CIUIC_TOPO_FILE
+    if (!t.ok()) CIUIC_LOG(kInfo, "topology: no plan (%s)", t.status().message().c_str());
+    it = cache.emplace(key, t.ok() ? std::make_unique<topology::Topology>(std::move(*t)) : nullptr).first;
+  }
+  return it->second.get();
+}
+
+StatusOr<topology::RankPlan> ComputeRankPlan(const topology::Topology& topo, const Config& config,
+                                             const LocalRanks& local, int rank, transport::BackendKind kind) {
+  const int r = local.LocalRankOf(rank);
+  if (r < 0) return InvalidArgumentError("rank " + std::to_string(rank) + " is not among this host's ranks");
+  topology::LocalJob job;
+  job.cpus = local.cpus;
+  job.transport = transport::BackendName(kind);
+  // A GPU decides a rank's NIC; shm has none (and its topology no I/O).
+  if (kind != transport::BackendKind::kShm && config.gpu != "off" && !topo.gpus.empty() && local.ranks.size() <= topo.gpus.size()) {
+    for (size_t k = 0; k < local.ranks.size(); ++k) job.gpus.push_back(static_cast<int>(k));
+  }
+  return topology::PlanRank(topo, config, job, r);
+}
+
+}  // namespace ciuic::collectives
