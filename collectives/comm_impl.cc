@@ -28,10 +28,9 @@ bool IsPointToPoint(const OpDesc& d) { return d.coll == Collective::kSend || d.c
 // Pipelining: a step (one block of a ring, a tree's share) is cut into at
 // least kPipelineDepth chunks when that keeps chunks of kMinPipelineChunk or
 // more, so receiving, reducing and sending overlap even when the block is
-// no larger than a slot. With 512 KiB slots a 2-rank 1 MiB ring all-reduce
-// otherwise moves each half as one chunk: exchange, reduce, exchange, in
-// series (tcp here: 330-370 us; with 128 KiB chunks 255-310 us).
-// A function of the operation's arguments only (the same on every rank).
+// no larger than a slot (else a block of one slot runs exchange, reduce,
+// exchange in series). A function of the operation's arguments only (the
+// same on every rank).
 constexpr size_t kPipelineDepth = 4;
 constexpr size_t kMinPipelineChunk = 64u << 10;
 size_t PipelineChunkBytes(const OpDesc& d, int nranks) {

@@ -97,8 +97,7 @@ StatusOr<Staged> StageIn(DeviceMemory& mem, MirrorCache& cache, size_t index, co
   } else if (send_dev && recv_dev && layout.alias != BufferLayout::Alias::kNone &&
              d.coll != Collective::kAllToAll) {
     // Both on the device, apart: the host runs the call in place on one
-    // mirror (half the host memory, and no host copy from input to output:
-    // a 1-rank 128 MiB all-reduce took 29 ms out of place, 5 ms in place).
+    // mirror (half the host memory, and no host copy from input to output).
     const bool input_inside = layout.alias == BufferLayout::Alias::kInputInOutput;
     const size_t at = layout.alias_offset * es;
     CIUIC_ASSIGN_OR_RETURN(char* m, cache.Get(2 * index, input_inside ? out_bytes : in_bytes, d.send_device));

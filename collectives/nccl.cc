@@ -219,8 +219,7 @@ StatusOr<std::unique_ptr<NcclComm>> NcclComm::Create(transport::Store& store, co
   CIUIC_RETURN_IF_ERROR(im.Settle("ncclCommInitRankConfig", deadline, nullptr));
   // A blocking stream: NCCL's work waits for what the caller queued on the
   // legacy default stream (a cudaMemcpy from pageable memory returns before
-  // its DMA is done; a non-blocking stream read stale input: 5664 wrong
-  // elements at 2 MiB on the H200).
+  // its DMA is done, so a non-blocking stream would read stale input).
   const CUresult cr = cuda->StreamCreate(&im.stream, CU_STREAM_DEFAULT);
   if (cr != CUDA_SUCCESS) return cuda->Error("cuStreamCreate", cr);
   return c;

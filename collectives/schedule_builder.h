@@ -84,6 +84,13 @@ class Builder {
     s_.nchannels = 1;
   }
   void Channels(int n) { s_.nchannels = std::max(s_.nchannels, n); }
+  // The channels a vector of `count` elements uses (EffectiveChannels),
+  // declared on the schedule.
+  int UseChannels(size_t count, int nchannels) {
+    const int n = EffectiveChannels(count, nchannels);
+    Channels(n);
+    return n;
+  }
   void Scratch(size_t count) { s_.scratch_count = std::max(s_.scratch_count, count); }
 
   int Send(int peer, int ch, Range src, std::vector<int> deps = {}, DepMode mode = DepMode::kWhole) {

@@ -58,38 +58,31 @@ struct ShmDirectOptions {
   size_t nslots = 8;               // CIUIC_BUFFER_SIZE / CIUIC_CHUNK_SIZE
   // Chunks of at most this many bytes run one-shot (every rank reduces the
   // whole chunk): one hand-off instead of two, but every rank reads all n
-  // inputs across cores (two-shot: 1/n of them). With 2 ranks here one-shot
-  // was as fast or faster up to 2 MiB in some runs and slower in others
-  // (this VM's cross-core bandwidth changes from run to run); 16 KiB keeps
-  // the hand-off count low where latency dominates and the cross-core
-  // traffic low where bandwidth does, for any rank count.
+  // inputs across cores (two-shot: 1/n of them). 16 KiB keeps the hand-off
+  // count low where latency dominates and the cross-core traffic low where
+  // bandwidth does, for any rank count.
   size_t one_shot_max_bytes = 16u << 10;
   // The largest input (bytes per rank) of a reduce or reduce-scatter, and
   // of an all-gather or all-to-all, that runs in one exchange (the
   // communicator's choice; at most one large slot). The exchange has no
   // pipelining (every input is copied in whole before anyone reads), so
   // above some size the schedules win; the root of a reduce reads all n
-  // inputs in one pass, which the schedules cannot. Alternating A/B here,
-  // time per call (schedules -> exchange): reduce 2 ranks 256 KiB 22.5 ->
-  // 15.8 us, 512 KiB 25.6 -> 32.5; 4 ranks 64 KiB 24.6 -> 9.4, 256 KiB 50 ->
-  // 35; reduce-scatter 4 ranks 64 KiB 19 -> 10, 256 KiB 38 -> 25; 2 ranks
-  // 512 KiB no better; all-to-all 4 ranks 64 KiB 13 -> 11, 256 KiB 31 -> 35;
-  // all-gather 2 ranks 32 KiB inputs 6.3 -> 5.9, 128 KiB 15.5 -> 18.
+  // inputs in one pass, which the schedules cannot. The limits are measured
+  // crossovers (perf/RESULTS.md); the registry's entries apply up to them.
   size_t exchange_reduce_max_bytes = 256u << 10;
   size_t exchange_move_max_bytes = 64u << 10;
   // Slots of the small ring (each min(one_shot_max_bytes, slot_bytes)),
   // which takes every operation that fits one of them (0: none; everything
   // on the large ring). Small calls then run up to this many calls ahead
   // of the slowest rank instead of nslots, and a small call no longer
-  // ties up a whole large slot. 4 ranks on 2 cores, 8 B: see perf/RESULTS.md.
+  // ties up a whole large slot.
   size_t small_slots = 64;
   // Two-shot operations at least this large copy the reduced slices into
   // the caller's output with streaming (non-temporal) stores: an output of
   // half the last-level cache or more would not stay cached anyway, and
-  // cached stores first read every output line. The communicator passes
-  // its kernels' non-temporal threshold (16 MiB here). 2 ranks here, out of place:
-  // 16 MiB 2.4-2.6 -> 2.1-2.2 ms, 64 MiB 10.4-10.6 -> 8.6-9.3 ms, 256 MiB
-  // 41-43 -> 37-40 ms; at 1-4 MiB streaming was 1.2-1.4x slower.
+  // cached stores first read every output line; below it, streaming into
+  // an output that would stay cached is slower. The communicator passes its
+  // kernels' non-temporal threshold.
   size_t stream_output_min_bytes = 16u << 20;
   // How long a wait spins before yielding (then sleeping): 0 when ranks
   // outnumber the CPUs they share, where a spinner holds the core the
@@ -119,8 +112,8 @@ class ShmDirect {
   // kAvg (sum, then scale). `cached` runs the kernels; `streaming` (may be
   // null), the same kernels with non-temporal stores: two-shot operations
   // then store what peers read either way, whichever rank 0 measured faster
-  // for that size lately (this VM's cross-core reads of freshly written
-  // lines flip between fast and 3-4x slower; see Impl::streaming), and
+  // for that size lately (cross-core reads of freshly written lines can
+  // turn several times slower for a while; see Impl::streaming), and
   // large outputs are written with it (stream_output_min_bytes). Errors:
   // kDeadlineExceeded / kUnavailable naming the rank waited for, kAborted,
   // kDataLoss (a peer's operation differs: mismatched count, type or op).
@@ -133,8 +126,8 @@ class ShmDirect {
   // slots and counters: the root copies each chunk into its slot (a small
   // one into the slot's header line), every other rank copies it out of the
   // root's slot; the root may run nslots chunks ahead. One hand-off per
-  // chunk and no rings: the schedule path's per-call overhead was most of a
-  // small broadcast's time (2 ranks 8 B: 0.6 us against Open MPI's 0.12).
+  // chunk and no rings: for a small broadcast the schedule path's per-call
+  // overhead is most of its time.
   // Errors: as AllReduce (a peer in another operation or with another root
   // is named).
   Status Broadcast(void* buf, size_t count, DataType dtype, int root, const kernels::Reducer& copier,

@@ -1,11 +1,10 @@
 // Bulk copies with vector loads and stores, once per SIMD target.
 //
-// Why not memcpy: glibc's memcpy switches to `rep movsb` above 2 KiB, and on
-// this AMD Zen 5 VM that instruction runs 5-8x slower (2 GB/s instead of
-// 15) for some relative alignments of source and destination; which one a
-// run gets depends on where malloc and mmap put the buffers, so the same
-// benchmark was fast or slow from one start to the next (MACHINE.md).
-// A plain vector loop has no such cliff.
+// Why not memcpy: glibc's memcpy switches to `rep movsb` above 2 KiB, which
+// on some CPUs (AMD Zen among them) runs several times slower for some
+// relative alignments of source and destination; which one a run gets
+// depends on where malloc and mmap put the buffers. A plain vector loop has
+// no such cliff.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/copy.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep

@@ -67,6 +67,7 @@
 #include <vector>
 
 #include "ciuic/config.h"
+#include "transport/net.h"
 #include "transport/transport.h"
 #include "common/cpu_relax.h"
 #include "common/version.h"
@@ -361,14 +362,6 @@ struct Msg {
   uint64_t a = 0, b = 0;
 };
 
-void PutU64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint64_t GetU64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
 
 // One backend and its connection to the other rank, with the completion
 // bookkeeping of the tests. Thread contract: one thread (the rank's main).
@@ -439,8 +432,8 @@ Status Pump(Bench& b, bool* any) {
         }
         Msg m;
         m.type = c.data[0];
-        m.a = GetU64(c.data + 8);
-        m.b = GetU64(c.data + 16);
+        m.a = transport::net::GetLe64(c.data + 8);
+        m.b = transport::net::GetLe64(c.data + 16);
         b.msgs.push_back(m);
         break;
       }
@@ -504,8 +497,8 @@ Status WaitUntil(Bench& b, const Guard& guard, const std::function<bool()>& read
 Status SendMsg(Bench& b, const Guard& guard, uint8_t type, uint64_t a, uint64_t c) {
   uint8_t buf[kMsgBytes] = {};
   buf[0] = type;
-  PutU64(buf + 8, a);
-  PutU64(buf + 16, c);
+  transport::net::PutLe64(buf + 8, a);
+  transport::net::PutLe64(buf + 16, c);
   // Queue full: progress and retry.
   Status s;
   CIUIC_RETURN_IF_ERROR(WaitUntil(

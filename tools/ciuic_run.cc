@@ -686,11 +686,10 @@ std::vector<std::vector<int>> PlanBinding(const Options& o) {
   const int ncores = static_cast<int>(cores.size());
   if (o.bind != Bind::kNuma && ncores > 0 && ncores < o.nranks) {
     // More ranks than cores: each rank on one core, neighbouring ranks
-    // sharing it (rank r on core r * cores / N). Unbound, the scheduler
-    // moved them about: 4 ranks on 2 cores ran a tcp 8-byte all-reduce in
-    // 38 us in one start and 65-75 us in the next; bound like this, 38-42
-    // us in every start, and neighbours (ring and recursive-doubling
-    // partners) hand over on one core (perf/RESULTS.md).
+    // sharing it (rank r on core r * cores / N), so neighbours (ring and
+    // recursive-doubling partners) hand over on one core; unbound, the
+    // scheduler moves them about and small-call times vary from start to
+    // start.
     for (int r = 0; r < o.nranks; ++r) {
       out[r] = cores[static_cast<size_t>(static_cast<int64_t>(r) * ncores / o.nranks)];
     }

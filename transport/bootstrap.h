@@ -128,6 +128,10 @@ class FileStore : public Store {
   std::mutex mu_;  // Add within this process (fcntl locks are per process)
 };
 
+// kInvalidArgument unless `key` is a valid store key (not empty, at most
+// kMaxKeyBytes): what every store checks first.
+Status CheckStoreKey(const std::string& key);
+
 // Who this process is in the job and where its store is.
 struct JobInfo {
   int rank = 0;

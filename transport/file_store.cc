@@ -17,15 +17,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-Status CheckKey(const std::string& key) {
-  if (key.empty()) return InvalidArgumentError("store key is empty");
-  if (key.size() > kMaxKeyBytes) {
-    return InvalidArgumentError("store key of " + std::to_string(key.size()) + " bytes exceeds " +
-                                std::to_string(kMaxKeyBytes));
-  }
-  return Status::Ok();
-}
-
 std::string Errno(const std::string& what, const std::string& path) {
   return what + " " + path + ": " + std::strerror(errno);
 }
@@ -108,7 +99,7 @@ std::string FileStore::PathOf(const std::string& key) const {
 }
 
 Status FileStore::Set(const std::string& key, const std::string& value) {
-  CIUIC_RETURN_IF_ERROR(CheckKey(key));
+  CIUIC_RETURN_IF_ERROR(CheckStoreKey(key));
   if (value.size() > kMaxValueBytes) {
     return InvalidArgumentError("value of " + std::to_string(value.size()) + " bytes for key '" + key +
                                 "' exceeds " + std::to_string(kMaxValueBytes));
@@ -117,7 +108,7 @@ Status FileStore::Set(const std::string& key, const std::string& value) {
 }
 
 StatusOr<std::string> FileStore::Get(const std::string& key, std::chrono::milliseconds timeout) {
-  CIUIC_RETURN_IF_ERROR(CheckKey(key));
+  CIUIC_RETURN_IF_ERROR(CheckStoreKey(key));
   const auto deadline = Clock::now() + timeout;
   std::chrono::milliseconds step(1);
   const std::string path = PathOf(key);
@@ -132,7 +123,7 @@ StatusOr<std::string> FileStore::Get(const std::string& key, std::chrono::millis
 }
 
 Status FileStore::Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
-  for (const std::string& k : keys) CIUIC_RETURN_IF_ERROR(CheckKey(k));
+  for (const std::string& k : keys) CIUIC_RETURN_IF_ERROR(CheckStoreKey(k));
   const auto deadline = Clock::now() + timeout;
   std::chrono::milliseconds step(1);
   for (const std::string& key : keys) {
@@ -148,7 +139,7 @@ Status FileStore::Wait(const std::vector<std::string>& keys, std::chrono::millis
 }
 
 StatusOr<int64_t> FileStore::Add(const std::string& key, int64_t delta) {
-  CIUIC_RETURN_IF_ERROR(CheckKey(key));
+  CIUIC_RETURN_IF_ERROR(CheckStoreKey(key));
   std::lock_guard<std::mutex> lock(mu_);
   const std::string lock_path = dir_ + "/.lock";
   const int fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);

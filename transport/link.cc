@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "transport/net.h"
 #include "transport/transport.h"
 #include "common/cpu_relax.h"
 
@@ -16,40 +17,26 @@ constexpr size_t kCreditBytes = 8;
 // Chunks start at multiples of this (a cache line) in the rings.
 constexpr size_t kChunkAlign = 64;
 // Chunks up to this size take only their own bytes of the ring (rounded up
-// to kChunkAlign); larger ones take a whole slot, as before: letting
-// mid-size chunks fill the ring by their bytes put twice the data under
-// way (a 4-rank tcp 4 MiB all-reduce took 25% longer, the larger working
-// set no longer fitting the caches).
+// to kChunkAlign); larger ones take a whole slot: letting mid-size chunks
+// fill the ring by their bytes would put twice the data under way, a
+// working set that no longer fits the caches.
 constexpr size_t kSmallChunkMax = 16u << 10;
 // How many chunks a sender may have unreleased (more when nslots is
 // larger): small chunks take only their own bytes of the ring, so up to
 // kMaxChunks can be under way whatever the slot count, but beyond
-// kBaseChunks only while less than kRunAheadBytes are under way.
-// 256, not 64: senders of a stream of small rooted calls (reduce,
-// broadcast) run far enough ahead of the root that tcp carries several
-// messages per segment (4 ranks on 2 cores over tcp: 3.15 -> 1.95 segments
-// per 8-byte reduce; 1024 and 4096 were no faster than 256). The byte
-// bound keeps chunks of 16 KiB at 64 (1 MiB) as before: 256 of them (4 MiB
-// under way) made 4-rank tcp reduce and broadcast of 16 KiB 10-25% slower.
+// kBaseChunks only while less than kRunAheadBytes are under way. Senders
+// of a stream of small rooted calls (reduce, broadcast) then run far
+// enough ahead of the root that tcp carries several messages per segment;
+// the byte bound keeps mid-size chunks from putting megabytes under way.
 constexpr size_t kBaseChunks = 64;
 constexpr size_t kMaxChunks = 256;
 constexpr uint64_t kRunAheadBytes = 1u << 20;
 // Credits go out at least every this many chunks released (fewer when
 // max_chunks is small: half of it). On tcp a credit also carries the
-// receiver's window: with batches of 128 a sender of small chunks that
-// filled the receiver's socket buffer could wait for the delayed ACK
-// (200 ms; 3 of 12 4-rank reduce runs of 1 KiB); every 32 chunks, as
-// before, it never did.
+// receiver's window: rarer ones let a sender of small chunks that filled
+// the receiver's socket buffer wait for a delayed ACK (200 ms).
 constexpr uint64_t kCreditBatchMax = 32;
 
-void PutU64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint64_t GetU64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
 
 // Ring description published through the store: slot size, slot count and
 // offset of the ring in its region (u64 each, little-endian), then the
@@ -57,9 +44,9 @@ uint64_t GetU64(const uint8_t* p) {
 std::string EncodeRing(const LinkOptions& o, const BufferPool::Lease& ring) {
   std::string out(24, '\0');
   auto* p = reinterpret_cast<uint8_t*>(out.data());
-  PutU64(p, o.slot_size);
-  PutU64(p + 8, o.nslots);
-  PutU64(p + 16, ring.offset);
+  net::PutLe64(p, o.slot_size);
+  net::PutLe64(p + 8, o.nslots);
+  net::PutLe64(p + 16, ring.offset);
   return out + ring.region->Describe();
 }
 
@@ -138,8 +125,8 @@ Status Link::AdoptPeerRing(const std::string& theirs) {
   const size_t ring_bytes = ring_bytes_;
   if (theirs.size() < 24) return DataLossError("link to rank " + std::to_string(peer_rank) + ": short ring description");
   const auto* p = reinterpret_cast<const uint8_t*>(theirs.data());
-  const uint64_t slot = GetU64(p), nslots = GetU64(p + 8);
-  remote_ring_offset_ = GetU64(p + 16);
+  const uint64_t slot = net::GetLe64(p), nslots = net::GetLe64(p + 8);
+  remote_ring_offset_ = net::GetLe64(p + 16);
   if (slot != options_.slot_size || nslots != options_.nslots) {
     return InvalidArgumentError("link to rank " + std::to_string(peer_rank) + ": it uses " +
                                 std::to_string(nslots) + " slots of " + std::to_string(slot) +
@@ -313,7 +300,7 @@ Status Link::Post() {
   const bool rides = posted_ != posted_before && conn_->MessagesRideWithWrites();
   if (half || (owed > 0 && rides)) {
     uint8_t msg[kCreditBytes];
-    PutU64(msg, released_);
+    net::PutLe64(msg, released_);
     Status s = conn_->PostMessage(msg, sizeof(msg));
     if (s.ok()) {
       credit_sent_ = released_;
@@ -363,7 +350,7 @@ StatusOr<bool> Link::Progress(bool receive) {
       }
       case Completion::Kind::kMessage: {
         if (c.len != kCreditBytes) return error_ = DataLossError(who() + ": unexpected message");
-        const uint64_t v = GetU64(c.data);
+        const uint64_t v = net::GetLe64(c.data);
         if (v < credited_ || v > posted_) {
           return error_ = DataLossError(who() + ": credit " + std::to_string(v) + " out of range");
         }

@@ -53,6 +53,16 @@ inline uint64_t GetU64(const void* p) {
   const uint8_t* b = static_cast<const uint8_t*>(p);
   return (uint64_t{GetU32(b)} << 32) | GetU32(b + 4);
 }
+// Little-endian 64-bit values (the Link's ring descriptions and credits).
+inline void PutLe64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+inline uint64_t GetLe64(const void* p) {
+  const uint8_t* b = static_cast<const uint8_t*>(p);
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(b[i]) << (8 * i);
+  return v;
+}
 
 }  // namespace ciuic::transport::net
 

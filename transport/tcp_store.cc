@@ -46,15 +46,6 @@ Digest ServerProof(const std::string& secret, const std::string& sn, const std::
   return HmacSha256(secret, cn + sn);
 }
 
-Status CheckKey(const std::string& key) {
-  if (key.empty()) return InvalidArgumentError("store key is empty");
-  if (key.size() > kMaxKeyBytes) {
-    return InvalidArgumentError("store key of " + std::to_string(key.size()) + " bytes exceeds " +
-                                std::to_string(kMaxKeyBytes));
-  }
-  return Status::Ok();
-}
-
 // Parses a counter stored as decimal text.
 bool ParseCounter(const std::string& text, int64_t* out) {
   if (text.empty() || text.size() > 20) return false;
@@ -71,6 +62,15 @@ bool ParseCounter(const std::string& text, int64_t* out) {
 }
 
 }  // namespace
+
+Status CheckStoreKey(const std::string& key) {
+  if (key.empty()) return InvalidArgumentError("store key is empty");
+  if (key.size() > kMaxKeyBytes) {
+    return InvalidArgumentError("store key of " + std::to_string(key.size()) + " bytes exceeds " +
+                                std::to_string(kMaxKeyBytes));
+  }
+  return Status::Ok();
+}
 
 // ---------------------------------------------------------------- server
 
@@ -526,7 +526,7 @@ StatusOr<TcpStoreClient::Reply> TcpStoreClient::Request(uint8_t op, const std::s
 }
 
 Status TcpStoreClient::Set(const std::string& key, const std::string& value) {
-  CIUIC_RETURN_IF_ERROR(CheckKey(key));
+  CIUIC_RETURN_IF_ERROR(CheckStoreKey(key));
   if (value.size() > kMaxValueBytes) {
     return InvalidArgumentError("value of " + std::to_string(value.size()) + " bytes for key '" + key +
                                 "' exceeds " + std::to_string(kMaxValueBytes));
@@ -538,7 +538,7 @@ Status TcpStoreClient::Set(const std::string& key, const std::string& value) {
 }
 
 StatusOr<std::string> TcpStoreClient::Get(const std::string& key, std::chrono::milliseconds timeout) {
-  CIUIC_RETURN_IF_ERROR(CheckKey(key));
+  CIUIC_RETURN_IF_ERROR(CheckStoreKey(key));
   const auto deadline = Clock::now() + timeout;
   std::chrono::milliseconds step(1);
   for (;;) {
@@ -556,7 +556,7 @@ StatusOr<std::string> TcpStoreClient::Get(const std::string& key, std::chrono::m
 }
 
 Status TcpStoreClient::Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
-  for (const std::string& k : keys) CIUIC_RETURN_IF_ERROR(CheckKey(k));
+  for (const std::string& k : keys) CIUIC_RETURN_IF_ERROR(CheckStoreKey(k));
   const auto deadline = Clock::now() + timeout;
   std::chrono::milliseconds step(1);
   for (const std::string& key : keys) {
@@ -577,7 +577,7 @@ Status TcpStoreClient::Wait(const std::vector<std::string>& keys, std::chrono::m
 }
 
 StatusOr<int64_t> TcpStoreClient::Add(const std::string& key, int64_t delta) {
-  CIUIC_RETURN_IF_ERROR(CheckKey(key));
+  CIUIC_RETURN_IF_ERROR(CheckStoreKey(key));
   std::string v;
   net::PutU64(&v, static_cast<uint64_t>(delta));
   std::lock_guard<std::mutex> lock(mu_);

@@ -13,11 +13,6 @@
 
 namespace ciuic::collectives::generators {
 
-using internal::In;
-using internal::Mod;
-using internal::Out;
-using internal::Scr;
-
 Status AllGatherBruck(const CollectiveArgs& a, Builder& b) {
   const int n = a.nranks;
   const size_t count = a.count, nc = static_cast<size_t>(n);

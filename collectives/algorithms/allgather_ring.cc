@@ -9,12 +9,6 @@
 
 namespace ciuic::collectives::generators {
 
-using internal::EffectiveChannels;
-using internal::EvenPart;
-using internal::In;
-using internal::Out;
-using internal::Ring;
-
 Status AllGatherRing(const CollectiveArgs& a, Builder& b) {
   const int rank = a.rank, n = a.nranks;
   const std::vector<size_t> counts = internal::BlockCounts(a);
@@ -22,8 +16,7 @@ Status AllGatherRing(const CollectiveArgs& a, Builder& b) {
   const size_t mine = counts[rank];
   b.Copy(In(0, mine), Out(displs[rank], mine));  // a no-op in place
   const size_t largest = *std::max_element(counts.begin(), counts.end());
-  const int nch = EffectiveChannels(largest, a.nchannels);
-  b.Channels(nch);
+  const int nch = b.UseChannels(largest, a.nchannels);
   for (int c = 0; c < nch; ++c) {
     const Ring ring(n, c % 2 == 1);
     const int p = ring.Pos(rank);

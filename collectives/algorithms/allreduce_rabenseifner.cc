@@ -10,15 +10,11 @@
 
 namespace ciuic::collectives::generators {
 
-using internal::EffectiveChannels;
-using internal::EvenPart;
 using internal::FloorPow2;
-using internal::Span;
 
 Status AllReduceRabenseifner(const CollectiveArgs& a, Builder& b) {
   const int rank = a.rank, n = a.nranks;
-  const int nch = EffectiveChannels(a.count, a.nchannels);
-  b.Channels(nch);
+  const int nch = b.UseChannels(a.count, a.nchannels);
   const int p = FloorPow2(n);
   const int extra = n - p;
   for (int c = 0; c < nch; ++c) {

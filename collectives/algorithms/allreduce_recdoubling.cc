@@ -11,17 +11,13 @@
 
 namespace ciuic::collectives::generators {
 
-using internal::EffectiveChannels;
-using internal::EvenPart;
 using internal::FloorPow2;
-using internal::Span;
 
 constexpr DepMode kPerChunk = DepMode::kPerChunk;
 
 Status AllReduceRecursiveDoubling(const CollectiveArgs& a, Builder& b) {
   const int rank = a.rank, n = a.nranks;
-  const int nch = EffectiveChannels(a.count, a.nchannels);
-  b.Channels(nch);
+  const int nch = b.UseChannels(a.count, a.nchannels);
   b.Scratch(a.count);
   const int p = FloorPow2(n);
   const int extra = n - p;  // ranks 0..2*extra-1 fold in pairs

@@ -11,17 +11,9 @@
 
 namespace ciuic::collectives::generators {
 
-using internal::EffectiveChannels;
-using internal::EvenPart;
-using internal::In;
-using internal::Mod;
-using internal::Out;
-using internal::Ring;
-
 Status AllReduceRing(const CollectiveArgs& a, Builder& b) {
   const int n = a.nranks;
-  const int nch = EffectiveChannels(a.count, a.nchannels);
-  b.Channels(nch);
+  const int nch = b.UseChannels(a.count, a.nchannels);
   for (int c = 0; c < nch; ++c) {
     const auto [base, len] = EvenPart(0, a.count, nch, c);
     const Ring ring(n, c % 2 == 1);

@@ -14,10 +14,6 @@
 namespace ciuic::collectives::generators {
 namespace {
 
-using internal::EvenPart;
-using internal::In;
-using internal::Mod;
-using internal::Out;
 
 constexpr DepMode kPerChunk = DepMode::kPerChunk;
 

@@ -9,19 +9,12 @@
 
 namespace ciuic::collectives::generators {
 
-using internal::EffectiveChannels;
-using internal::EvenPart;
-using internal::In;
-using internal::Mod;
-using internal::Out;
-
 Status AllToAllPairwise(const CollectiveArgs& a, Builder& b) {
   const int rank = a.rank, n = a.nranks;
   const size_t count = a.count;
   const size_t self = static_cast<size_t>(rank) * count;
   b.Copy(In(self, count), Out(self, count));
-  const int nch = EffectiveChannels(count, a.nchannels);
-  b.Channels(nch);
+  const int nch = b.UseChannels(count, a.nchannels);
   // sent[peer][c]: the step sending our block `peer` (input) on channel c;
   // receiving block `peer` (output, the same memory in place) follows it.
   std::vector<std::vector<int>> sent(n, std::vector<int>(nch, -1));

@@ -4,9 +4,6 @@
 
 namespace ciuic::collectives::generators {
 
-using internal::Mod;
-using internal::Scr;
-
 Status BarrierDissemination(const CollectiveArgs& a, Builder& b) {
   int prev = -1;
   for (int d = 1; d < a.nranks; d <<= 1) {

@@ -5,16 +5,9 @@
 
 namespace ciuic::collectives::generators {
 
-using internal::EffectiveChannels;
-using internal::EvenPart;
-using internal::In;
-using internal::Mod;
-using internal::Out;
-
 Status BroadcastRing(const CollectiveArgs& a, Builder& b) {
   const int n = a.nranks, root = a.root;
-  const int nch = EffectiveChannels(a.count, a.nchannels);
-  b.Channels(nch);
+  const int nch = b.UseChannels(a.count, a.nchannels);
   for (int c = 0; c < nch; ++c) {
     const auto oc = EvenPart(0, a.count, nch, c);
     const bool backward = c % 2 == 1;

@@ -21,7 +21,17 @@
 
 namespace ciuic::collectives::generators {
 
+// What every generator builds with (schedule_builder.h).
 using internal::Builder;
+using internal::EffectiveChannels;
+using internal::EvenPart;
+using internal::FloorPow2;
+using internal::In;
+using internal::Mod;
+using internal::Out;
+using internal::Ring;
+using internal::Scr;
+using internal::Span;
 
 Status AllReduceRing(const CollectiveArgs& a, Builder& b);
 Status AllReduceDoubleBinaryTree(const CollectiveArgs& a, Builder& b);

@@ -5,9 +5,6 @@
 
 namespace ciuic::collectives::generators {
 
-using internal::In;
-using internal::Out;
-
 Status SendToPeer(const CollectiveArgs& a, Builder& b) {
   b.Send(a.peer, 0, In(0, a.count));
   return Status::Ok();

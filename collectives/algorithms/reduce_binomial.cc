@@ -8,15 +8,9 @@
 
 namespace ciuic::collectives::generators {
 
-using internal::EffectiveChannels;
-using internal::EvenPart;
-using internal::In;
-using internal::Mod;
-
 Status ReduceBinomial(const CollectiveArgs& a, Builder& b) {
   const int n = a.nranks, root = a.root;
-  const int nch = EffectiveChannels(a.count, a.nchannels);
-  b.Channels(nch);
+  const int nch = b.UseChannels(a.count, a.nchannels);
   const int vr = Mod(a.rank - root, n);
   auto at = [&](int v) { return Mod(v + root, n); };
   // Children vr + 2^k for the low zero bits of vr, then the parent.

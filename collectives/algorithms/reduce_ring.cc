@@ -7,17 +7,9 @@
 
 namespace ciuic::collectives::generators {
 
-using internal::EffectiveChannels;
-using internal::EvenPart;
-using internal::In;
-using internal::Mod;
-using internal::Out;
-using internal::Ring;
-
 Status ReduceRing(const CollectiveArgs& a, Builder& b) {
   const int rank = a.rank, n = a.nranks, root = a.root;
-  const int nch = EffectiveChannels(a.count, a.nchannels);
-  b.Channels(nch);
+  const int nch = b.UseChannels(a.count, a.nchannels);
   const bool is_root = rank == root;
   const BufKind acc_buf = is_root ? BufKind::kOutput : BufKind::kScratch;
   if (!is_root) b.Scratch(a.count);

@@ -11,21 +11,13 @@
 
 namespace ciuic::collectives::generators {
 
-using internal::EffectiveChannels;
-using internal::EvenPart;
-using internal::In;
-using internal::Out;
-using internal::Ring;
-using internal::Scr;
-
 Status ReduceScatterRing(const CollectiveArgs& a, Builder& b) {
   const int rank = a.rank, n = a.nranks;
   const std::vector<size_t> counts = internal::BlockCounts(a);
   const std::vector<size_t> displs = internal::PrefixSums(counts);
   const size_t mine = counts[rank];
   const size_t largest = *std::max_element(counts.begin(), counts.end());
-  const int nch = EffectiveChannels(largest, a.nchannels);
-  b.Channels(nch);
+  const int nch = b.UseChannels(largest, a.nchannels);
   size_t scratch_base = 0;
   for (int c = 0; c < nch; ++c) {
     // A partial sum lives in one slot from the step that makes it until it

@@ -194,10 +194,9 @@ cudaError_t Launch(void* dst, const Ptrs& src, int n, size_t count, int op, cuda
   size_t done = 0;
   if (aligned && count >= kVec) {
     const size_t nvec = count / kVec;
-    // Vectors per thread and pass: 4 (registers do not grow with n). On the
-    // H200, against 1: f32 2 inputs 4 MiB 919 -> 2319 GB/s, 8 inputs
-    // 256 MiB 3209 -> 3907 GB/s; within 2 % elsewhere (cuda_kernel_perf
-    // --breakdown).
+    // Vectors per thread and pass: 4 (registers do not grow with n): more
+    // loads in flight per thread, which device memory needs to stream
+    // (perf/RESULTS.md, cuda_kernel_perf --breakdown).
     int unroll = g_unroll_override.load(std::memory_order_relaxed);
     if (unroll <= 0) unroll = 4;
     S* d = static_cast<S*>(dst);
