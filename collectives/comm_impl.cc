@@ -138,7 +138,7 @@ Status CommImpl::Init() {
                                                         &local));
   const BackendKind kind = decision_.transport;
   // The topology plan: this rank's NIC, pool node, progress CPU, caches.
-  CIUIC_ASSIGN_OR_RETURN(const topology::Topology* topo, MachineTopology(config_, kind != BackendKind::kShm));
+  CIUIC_ASSIGN_OR_RETURN(const topology::Topology* topo, MachineTopology(config_));
   if (topo != nullptr) {
     CIUIC_ASSIGN_OR_RETURN(plan_, ComputeRankPlan(*topo, config_, local, rank_, kind));
     CIUIC_LOG(kInfo, "topology plan: %s", topology::FormatRankPlan(*topo, *plan_).c_str());

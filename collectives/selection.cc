@@ -147,6 +147,15 @@ StatusOr<Selection> Select(const CallShape& call, DataType dtype, ReduceOp op, c
   if (runnable.empty()) {
     return InvalidArgumentError(std::string("no algorithm can run ") + CollectiveName(call.collective) + " here");
   }
+  Selection sel;
+  // 1. Forced, when it can run the call: no model (it costs milliseconds at
+  // many ranks, and the choice is made).
+  const bool forced_runs = forced != nullptr && std::find(runnable.begin(), runnable.end(), forced) != runnable.end();
+  if (forced_runs) {
+    sel.algorithm = forced;
+    sel.reason = "forced by CIUIC_ALGO";
+    return sel;
+  }
 
   // The model, at the size class's representative: schedules cached per
   // class, the shared-memory family's cost functions computed (cheap).
@@ -154,7 +163,7 @@ StatusOr<Selection> Select(const CallShape& call, DataType dtype, ReduceOp op, c
   const size_t rep = call.bytes == 0 ? 0 : (size_t{1} << klass);
   const CallShape rep_call = Scaled(call, rep);
   const bool oversubscribed = p.ranks_outnumber_cpus && call.nranks > 2;
-  const auto key = std::make_tuple(static_cast<int>(call.collective), klass, static_cast<int>(dtype), static_cast<int>(op));
+  const auto key = std::make_pair(static_cast<int>(call.collective), klass);
   auto cached = cache->find(key);
   if (cached == cache->end()) {
     std::vector<std::pair<const AlgorithmInfo*, Prediction>> preds;
@@ -167,7 +176,6 @@ StatusOr<Selection> Select(const CallShape& call, DataType dtype, ReduceOp op, c
     cached = cache->emplace(key, std::move(preds)).first;
   }
   std::vector<Candidate> cands;
-  Selection sel;
   bool exact = true;
   for (const AlgorithmInfo* e : runnable) {
     Candidate c{e, 0, 0, true};
@@ -221,14 +229,8 @@ StatusOr<Selection> Select(const CallShape& call, DataType dtype, ReduceOp op, c
     return std::string();
   };
 
-  // 1. Forced.
+  // A forced algorithm that cannot run the call: the rest decide.
   if (forced != nullptr) {
-    if (std::find(runnable.begin(), runnable.end(), forced) != runnable.end()) {
-      sel.algorithm = forced;
-      const std::string pr = predicted_of(forced);
-      sel.reason = "forced by CIUIC_ALGO" + (pr.empty() ? "" : "; predicted " + pr) + ", model's choice " + model;
-      return sel;
-    }
     model = "CIUIC_ALGO's " + std::string(forced->name()) + " cannot run it (" + forced_why_not + "); " + model;
   }
   // 2. A rule of the tuning file covering the exact size.

@@ -2,7 +2,8 @@
 // Select, in this order:
 //   1. the algorithm CIUIC_ALGO forces for the collective, when it can run
 //      the call (one that does not implement the collective leaves it to
-//      the rest, so CIUIC_ALGO=ring still lets a barrier run);
+//      the rest, so CIUIC_ALGO=ring still lets a barrier run); the model
+//      does not run then;
 //   2. else the tuning file's rule covering the call's exact size, when its
 //      algorithm can run the call;
 //   3. else the cheapest prediction among the entries that can run it: the
@@ -70,9 +71,9 @@ struct Selection {
   const char* name() const { return algorithm == nullptr ? "?" : algorithm->name(); }
 };
 
-// The schedules' predictions per (collective, size class, dtype, op): the
-// model runs once per class, not per call.
-using SelectionCache = std::map<std::tuple<int, int, int, int>, std::vector<std::pair<const AlgorithmInfo*, Prediction>>>;
+// The schedules' predictions per (collective, size class): the model runs
+// once per class (with the first call's element type), not per call.
+using SelectionCache = std::map<std::pair<int, int>, std::vector<std::pair<const AlgorithmInfo*, Prediction>>>;
 
 // Errors: kInvalidArgument (nranks < 1, elem_size 0), those of the model.
 StatusOr<Selection> Select(const CallShape& call, DataType dtype, ReduceOp op, const SelectionContext& ctx,

@@ -44,15 +44,15 @@ int LocalRanks::LocalRankOf(int rank) const {
   return -1;
 }
 
-StatusOr<const topology::Topology*> MachineTopology(const Config& config, bool io) {
-  // Discovery costs milliseconds (sysfs, PCI): once per process and file.
+StatusOr<const topology::Topology*> MachineTopology(const Config& config) {
+  // Once per process and file: the ranks of a job each read it.
   static std::mutex mu;
-  static std::map<std::pair<std::string, bool>, std::unique_ptr<topology::Topology>> cache;
+  static std::map<std::string, std::unique_ptr<topology::Topology>> cache;
   std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_pair(config.topo_file, io || !config.topo_file.empty());
+  const std::string& key = config.topo_file;
   auto it = cache.find(key);
   if (it == cache.end()) {
-    StatusOr<topology::Topology> t = topology::Discover(config, key.second);
+    StatusOr<topology::Topology> t = topology::DiscoverForPlans(config);
     if (!t.ok() && !config.topo_file.empty()) return t.status();  // names CIUIC_TOPO_FILE
     if (!t.ok()) CIUIC_LOG(kInfo, "topology: no plan (%s)", t.status().message().c_str());
     it = cache.emplace(key, t.ok() ? std::make_unique<topology::Topology>(std::move(*t)) : nullptr).first;
@@ -67,8 +67,7 @@ StatusOr<topology::RankPlan> ComputeRankPlan(const topology::Topology& topo, con
   topology::LocalJob job;
   job.cpus = local.cpus;
   job.transport = transport::BackendName(kind);
-  // A GPU decides a rank's NIC; shm has none (and its topology no I/O).
-  if (kind != transport::BackendKind::kShm && config.gpu != "off" && !topo.gpus.empty() && local.ranks.size() <= topo.gpus.size()) {
+  if (config.gpu != "off" && !topo.gpus.empty() && local.ranks.size() <= topo.gpus.size()) {
     for (size_t k = 0; k < local.ranks.size(); ++k) job.gpus.push_back(static_cast<int>(k));
   }
   return topology::PlanRank(topo, config, job, r);

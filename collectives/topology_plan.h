@@ -33,11 +33,10 @@ struct LocalRanks {
   int LocalRankOf(int rank) const;
 };
 
-// This machine's topology: CIUIC_TOPO_FILE when set (an error names it),
-// else discovered once per process, with I/O devices (NICs, GPUs) when
-// `io` (null when discovery fails: the communicator then decides as
-// without a plan).
-StatusOr<const topology::Topology*> MachineTopology(const Config& config, bool io);
+// This machine's topology (topology::DiscoverForPlans), once per process:
+// CIUIC_TOPO_FILE when set (an error names it), else /sys (null when that
+// fails: the communicator then decides as without a plan).
+StatusOr<const topology::Topology*> MachineTopology(const Config& config);
 
 // What rank `rank` applies, from `topo`: PlanRank for its position among
 // `local`, with local rank k on GPU k when every local rank can have one

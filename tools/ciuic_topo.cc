@@ -134,8 +134,8 @@ void PrintRankPlans(const topo::Topology& t, const std::vector<topo::RankPlan>& 
   }
 }
 
-void PrintTable(const topo::Topology& t, const topo::Plan& plan, const std::vector<topo::RankPlan>& ranks,
-                const Config& config) {
+void PrintTable(const topo::Topology& t, const topo::Plan& plan, const topo::Topology& pt,
+                const std::vector<topo::RankPlan>& ranks, const Config& config) {
   std::printf("# ciuic-topo: %s%s%s\n", t.source.c_str(), t.hostname.empty() ? "" : ", host ",
               t.hostname.c_str());
   std::printf("# %s\n", t.Summary().c_str());
@@ -206,7 +206,8 @@ void PrintTable(const topo::Topology& t, const topo::Plan& plan, const std::vect
               topo::NumaPolicyName(plan.numa_policy));
   std::printf("  allowed NICs: %s; transport %s\n", NicList(t, plan.allowed_nics).c_str(),
               ranks.empty() ? "?" : ranks[0].transport.c_str());
-  PrintRankPlans(t, ranks);
+  if (pt.source != t.source) std::printf("  (the ranks' plans from %s, as a communicator reads it)\n", pt.source.c_str());
+  PrintRankPlans(pt, ranks);
   const topo::CacheSizes& c = plan.caches;
   std::printf("\nKernel cache sizes: l1d %s, l2 %s, llc %s (L%d, shared by %d CPUs)%s\n", Bytes(c.l1d).c_str(),
               Bytes(c.l2).c_str(), Bytes(c.llc).c_str(), c.llc_level, c.llc_cpus,
@@ -219,8 +220,8 @@ void PrintTable(const topo::Topology& t, const topo::Plan& plan, const std::vect
   std::printf("Kernels with these sizes: %s\n", KernelParams(config, c, false).c_str());
 }
 
-void PrintJson(const topo::Topology& t, const topo::Plan& plan, const std::vector<topo::RankPlan>& ranks,
-               const Config& config) {
+void PrintJson(const topo::Topology& t, const topo::Plan& plan, const topo::Topology& pt,
+               const std::vector<topo::RankPlan>& ranks, const Config& config) {
   std::ostringstream o;
   o << "{\n  \"source\": " << Json(t.source) << ",\n  \"hostname\": " << Json(t.hostname)
     << ",\n  \"hwloc\": " << (topo::HaveHwloc() ? "true" : "false") << ",\n  \"packages\": " << t.packages.size()
@@ -268,7 +269,7 @@ void PrintJson(const topo::Topology& t, const topo::Plan& plan, const std::vecto
     o << (i ? ", " : "") << Json(t.nics[plan.allowed_nics[i]].name);
   }
   o << "],\n  \"ranks\": [";
-  for (size_t r = 0; r < ranks.size(); ++r) o << (r ? "," : "") << "\n    " << topo::FormatRankPlan(t, ranks[r]);
+  for (size_t r = 0; r < ranks.size(); ++r) o << (r ? "," : "") << "\n    " << topo::FormatRankPlan(pt, ranks[r]);
   o << "\n  ],\n  \"pools\": [";
   for (size_t i = 0; i < plan.nics.size(); ++i) {
     o << (i ? ", " : "") << "{\"nic\": " << Json(t.nics[plan.nics[i].nic].name)
@@ -372,14 +373,20 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ciuic-topo: error: %s\n", plan.status().ToString().c_str());
     return 1;
   }
-  // The ranks' plans: what their communicators apply.
+  // The ranks' plans: what their communicators apply, from what they read
+  // (the file, else /sys).
+  StatusOr<topo::Topology> pt = config->topo_file.empty() ? topo::DiscoverForPlans(*config) : StatusOr<topo::Topology>(*t);
+  if (!pt.ok()) {
+    std::fprintf(stderr, "ciuic-topo: error: %s\n", pt.status().ToString().c_str());
+    return 1;
+  }
   if (transport.empty()) {
     bool rdma = false;
-    for (int n : plan->allowed_nics) rdma |= t->nics[n].rdma();
+    for (const topo::Nic& n : pt->nics) rdma |= n.rdma();
     transport = rdma ? "verbs" : "tcp";
   }
   // CPU ranks (no GPU each), as a communicator with CIUIC_GPU=off plans.
-  StatusOr<topo::LocalJob> job = topo::PlacedJob(*t, *config, nranks, !cpu_ranks && config->gpu != "off", transport);
+  StatusOr<topo::LocalJob> job = topo::PlacedJob(*pt, *config, nranks, !cpu_ranks && config->gpu != "off", transport);
   if (!job.ok()) {
     std::fprintf(stderr, "ciuic-topo: error: %s\n", job.status().ToString().c_str());
     return 1;
@@ -397,7 +404,7 @@ int main(int argc, char** argv) {
   }
   std::vector<topo::RankPlan> ranks;
   for (int r = 0; r < static_cast<int>(std::max<size_t>(1, job->cpus.size())); ++r) {
-    StatusOr<topo::RankPlan> rp = topo::PlanRank(*t, *config, *job, r);
+    StatusOr<topo::RankPlan> rp = topo::PlanRank(*pt, *config, *job, r);
     if (!rp.ok()) {
       std::fprintf(stderr, "ciuic-topo: error: %s\n", rp.status().ToString().c_str());
       return 1;
@@ -405,9 +412,9 @@ int main(int argc, char** argv) {
     ranks.push_back(*rp);
   }
   if (format == "json") {
-    PrintJson(*t, *plan, ranks, *config);
+    PrintJson(*t, *plan, *pt, ranks, *config);
   } else {
-    PrintTable(*t, *plan, ranks, *config);
+    PrintTable(*t, *plan, *pt, ranks, *config);
   }
   return 0;
 }

@@ -310,11 +310,11 @@ class Builder {
 // Creates, configures (I/O kept) and loads a topology; `setup` picks the
 // source. Returns the hwloc error text on failure.
 StatusOr<Topology> LoadWith(const std::string& source, int (*setup)(hwloc_topology_t, const void*),
-                            const void* arg, StatusCode error_code, const std::string& what, bool io = true) {
+                            const void* arg, StatusCode error_code, const std::string& what) {
   hwloc_topology_t raw = nullptr;
   if (hwloc_topology_init(&raw) != 0) return UnavailableError("hwloc_topology_init failed");
   HwlocPtr t(raw);
-  hwloc_topology_set_io_types_filter(raw, io ? HWLOC_TYPE_FILTER_KEEP_IMPORTANT : HWLOC_TYPE_FILTER_KEEP_NONE);
+  hwloc_topology_set_io_types_filter(raw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
   if (setup != nullptr && setup(raw, arg) != 0) {
     return Status(error_code, what + ": " + std::strerror(errno));
   }
@@ -332,10 +332,10 @@ StatusOr<Topology> LoadWith(const std::string& source, int (*setup)(hwloc_topolo
 
 bool HaveHwloc() { return true; }
 
-StatusOr<Topology> DiscoverLive(bool io) {
-  CIUIC_ASSIGN_OR_RETURN(Topology t, LoadWith(io ? "hwloc" : "hwloc (no I/O)", nullptr, nullptr,
-                                              StatusCode::kUnavailable, "live discovery", io));
-  if (io) internal::AddSysfsVerbsDevices("/", &t);
+StatusOr<Topology> DiscoverLive() {
+  CIUIC_ASSIGN_OR_RETURN(Topology t,
+                         LoadWith("hwloc", nullptr, nullptr, StatusCode::kUnavailable, "live discovery"));
+  internal::AddSysfsVerbsDevices("/", &t);
   CIUIC_RETURN_IF_ERROR(internal::Finish(&t));
   CIUIC_LOG(kInfo, "topology: %s", t.Summary().c_str());
   return t;

@@ -14,7 +14,7 @@ namespace topology {
 
 bool HaveHwloc() { return false; }
 
-StatusOr<Topology> DiscoverLive(bool /*io*/) {
+StatusOr<Topology> DiscoverLive() {
   StatusOr<Topology> t = LoadSysfs("/");
   if (t.ok()) CIUIC_LOG(kInfo, "topology (sysfs, no hwloc): %s", t->Summary().c_str());
   return t;

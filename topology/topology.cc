@@ -409,13 +409,18 @@ Status Finish(Topology* t) {
 
 }  // namespace internal
 
-StatusOr<Topology> Discover(const Config& config, bool io) {
+StatusOr<Topology> Discover(const Config& config) {
   if (!config.topo_file.empty()) {
     StatusOr<Topology> t = LoadXmlFile(config.topo_file);
     if (!t.ok()) return t.status().WithContext("CIUIC_TOPO_FILE");
     return t;
   }
-  return DiscoverLive(io);
+  return DiscoverLive();
+}
+
+StatusOr<Topology> DiscoverForPlans(const Config& config) {
+  if (!config.topo_file.empty()) return Discover(config);
+  return LoadSysfs("/");
 }
 
 }  // namespace topology

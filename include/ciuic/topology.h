@@ -194,10 +194,7 @@ bool HaveHwloc();
 // The live machine: hwloc with I/O discovery, or /sys without hwloc (and, in
 // both cases, verbs devices without PCI, e.g. Soft-RoCE rxe0, from /sys).
 // Errors: kUnavailable when discovery fails.
-// `io` false: CPUs, NUMA nodes and caches only (no PCI, NICs or GPUs),
-// about a millisecond instead of tens (what a shared-memory communicator
-// needs).
-StatusOr<Topology> DiscoverLive(bool io = true);
+StatusOr<Topology> DiscoverLive();
 
 // A saved hwloc XML topology (`lstopo --of xml`, hwloc v1 or v2 format).
 // Errors: kNotFound (no such file, named), kDataLoss (not a valid hwloc XML,
@@ -212,8 +209,13 @@ StatusOr<Topology> LoadXmlString(const std::string& xml, const std::string& name
 // hwloc; always compiled. Errors: kUnavailable when no CPU is found.
 StatusOr<Topology> LoadSysfs(const std::string& root = "/");
 
-// CIUIC_TOPO_FILE when set (errors name the variable), else DiscoverLive(io).
-StatusOr<Topology> Discover(const Config& config, bool io = true);
+// CIUIC_TOPO_FILE when set (errors name the variable), else DiscoverLive().
+StatusOr<Topology> Discover(const Config& config);
+// What a communicator plans from (and ciuic-topo's rank plans): the
+// CIUIC_TOPO_FILE when set (errors name the variable), else /sys
+// (LoadSysfs: NICs and GPUs with their PCI chain in about a millisecond,
+// where hwloc's I/O discovery takes tens).
+StatusOr<Topology> DiscoverForPlans(const Config& config);
 
 // ---- Decisions --------------------------------------------------------------
 
