@@ -223,8 +223,13 @@ void CommImpl::Ran(const CallPlan* plan, const std::string* text) {
 }
 
 StatusOr<const CallPlan*> CommImpl::PlanFor(const OpDesc& d) {
+  // The same call as the last one: no key built, no map searched.
+  if (last_key_ != nullptr && last_key_->coll == d.coll && last_key_->send == d.send && last_key_->recv == d.recv &&
+      last_key_->count == d.count && last_key_->dtype == d.dtype && last_key_->op == d.op &&
+      last_key_->root == d.root && last_key_->counts == d.counts) {
+    return last_plan_;
+  }
   PlanKey key{d.coll, d.send, d.recv, d.count, d.counts, d.dtype, d.op, d.root};
-  if (last_key_ != nullptr && !(key < *last_key_) && !(*last_key_ < key)) return last_plan_;
   auto it = plans_.find(key);
   if (it == plans_.end()) {
     CIUIC_ASSIGN_OR_RETURN(CallPlan plan, PlanCall(d, rank_, size_, selection_, &selections_));
