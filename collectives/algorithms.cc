@@ -2,6 +2,7 @@
 // from (collective, algorithm) to the registry's generators (algorithms/).
 #include "collectives/algorithms.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "collectives/registry.h"
@@ -36,7 +37,23 @@ StatusOr<std::vector<size_t>> Displacements(const char* fn, const std::vector<si
   return d;
 }
 
-bool UsesChannels(Collective c) { return c != Collective::kBarrier && c != Collective::kSend && c != Collective::kRecv; }
+bool UsesChannels(Collective c) {
+  return c != Collective::kBarrier && c != Collective::kSend && c != Collective::kRecv && c != Collective::kAllToAllv;
+}
+
+// Runs even with nothing to move: a barrier synchronises, a message of 0
+// elements is still a message, and an all-to-all-v rank with nothing of its
+// own still takes its peers' empty messages.
+bool AlwaysRuns(Collective c) {
+  return c == Collective::kBarrier || c == Collective::kSend || c == Collective::kRecv || c == Collective::kAllToAllv;
+}
+
+// The extent (elements) that counts[i] elements at displs[i] reach.
+size_t Extent(const size_t* counts, const size_t* displs, int n) {
+  size_t e = 0;
+  for (int i = 0; i < n; ++i) e = std::max(e, counts[i] == 0 ? 0 : displs[i] + counts[i]);
+  return e;
+}
 
 // Elements of the whole collective (0: nothing to move).
 size_t TotalCount(const CollectiveArgs& a) {
@@ -66,6 +83,9 @@ const char* CollectiveName(Collective c) {
     case Collective::kBarrier: return "barrier";
     case Collective::kSend: return "send";
     case Collective::kRecv: return "recv";
+    case Collective::kGather: return "gather";
+    case Collective::kScatter: return "scatter";
+    case Collective::kAllToAllv: return "alltoallv";
   }
   return "?";
 }
@@ -101,11 +121,39 @@ Status CheckArgs(const CollectiveArgs& a) {
   switch (a.collective) {
     case Collective::kBroadcast:
     case Collective::kReduce: return in_range("root", a.root);
+    case Collective::kGather:
+    case Collective::kScatter:
+      CIUIC_RETURN_IF_ERROR(in_range("root", a.root));
+      return Times(fn, a.count, a.nranks).status();
     case Collective::kSend:
     case Collective::kRecv:
       CIUIC_RETURN_IF_ERROR(in_range("peer", a.peer));
       if (a.peer == a.rank) return InvalidArgumentError(std::string(fn) + ": peer " + std::to_string(a.peer) + " is this rank");
+      if (a.tag < 0 || a.tag >= kMaxTag) {
+        return InvalidArgumentError(std::string(fn) + ": tag " + std::to_string(a.tag) + " not in [0, " +
+                                    std::to_string(kMaxTag) + ")");
+      }
       return Status::Ok();
+    case Collective::kAllToAllv: {
+      const size_t n = static_cast<size_t>(a.nranks);
+      if (a.counts.size() != 4 * n) {
+        return InvalidArgumentError(std::string(fn) + ": counts has " + std::to_string(a.counts.size()) +
+                                    " entries for " + std::to_string(n) + " ranks (want 4 per rank)");
+      }
+      for (size_t part : {size_t{0}, 2 * n}) {  // send, then receive: count + displacement fits
+        for (size_t i = 0; i < n; ++i) {
+          if (a.counts[part + i] > std::numeric_limits<size_t>::max() / 16 - a.counts[part + n + i]) {
+            return InvalidArgumentError(std::string(fn) + ": a count plus its displacement overflows");
+          }
+        }
+      }
+      const size_t r = static_cast<size_t>(a.rank);
+      if (a.counts[r] != a.counts[2 * n + r]) {
+        return InvalidArgumentError(std::string(fn) + ": this rank sends itself " + std::to_string(a.counts[r]) +
+                                    " elements but receives " + std::to_string(a.counts[2 * n + r]) + " from itself");
+      }
+      return Status::Ok();
+    }
     case Collective::kAllGather:
     case Collective::kReduceScatter:
     case Collective::kAllToAll: return Times(fn, a.count, a.nranks).status();
@@ -163,6 +211,25 @@ StatusOr<BufferLayout> LayoutFor(const CollectiveArgs& a, bool in_place) {
       if (in_place) l.alias = Alias::kInputInOutput;
       break;
     }
+    case Collective::kGather:
+    case Collective::kScatter: {
+      CIUIC_ASSIGN_OR_RETURN(const size_t total, Times("LayoutFor", a.count, a.nranks));
+      const bool root = a.rank == a.root;
+      const bool gather = a.collective == Collective::kGather;
+      l.input_count = gather ? a.count : root ? total : 0;
+      l.output_count = gather ? (root ? total : 0) : a.count;
+      if (in_place && root) {
+        l.alias = gather ? Alias::kInputInOutput : Alias::kOutputInInput;
+        l.alias_offset = a.count * static_cast<size_t>(a.root);
+      }
+      break;
+    }
+    case Collective::kAllToAllv: {
+      const int n = a.nranks;
+      l.input_count = Extent(&a.counts[0], &a.counts[n], n);
+      l.output_count = Extent(&a.counts[2 * n], &a.counts[3 * n], n);
+      break;
+    }
     case Collective::kBarrier: break;
     case Collective::kSend: l.input_count = a.count; break;
     case Collective::kRecv: l.output_count = a.count; break;
@@ -180,8 +247,7 @@ StatusOr<Schedule> MakeSchedule(Algorithm algorithm, const CollectiveArgs& a) {
   }
   CIUIC_RETURN_IF_ERROR(CheckArgs(a));
   internal::Builder b(CollectiveName(a.collective), e->name(), a.rank, a.nranks);
-  const bool always_runs = !UsesChannels(a.collective);  // barrier, send, recv
-  if (!always_runs) {
+  if (!AlwaysRuns(a.collective)) {
     const size_t total = TotalCount(a);
     if (total == 0) return b.Take();
     if (a.nranks == 1) {

@@ -39,8 +39,11 @@ enum class Collective : uint8_t {
   kBarrier,
   kSend,
   kRecv,
+  kGather,
+  kScatter,
+  kAllToAllv,
 };
-inline constexpr int kNumCollectives = 11;
+inline constexpr int kNumCollectives = 14;
 
 // An algorithm's identity; what it does for each collective it implements,
 // its name and its kind are the registry's (registry.h).
@@ -55,11 +58,13 @@ enum class Algorithm : uint8_t {
   kShmDirect,          // "direct": ranks of one host through each other's memory
   kPointToPoint,       // "p2p" (send, recv)
   kBruck,              // "bruck" (all-gather)
+  kLinear,             // "linear" (gather, scatter: the root and every other rank)
 };
-inline constexpr int kNumAlgorithms = 10;
+inline constexpr int kNumAlgorithms = 11;
 
 // "allreduce", "broadcast", "reduce", "allgather", "allgatherv",
-// "reducescatter", "reducescatterv", "alltoall", "barrier", "send", "recv".
+// "reducescatter", "reducescatterv", "alltoall", "barrier", "send", "recv",
+// "gather", "scatter", "alltoallv".
 const char* CollectiveName(Collective c);
 // Parses a CollectiveName. Errors: kInvalidArgument listing the names.
 StatusOr<Collective> ParseCollective(const std::string& name);
@@ -76,33 +81,47 @@ StatusOr<Algorithm> ParseAlgorithm(Collective c, const std::string& name);
 // says so: all-reduce, broadcast, reduce: elements of the vector;
 // all-gather: elements each rank contributes; reduce-scatter: elements each
 // rank receives; all-to-all: elements sent to each peer; send/recv: the
-// message. The v-variants use `counts` (one per rank) instead; their
+// message; gather: elements each rank contributes; scatter: elements each
+// rank receives. The v-variants use `counts` (one per rank) instead; their
 // buffers are the blocks packed rank after rank (displacements are the
-// prefix sums). Barrier uses neither.
+// prefix sums). All-to-all-v's `counts` are this rank's 4 x nranks entries:
+// send counts, send displacements, receive counts, receive displacements
+// (elements, per peer). Barrier uses neither.
 struct CollectiveArgs {
   Collective collective = Collective::kAllReduce;
   int rank = 0;
   int nranks = 1;
   size_t count = 0;
-  std::vector<size_t> counts;  // all-gatherv, reduce-scatterv
-  int root = 0;                // broadcast, reduce
+  std::vector<size_t> counts;  // all-gatherv, reduce-scatterv, all-to-all-v
+  int root = 0;                // broadcast, reduce, gather, scatter
   int peer = -1;               // send, recv
+  int tag = 0;                 // send, recv: messages of one tag match in order
   int nchannels = 1;
 };
+
+// Tags of send/recv: [0, kMaxTag). Each tag in use between two ranks has a
+// link of its own (the channel TagChannel(tag); tag 0 shares the
+// collectives' channel 0), so messages match in order per (peer, tag).
+inline constexpr int kMaxTag = 1 << 16;
+inline constexpr int TagChannel(int tag) { return tag == 0 ? 0 : 2 * kMaxChannels + tag; }
 
 // The input/output element counts of `args.rank` and, with in_place, how
 // they overlap (the NCCL conventions): all-reduce, all-to-all: input ==
 // output; broadcast, reduce: input == output on the root (broadcast's
 // input has 0 elements elsewhere, reduce's output too); all-gather(v):
 // input = output + displacement of the rank; reduce-scatter(v): output =
-// input + displacement of the rank. Barrier: 0 and 0. Send/recv ignore
-// in_place. Errors: those of CheckArgs.
+// input + displacement of the rank; gather (root): input = output +
+// root x count; scatter (root): output = input + root x count; all-to-all-v:
+// the extents its displacements and counts reach, never in place. Barrier:
+// 0 and 0. Send/recv ignore in_place. Errors: those of CheckArgs.
 StatusOr<BufferLayout> LayoutFor(const CollectiveArgs& args, bool in_place);
 
 // kInvalidArgument naming the problem unless: nranks >= 1, rank in [0,
-// nranks), nchannels in [1, kMaxChannels], root (broadcast, reduce) and
-// peer (send, recv: another rank) in range, counts with one entry per rank
-// (v forms), and element totals that do not overflow.
+// nranks), nchannels in [1, kMaxChannels], root (broadcast, reduce, gather,
+// scatter) and peer (send, recv: another rank) in range, a tag in [0,
+// kMaxTag), counts with one entry per rank (v forms; all-to-all-v 4 per
+// rank, its own send and receive counts equal), and element totals that do
+// not overflow.
 Status CheckArgs(const CollectiveArgs& args);
 
 // The schedule of `args.rank` for `algorithm`: the registry's generator

@@ -112,4 +112,31 @@ Status FusionBucket::Wait() {
   return first;
 }
 
+StatusOr<bool> FusionBucket::Test() {
+  CIUIC_RETURN_IF_ERROR(Flush());
+  // A failed request: every other one is still waited for, as in Wait.
+  auto Failed = [this](const Status& s) -> Status {
+    Status w = Wait();
+    return w.ok() ? s : w;
+  };
+  auto pending = [](Request& r) -> StatusOr<bool> {
+    StatusOr<bool> t = r.Test();
+    if (!t.ok()) return t.status();
+    return !*t;
+  };
+  for (size_t i = 0; i < used_; ++i) {
+    if (!packs_[i]->sent) continue;
+    StatusOr<bool> p = pending(packs_[i]->request);
+    if (!p.ok()) return Failed(p.status());
+    if (*p) return false;
+  }
+  for (Request& r : solo_) {
+    StatusOr<bool> p = pending(r);
+    if (!p.ok()) return Failed(p.status());
+    if (*p) return false;
+  }
+  CIUIC_RETURN_IF_ERROR(Wait());
+  return true;
+}
+
 }  // namespace ciuic

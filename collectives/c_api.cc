@@ -156,6 +156,36 @@ ciuic_status_t ciuic_irecv(void* b, size_t n, ciuic_datatype_t t, int peer, ciui
   CIUIC_REQ_OR_FAIL(req);
   return Issue(comm->comm->IRecv(b, n, T(t), peer), req);
 }
+ciuic_status_t ciuic_isend_tagged(const void* b, size_t n, ciuic_datatype_t t, int peer, int tag, ciuic_comm_t comm,
+                                  ciuic_request_t* req) {
+  CIUIC_COMM_OR_FAIL(comm);
+  CIUIC_REQ_OR_FAIL(req);
+  return Issue(comm->comm->ISend(b, n, T(t), peer, tag), req);
+}
+ciuic_status_t ciuic_irecv_tagged(void* b, size_t n, ciuic_datatype_t t, int peer, int tag, ciuic_comm_t comm,
+                                  ciuic_request_t* req) {
+  CIUIC_COMM_OR_FAIL(comm);
+  CIUIC_REQ_OR_FAIL(req);
+  return Issue(comm->comm->IRecv(b, n, T(t), peer, tag), req);
+}
+ciuic_status_t ciuic_igather(const void* s, void* r, size_t n, ciuic_datatype_t t, int root, ciuic_comm_t comm,
+                             ciuic_request_t* req) {
+  CIUIC_COMM_OR_FAIL(comm);
+  CIUIC_REQ_OR_FAIL(req);
+  return Issue(comm->comm->IGather(s, r, n, T(t), root), req);
+}
+ciuic_status_t ciuic_iscatter(const void* s, void* r, size_t n, ciuic_datatype_t t, int root, ciuic_comm_t comm,
+                              ciuic_request_t* req) {
+  CIUIC_COMM_OR_FAIL(comm);
+  CIUIC_REQ_OR_FAIL(req);
+  return Issue(comm->comm->IScatter(s, r, n, T(t), root), req);
+}
+ciuic_status_t ciuic_ialltoallv(const void* s, const size_t* sc, const size_t* sd, void* r, const size_t* rc,
+                                const size_t* rd, ciuic_datatype_t t, ciuic_comm_t comm, ciuic_request_t* req) {
+  CIUIC_COMM_OR_FAIL(comm);
+  CIUIC_REQ_OR_FAIL(req);
+  return Issue(comm->comm->IAllToAllV(s, sc, sd, r, rc, rd, T(t)), req);
+}
 
 ciuic_status_t ciuic_wait(ciuic_request_t req) {
   CIUIC_REQ_OR_FAIL(req);
@@ -217,6 +247,22 @@ ciuic_status_t ciuic_alltoall(const void* s, void* r, size_t n, ciuic_datatype_t
 ciuic_status_t ciuic_barrier(ciuic_comm_t comm) { CIUIC_BLOCKING_C(Barrier()); }
 ciuic_status_t ciuic_send(const void* b, size_t n, ciuic_datatype_t t, int peer, ciuic_comm_t comm) {
   CIUIC_BLOCKING_C(Send(b, n, T(t), peer));
+}
+ciuic_status_t ciuic_send_tagged(const void* b, size_t n, ciuic_datatype_t t, int peer, int tag, ciuic_comm_t comm) {
+  CIUIC_BLOCKING_C(Send(b, n, T(t), peer, tag));
+}
+ciuic_status_t ciuic_recv_tagged(void* b, size_t n, ciuic_datatype_t t, int peer, int tag, ciuic_comm_t comm) {
+  CIUIC_BLOCKING_C(Recv(b, n, T(t), peer, tag));
+}
+ciuic_status_t ciuic_gather(const void* s, void* r, size_t n, ciuic_datatype_t t, int root, ciuic_comm_t comm) {
+  CIUIC_BLOCKING_C(Gather(s, r, n, T(t), root));
+}
+ciuic_status_t ciuic_scatter(const void* s, void* r, size_t n, ciuic_datatype_t t, int root, ciuic_comm_t comm) {
+  CIUIC_BLOCKING_C(Scatter(s, r, n, T(t), root));
+}
+ciuic_status_t ciuic_alltoallv(const void* s, const size_t* sc, const size_t* sd, void* r, const size_t* rc,
+                               const size_t* rd, ciuic_datatype_t t, ciuic_comm_t comm) {
+  CIUIC_BLOCKING_C(AllToAllV(s, sc, sd, r, rc, rd, T(t)));
 }
 ciuic_status_t ciuic_recv(void* b, size_t n, ciuic_datatype_t t, int peer, ciuic_comm_t comm) {
   CIUIC_BLOCKING_C(Recv(b, n, T(t), peer));

@@ -49,6 +49,7 @@ size_t PipelineChunkBytes(const OpDesc& d, int nranks) {
     case Collective::kSend:
     case Collective::kRecv:
     case Collective::kBarrier:
+    case Collective::kAllToAllv:
       return 0;  // the slot size: a send and its receive may name different counts
     default: block = d.count * es; break;  // per-rank blocks, or the whole message
   }
@@ -369,7 +370,7 @@ Status CommImpl::ExecuteCollective(const OpDesc& d, Clock::time_point deadline) 
   // Nothing to move (count 0; the v-forms and barrier aside): done, as in
   // MPI, without a plan or a look at any link.
   if (d.count == 0 && d.coll != Collective::kBarrier && d.coll != Collective::kAllGatherv &&
-      d.coll != Collective::kReduceScatterv) {
+      d.coll != Collective::kReduceScatterv && d.coll != Collective::kAllToAllv) {
     return Status::Ok();
   }
   if (d.on_device()) {

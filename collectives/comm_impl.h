@@ -63,6 +63,7 @@ class CommImpl {
   // An async call: queued.
   std::shared_ptr<OpState> Submit(OpDesc desc) { return queue_->Submit(std::move(desc)); }
   Status Wait(OpState& op) { return queue_->Wait(op); }
+  Status Wait(OpState& op, std::chrono::milliseconds timeout) { return queue_->Wait(op, timeout); }
   bool Test(OpState& op) { return queue_->Test(op); }
   void Abort() { aborted_.store(true); }
 

@@ -2,6 +2,7 @@
 // creation, argument checks, and the hand-off of each call to the
 // communicator's implementation (comm_impl.h) to run now (blocking) or to
 // queue (the I-forms).
+#include <algorithm>
 #include <cstring>
 
 #include "ciuic/collectives.h"
@@ -18,6 +19,11 @@ using collectives::OpDesc;
 Status Request::Wait() {
   if (state_ == nullptr) return InvalidArgumentError("Request::Wait on an empty request");
   return comm_->Wait(*state_);
+}
+
+Status Request::Wait(std::chrono::milliseconds timeout) {
+  if (state_ == nullptr) return InvalidArgumentError("Request::Wait on an empty request");
+  return comm_->Wait(*state_, timeout);
 }
 
 StatusOr<bool> Request::Test() {
@@ -96,6 +102,10 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::CreateTcp(int rank, int si
 
 StatusOr<std::unique_ptr<Communicator>> Communicator::CreateFromEnv() {
   CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
+  return CreateFromEnv(config);
+}
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::CreateFromEnv(Config config) {
   CIUIC_ASSIGN_OR_RETURN(transport::JobInfo job, transport::DiscoverJob(config));
   std::unique_ptr<transport::TcpStoreServer> pmix_server;  // rank 0's, when the PMIx rendezvous started it
   if (job.world_size > 1 && job.store_host.empty() && job.launcher == "pmix") {
@@ -238,14 +248,60 @@ StatusOr<OpDesc> Communicator::BarrierCall() const {
   return OpDesc{Collective::kBarrier, nullptr, nullptr, 0, {}, DataType::kUint8, ReduceOp::kSum, 0};
 }
 
-StatusOr<OpDesc> Communicator::PointToPointCall(bool send, const void* b, size_t n, DataType t, int peer) const {
+StatusOr<OpDesc> Communicator::PointToPointCall(bool send, const void* b, size_t n, DataType t, int peer,
+                                                 int tag) const {
   CIUIC_RETURN_IF_ERROR(CheckType(t, ReduceOp::kSum));
   CIUIC_RETURN_IF_ERROR(CheckBuf(b, n, "buf"));
   if (peer < 0 || peer >= size() || peer == rank()) {
     return InvalidArgumentError("peer " + std::to_string(peer) + " is not another rank");
   }
-  if (send) return OpDesc{Collective::kSend, b, nullptr, n, {}, t, ReduceOp::kSum, peer};
-  return OpDesc{Collective::kRecv, nullptr, const_cast<void*>(b), n, {}, t, ReduceOp::kSum, peer};
+  if (tag < 0 || tag >= collectives::kMaxTag) {
+    return InvalidArgumentError("tag " + std::to_string(tag) + " not in [0, " + std::to_string(collectives::kMaxTag) + ")");
+  }
+  if (send) return OpDesc{Collective::kSend, b, nullptr, n, {}, t, ReduceOp::kSum, peer, tag};
+  return OpDesc{Collective::kRecv, nullptr, const_cast<void*>(b), n, {}, t, ReduceOp::kSum, peer, tag};
+}
+
+StatusOr<OpDesc> Communicator::RootedBlocksCall(bool gather, const void* s, void* r, size_t n, DataType t,
+                                                 int root) const {
+  CIUIC_RETURN_IF_ERROR(CheckType(t, ReduceOp::kSum));
+  CIUIC_RETURN_IF_ERROR(CheckRank(root, size(), "root"));
+  const size_t all = n * static_cast<size_t>(size());
+  const bool at_root = rank() == root;
+  CIUIC_RETURN_IF_ERROR(CheckBuf(s, gather ? n : (at_root ? all : 0), "sendbuf"));
+  CIUIC_RETURN_IF_ERROR(CheckBuf(r, gather ? (at_root ? all : 0) : n, at_root ? "recvbuf (at the root)" : "recvbuf"));
+  return OpDesc{gather ? Collective::kGather : Collective::kScatter, s, r, n, {}, t, ReduceOp::kSum, root};
+}
+
+StatusOr<OpDesc> Communicator::AllToAllVCall(const void* s, const size_t* sc, const size_t* sd, void* r,
+                                              const size_t* rc, const size_t* rd, DataType t) const {
+  CIUIC_RETURN_IF_ERROR(CheckType(t, ReduceOp::kSum));
+  if (sc == nullptr) return InvalidArgumentError("sendcounts is null");
+  if (rc == nullptr) return InvalidArgumentError("recvcounts is null");
+  const size_t n = static_cast<size_t>(size());
+  // [send counts, send displacements, receive counts, receive displacements]
+  std::vector<size_t> counts(4 * n, 0);
+  size_t s_at = 0, r_at = 0, s_extent = 0, r_extent = 0;
+  for (size_t p = 0; p < n; ++p) {
+    counts[p] = sc[p];
+    counts[n + p] = sd != nullptr ? sd[p] : s_at;
+    counts[2 * n + p] = rc[p];
+    counts[3 * n + p] = rd != nullptr ? rd[p] : r_at;
+    s_at += sc[p];
+    r_at += rc[p];
+    if (sc[p] > 0) s_extent = std::max(s_extent, counts[n + p] + sc[p]);
+    if (rc[p] > 0) r_extent = std::max(r_extent, counts[3 * n + p] + rc[p]);
+  }
+  CIUIC_RETURN_IF_ERROR(CheckBuf(s, s_extent, "sendbuf"));
+  CIUIC_RETURN_IF_ERROR(CheckBuf(r, r_extent, "recvbuf"));
+  if (s != nullptr && s == r && size() > 1) return InvalidArgumentError("all-to-all-v cannot run in place");
+  const size_t mine = counts[static_cast<size_t>(rank())];
+  if (mine != counts[2 * n + static_cast<size_t>(rank())]) {
+    return InvalidArgumentError("sendcounts[" + std::to_string(rank()) + "] (" + std::to_string(mine) +
+                                ") differs from recvcounts[" + std::to_string(rank()) + "] (" +
+                                std::to_string(counts[2 * n + static_cast<size_t>(rank())]) + "): this rank's block for itself");
+  }
+  return OpDesc{Collective::kAllToAllv, s, r, s_at, std::move(counts), t, ReduceOp::kSum, 0};
 }
 
 // Blocking forms run the operation now; I-forms queue it.
@@ -274,12 +330,22 @@ Status Communicator::ReduceScatterV(const void* s, void* r, const size_t* c, Dat
   CIUIC_BLOCKING(ReduceScatterVCall(s, r, c, t, o));
 }
 Status Communicator::AllToAll(const void* s, void* r, size_t n, DataType t) { CIUIC_BLOCKING(AllToAllCall(s, r, n, t)); }
-Status Communicator::Barrier() { CIUIC_BLOCKING(BarrierCall()); }
-Status Communicator::Send(const void* b, size_t n, DataType t, int peer) {
-  CIUIC_BLOCKING(PointToPointCall(true, b, n, t, peer));
+Status Communicator::Gather(const void* s, void* r, size_t n, DataType t, int root) {
+  CIUIC_BLOCKING(RootedBlocksCall(true, s, r, n, t, root));
 }
-Status Communicator::Recv(void* b, size_t n, DataType t, int peer) {
-  CIUIC_BLOCKING(PointToPointCall(false, b, n, t, peer));
+Status Communicator::Scatter(const void* s, void* r, size_t n, DataType t, int root) {
+  CIUIC_BLOCKING(RootedBlocksCall(false, s, r, n, t, root));
+}
+Status Communicator::AllToAllV(const void* s, const size_t* sc, const size_t* sd, void* r, const size_t* rc,
+                               const size_t* rd, DataType t) {
+  CIUIC_BLOCKING(AllToAllVCall(s, sc, sd, r, rc, rd, t));
+}
+Status Communicator::Barrier() { CIUIC_BLOCKING(BarrierCall()); }
+Status Communicator::Send(const void* b, size_t n, DataType t, int peer, int tag) {
+  CIUIC_BLOCKING(PointToPointCall(true, b, n, t, peer, tag));
+}
+Status Communicator::Recv(void* b, size_t n, DataType t, int peer, int tag) {
+  CIUIC_BLOCKING(PointToPointCall(false, b, n, t, peer, tag));
 }
 
 StatusOr<Request> Communicator::IAllReduce(const void* s, void* r, size_t n, DataType t, ReduceOp o) {
@@ -306,12 +372,22 @@ StatusOr<Request> Communicator::IReduceScatterV(const void* s, void* r, const si
 StatusOr<Request> Communicator::IAllToAll(const void* s, void* r, size_t n, DataType t) {
   CIUIC_ASYNC(AllToAllCall(s, r, n, t));
 }
-StatusOr<Request> Communicator::IBarrier() { CIUIC_ASYNC(BarrierCall()); }
-StatusOr<Request> Communicator::ISend(const void* b, size_t n, DataType t, int peer) {
-  CIUIC_ASYNC(PointToPointCall(true, b, n, t, peer));
+StatusOr<Request> Communicator::IGather(const void* s, void* r, size_t n, DataType t, int root) {
+  CIUIC_ASYNC(RootedBlocksCall(true, s, r, n, t, root));
 }
-StatusOr<Request> Communicator::IRecv(void* b, size_t n, DataType t, int peer) {
-  CIUIC_ASYNC(PointToPointCall(false, b, n, t, peer));
+StatusOr<Request> Communicator::IScatter(const void* s, void* r, size_t n, DataType t, int root) {
+  CIUIC_ASYNC(RootedBlocksCall(false, s, r, n, t, root));
+}
+StatusOr<Request> Communicator::IAllToAllV(const void* s, const size_t* sc, const size_t* sd, void* r,
+                                           const size_t* rc, const size_t* rd, DataType t) {
+  CIUIC_ASYNC(AllToAllVCall(s, sc, sd, r, rc, rd, t));
+}
+StatusOr<Request> Communicator::IBarrier() { CIUIC_ASYNC(BarrierCall()); }
+StatusOr<Request> Communicator::ISend(const void* b, size_t n, DataType t, int peer, int tag) {
+  CIUIC_ASYNC(PointToPointCall(true, b, n, t, peer, tag));
+}
+StatusOr<Request> Communicator::IRecv(void* b, size_t n, DataType t, int peer, int tag) {
+  CIUIC_ASYNC(PointToPointCall(false, b, n, t, peer, tag));
 }
 #undef CIUIC_BLOCKING
 #undef CIUIC_ASYNC

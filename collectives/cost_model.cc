@@ -219,6 +219,12 @@ StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t 
   if (collective == Collective::kAllGatherv || collective == Collective::kReduceScatterv) {
     args.counts.assign(nranks, args.count);
   }
+  if (collective == Collective::kAllToAllv) {
+    // `count` to every peer, packed.
+    const size_t n = static_cast<size_t>(nranks);
+    args.counts.assign(4 * n, args.count);
+    for (size_t i = 0; i < n; ++i) args.counts[n + i] = args.counts[3 * n + i] = i * args.count;
+  }
   if (collective == Collective::kSend || collective == Collective::kRecv) {
     // A point-to-point pair: costed as rank 0 sending to rank 1.
     if (nranks < 2) return InvalidArgumentError("Predict: send/recv needs nranks >= 2");

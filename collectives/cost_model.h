@@ -72,7 +72,8 @@ StatusOr<Prediction> PredictSchedules(const std::vector<Schedule>& schedules, co
 
 // Generates the schedules of `algorithm` for `collective` with count =
 // ceil(bytes / elem_size) (per rank where the collective says so, see
-// CollectiveArgs; the v-variants use that count on every rank) and costs
+// CollectiveArgs; the v-variants use that count on every rank, all-to-all-v
+// to every peer) and costs
 // them. Errors: those of MakeSchedule and PredictSchedules.
 StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t bytes, int nranks,
                              const CostParams& params);

@@ -115,6 +115,15 @@ Status OpQueue::Wait(OpState& op) {
   return op.status;
 }
 
+Status OpQueue::Wait(OpState& op, std::chrono::milliseconds timeout) {
+  if (!threaded()) return Wait(op);
+  std::unique_lock<std::mutex> lock(op.mu);
+  if (!op.cv.wait_for(lock, timeout, [&] { return op.done.load(std::memory_order_acquire); })) {
+    return DeadlineExceededError("the operation is not done after " + std::to_string(timeout.count()) + " ms");
+  }
+  return op.status;
+}
+
 bool OpQueue::Test(OpState& op) {
   // Caller mode: Test makes progress by running the queue up to this op.
   if (!threaded() && !op.done.load(std::memory_order_acquire)) (void)Wait(op);

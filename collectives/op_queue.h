@@ -65,6 +65,8 @@ class OpQueue {
   // Blocks until `op` is done (caller mode: runs the queue up to it); its
   // status.
   Status Wait(OpState& op);
+  // At most `timeout` (thread mode): kDeadlineExceeded when not done by then.
+  Status Wait(OpState& op, std::chrono::milliseconds timeout);
   // Whether `op` is done without blocking (caller mode: runs the queue up
   // to it first).
   bool Test(OpState& op);

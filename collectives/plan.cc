@@ -15,6 +15,7 @@ CollectiveArgs ArgsFor(const OpDesc& op, int rank, int nranks, int nchannels) {
   args.counts = op.counts;
   args.root = op.root;
   args.peer = op.root;
+  args.tag = op.tag;
   args.nchannels = nchannels;
   return args;
 }
@@ -43,6 +44,19 @@ CallShape ShapeOf(const OpDesc& op, int nranks, transport::BackendKind backend) 
       for (size_t c : op.counts) total += c;
       s.bytes = total * es;
       s.input_bytes = op.coll == Collective::kAllGatherv ? op.count * es : s.bytes;
+      break;
+    }
+    case Collective::kGather:
+    case Collective::kScatter:
+      s.input_bytes = op.count * es;
+      s.bytes = s.input_bytes * n;
+      break;
+    case Collective::kAllToAllv: {
+      // This rank's sends (its peers' differ: the collective has one
+      // algorithm, so every rank still picks alike).
+      size_t total = 0;
+      for (size_t i = 0; i < n && i < op.counts.size(); ++i) total += op.counts[i];
+      s.bytes = s.input_bytes = total * es;
       break;
     }
     default: s.bytes = s.input_bytes = op.count * es; break;

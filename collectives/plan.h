@@ -26,10 +26,11 @@ struct OpDesc {
   const void* send = nullptr;
   void* recv = nullptr;
   size_t count = 0;             // elements: per rank for all-gather/reduce-scatter/all-to-all
-  std::vector<size_t> counts;   // the v-collectives, one per rank
+  std::vector<size_t> counts;   // the v-collectives, one per rank (all-to-all-v: 4 per rank, CollectiveArgs)
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
-  int root = 0;                 // broadcast/reduce root; send/recv peer
+  int root = 0;                 // broadcast/reduce/gather/scatter root; send/recv peer
+  int tag = 0;                  // send/recv
   // The device ordinal holding send / recv (GPU memory), -1 for host memory
   // (collectives/device.h).
   int send_device = -1;

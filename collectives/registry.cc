@@ -15,7 +15,8 @@ using K = AlgorithmKind;
 
 // The name of every algorithm id, in Algorithm order.
 constexpr const char* kNames[kNumAlgorithms] = {"ring",     "tree",          "recdoubling", "rabenseifner", "binomial",
-                                                "pairwise", "dissemination", "direct",      "p2p",          "bruck"};
+                                                "pairwise", "dissemination", "direct",      "p2p",          "bruck",
+                                                "linear"};
 
 // --- The shared-memory family: when it applies, what it costs -------------
 
@@ -163,6 +164,11 @@ std::vector<AlgorithmInfo> MakeRegistry() {
              BarrierCost),
       ScheduleEntry(C::kBarrier, A::kDissemination, "ceil(log2 n) rounds of empty messages", g::BarrierDissemination),
 
+      ScheduleEntry(C::kGather, A::kLinear, "every rank's block straight to the root", g::GatherLinear),
+      ScheduleEntry(C::kScatter, A::kLinear, "each rank's block straight from the root", g::ScatterLinear),
+      ScheduleEntry(C::kAllToAllv, A::kPairwise, "each pair's blocks, of any size, in one message each way",
+                    g::AllToAllvPairwise),
+
       ScheduleEntry(C::kSend, A::kPointToPoint, "one message", g::SendToPeer),
       ScheduleEntry(C::kRecv, A::kPointToPoint, "one message", g::RecvFromPeer),
   };
@@ -225,7 +231,8 @@ std::string AlgorithmNamesFor(Collective c) {
 const std::vector<Collective>& AllCollectives() {
   static const std::vector<Collective> all = {
       C::kAllReduce,     C::kBroadcast,      C::kReduce,   C::kAllGather, C::kAllGatherv, C::kReduceScatter,
-      C::kReduceScatterv, C::kAllToAll,      C::kBarrier,  C::kSend,      C::kRecv};
+      C::kReduceScatterv, C::kAllToAll,      C::kBarrier,  C::kSend,      C::kRecv,       C::kGather,
+      C::kScatter,        C::kAllToAllv};
   return all;
 }
 

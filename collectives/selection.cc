@@ -29,7 +29,8 @@ std::string Seconds(double s) {
 // Collectives whose count is a per-rank block of an n-block whole.
 bool BlockCollective(Collective c) {
   return c == Collective::kAllGather || c == Collective::kReduceScatter || c == Collective::kAllToAll ||
-         c == Collective::kAllGatherv || c == Collective::kReduceScatterv;
+         c == Collective::kAllGatherv || c == Collective::kReduceScatterv || c == Collective::kGather ||
+         c == Collective::kScatter || c == Collective::kAllToAllv;
 }
 
 // `call` scaled to `bytes` (its size class's representative).

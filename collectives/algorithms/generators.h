@@ -46,6 +46,9 @@ Status AllGatherBruck(const CollectiveArgs& a, Builder& b);
 Status ReduceScatterRing(const CollectiveArgs& a, Builder& b);  // also reduce-scatterv
 Status AllToAllPairwise(const CollectiveArgs& a, Builder& b);
 Status BarrierDissemination(const CollectiveArgs& a, Builder& b);
+Status GatherLinear(const CollectiveArgs& a, Builder& b);
+Status ScatterLinear(const CollectiveArgs& a, Builder& b);
+Status AllToAllvPairwise(const CollectiveArgs& a, Builder& b);
 Status SendToPeer(const CollectiveArgs& a, Builder& b);
 Status RecvFromPeer(const CollectiveArgs& a, Builder& b);
 

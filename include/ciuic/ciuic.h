@@ -159,6 +159,30 @@ ciuic_status_t ciuic_send(const void* buf, size_t count, ciuic_datatype_t dtype,
                           ciuic_comm_t comm);
 ciuic_status_t ciuic_recv(void* buf, size_t count, ciuic_datatype_t dtype, int peer,
                           ciuic_comm_t comm);
+/* Send and receive with a tag in [0, 65536): messages between two ranks
+ * match in order per tag (ciuic_send and ciuic_recv use tag 0). Each tag in
+ * use between two ranks has a connection (and ring buffers) of its own. */
+ciuic_status_t ciuic_send_tagged(const void* buf, size_t count, ciuic_datatype_t dtype, int peer, int tag,
+                                 ciuic_comm_t comm);
+ciuic_status_t ciuic_recv_tagged(void* buf, size_t count, ciuic_datatype_t dtype, int peer, int tag,
+                                 ciuic_comm_t comm);
+/* The root's recvbuf gets size blocks of count elements, rank r's at
+ * r * count (sendbuf == recvbuf + root * count at the root: in place);
+ * recvbuf is used at the root only. */
+ciuic_status_t ciuic_gather(const void* sendbuf, void* recvbuf, size_t count, ciuic_datatype_t dtype,
+                            int root, ciuic_comm_t comm);
+/* Rank r gets block r (count elements) of the root's sendbuf (recvbuf ==
+ * sendbuf + root * count at the root: in place); sendbuf is used at the
+ * root only. */
+ciuic_status_t ciuic_scatter(const void* sendbuf, void* recvbuf, size_t count, ciuic_datatype_t dtype,
+                             int root, ciuic_comm_t comm);
+/* sendcounts[p] elements at sdispls[p] go to rank p; recvcounts[p]
+ * elements from rank p land at rdispls[p] (NULL displacements: packed in
+ * rank order). Rank p's sendcounts[r] must equal rank r's recvcounts[p]
+ * (else an error naming the peer). Not in place. */
+ciuic_status_t ciuic_alltoallv(const void* sendbuf, const size_t* sendcounts, const size_t* sdispls,
+                               void* recvbuf, const size_t* recvcounts, const size_t* rdispls,
+                               ciuic_datatype_t dtype, ciuic_comm_t comm);
 
 /* Async forms: return at once with a request; the operation runs on the
  * progress thread (CIUIC_PROGRESS=thread) while the caller computes, or
@@ -189,6 +213,17 @@ ciuic_status_t ciuic_isend(const void* buf, size_t count, ciuic_datatype_t dtype
                            ciuic_comm_t comm, ciuic_request_t* req);
 ciuic_status_t ciuic_irecv(void* buf, size_t count, ciuic_datatype_t dtype, int peer,
                            ciuic_comm_t comm, ciuic_request_t* req);
+ciuic_status_t ciuic_isend_tagged(const void* buf, size_t count, ciuic_datatype_t dtype, int peer, int tag,
+                                  ciuic_comm_t comm, ciuic_request_t* req);
+ciuic_status_t ciuic_irecv_tagged(void* buf, size_t count, ciuic_datatype_t dtype, int peer, int tag,
+                                  ciuic_comm_t comm, ciuic_request_t* req);
+ciuic_status_t ciuic_igather(const void* sendbuf, void* recvbuf, size_t count, ciuic_datatype_t dtype,
+                             int root, ciuic_comm_t comm, ciuic_request_t* req);
+ciuic_status_t ciuic_iscatter(const void* sendbuf, void* recvbuf, size_t count, ciuic_datatype_t dtype,
+                              int root, ciuic_comm_t comm, ciuic_request_t* req);
+ciuic_status_t ciuic_ialltoallv(const void* sendbuf, const size_t* sendcounts, const size_t* sdispls,
+                                void* recvbuf, const size_t* recvcounts, const size_t* rdispls,
+                                ciuic_datatype_t dtype, ciuic_comm_t comm, ciuic_request_t* req);
 /* Blocks until done, returns the operation's status and frees the request. */
 ciuic_status_t ciuic_wait(ciuic_request_t req);
 /* *done = 1 when finished (then the status is the operation's and the

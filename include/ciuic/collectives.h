@@ -54,6 +54,10 @@ class Request {
   Request() = default;
   // Blocks until the operation is done; its status. Errors: the operation's.
   Status Wait();
+  // The same for at most `timeout`: kDeadlineExceeded when it is not done
+  // by then (it goes on; wait again). In caller mode (CIUIC_PROGRESS=caller)
+  // the operations run inside the wait, so it may take longer.
+  Status Wait(std::chrono::milliseconds timeout);
   // Whether it is done (without blocking). Errors: the operation's, once done.
   StatusOr<bool> Test();
   bool valid() const { return state_ != nullptr; }
@@ -72,6 +76,9 @@ class Communicator {
   // the store unless CIUIC_STORE_EXTERNAL=1. Errors: those of DiscoverJob,
   // store connection, backend opening.
   static StatusOr<std::unique_ptr<Communicator>> CreateFromEnv();
+  // The same with the knobs of `config` (rank, size and rendezvous still
+  // from it and the launcher's variables).
+  static StatusOr<std::unique_ptr<Communicator>> CreateFromEnv(Config config);
   // Explicit rank/size/store address ("host:port"); other knobs from the
   // environment (`config`).
   static StatusOr<std::unique_ptr<Communicator>> Create(int rank, int size,
@@ -108,9 +115,25 @@ class Communicator {
                         DataType dtype, ReduceOp op);
   // sendbuf holds size() blocks of `count`; block p goes to rank p.
   Status AllToAll(const void* sendbuf, void* recvbuf, size_t count, DataType dtype);
+  // The root's recvbuf gets size() blocks of `count`, rank r's at r x count
+  // (the root's input inside it at root x count: in place). recvbuf is used
+  // at the root only.
+  Status Gather(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, int root);
+  // Rank r gets block r of the root's sendbuf (size() blocks of `count`;
+  // the root's recvbuf may be its own block of it: in place). sendbuf is
+  // used at the root only.
+  Status Scatter(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, int root);
+  // sendcounts[p] elements at sdispls[p] go to rank p; recvcounts[p] from
+  // rank p land at rdispls[p] (null displacements: packed in rank order).
+  // What p sends this rank must be what this rank expects from p (else an
+  // error naming p). Never in place.
+  Status AllToAllV(const void* sendbuf, const size_t* sendcounts, const size_t* sdispls, void* recvbuf,
+                   const size_t* recvcounts, const size_t* rdispls, DataType dtype);
   Status Barrier();
-  Status Send(const void* buf, size_t count, DataType dtype, int peer);
-  Status Recv(void* buf, size_t count, DataType dtype, int peer);
+  // Messages between two ranks match in order per tag (0 <= tag < 65536);
+  // each tag in use has a connection of its own.
+  Status Send(const void* buf, size_t count, DataType dtype, int peer, int tag = 0);
+  Status Recv(void* buf, size_t count, DataType dtype, int peer, int tag = 0);
 
   StatusOr<Request> IAllReduce(const void* sendbuf, void* recvbuf, size_t count, DataType dtype,
                                ReduceOp op);
@@ -125,9 +148,13 @@ class Communicator {
   StatusOr<Request> IReduceScatterV(const void* sendbuf, void* recvbuf, const size_t* recvcounts,
                                     DataType dtype, ReduceOp op);
   StatusOr<Request> IAllToAll(const void* sendbuf, void* recvbuf, size_t count, DataType dtype);
+  StatusOr<Request> IGather(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, int root);
+  StatusOr<Request> IScatter(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, int root);
+  StatusOr<Request> IAllToAllV(const void* sendbuf, const size_t* sendcounts, const size_t* sdispls, void* recvbuf,
+                               const size_t* recvcounts, const size_t* rdispls, DataType dtype);
   StatusOr<Request> IBarrier();
-  StatusOr<Request> ISend(const void* buf, size_t count, DataType dtype, int peer);
-  StatusOr<Request> IRecv(void* buf, size_t count, DataType dtype, int peer);
+  StatusOr<Request> ISend(const void* buf, size_t count, DataType dtype, int peer, int tag = 0);
+  StatusOr<Request> IRecv(void* buf, size_t count, DataType dtype, int peer, int tag = 0);
 
   // Fails every pending and later operation with kAborted; returns at once.
   void Abort();
@@ -151,8 +178,13 @@ class Communicator {
   StatusOr<collectives::OpDesc> ReduceScatterVCall(const void* s, void* r, const size_t* c, DataType t,
                                                    ReduceOp o) const;
   StatusOr<collectives::OpDesc> AllToAllCall(const void* s, void* r, size_t n, DataType t) const;
+  StatusOr<collectives::OpDesc> RootedBlocksCall(bool gather, const void* s, void* r, size_t n, DataType t,
+                                                 int root) const;
+  StatusOr<collectives::OpDesc> AllToAllVCall(const void* s, const size_t* sc, const size_t* sd, void* r,
+                                              const size_t* rc, const size_t* rd, DataType t) const;
   StatusOr<collectives::OpDesc> BarrierCall() const;
-  StatusOr<collectives::OpDesc> PointToPointCall(bool send, const void* b, size_t n, DataType t, int peer) const;
+  StatusOr<collectives::OpDesc> PointToPointCall(bool send, const void* b, size_t n, DataType t, int peer,
+                                                 int tag) const;
   Status Run(collectives::OpDesc&& desc);
   StatusOr<Request> Post(collectives::OpDesc&& desc);
 
@@ -182,6 +214,9 @@ class FusionBucket {
   Status Flush();
   // Errors: the first failed all-reduce's (every tensor is still waited for).
   Status Wait();
+  // Flushes; true (after doing what Wait does, without blocking) when every
+  // all-reduce sent is done, false while one is under way. Errors: Wait's.
+  StatusOr<bool> Test();
   // All-reduces issued so far (packs plus oversized tensors).
   size_t allreduces_issued() const { return issued_; }
 

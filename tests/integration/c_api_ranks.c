@@ -187,6 +187,94 @@ static int Collectives(ciuic_comm_t comm, int rank, int n, size_t count) {
     for (size_t i = 0; i < count; ++i) EXPECT(out[i] == V(next, i), "irecv: element %zu is %g", i, out[i]);
   }
 
+  /* gather to the last rank, scatter from it; blocking and async. */
+  for (int pass = 0; pass < 2; ++pass) {
+    const int root = n - 1;
+    for (size_t i = 0; i < n * count; ++i) out[i] = -1;
+    if (pass == 0) {
+      CHECK(ciuic_gather(in, out, count, CIUIC_FLOAT32, root, comm));
+    } else {
+      CHECK(ciuic_igather(in, out, count, CIUIC_FLOAT32, root, comm, &req));
+      CHECK(ciuic_wait(req));
+    }
+    if (rank == root) {
+      for (int r = 0; r < n; ++r)
+        for (size_t i = 0; i < count; ++i)
+          EXPECT(out[r * count + i] == V(r, i), "gather pass %d: block %d element %zu is %g", pass, r, i,
+                 out[r * count + i]);
+    }
+    for (size_t i = 0; i < count; ++i) out[i] = -1;
+    if (pass == 0) {
+      CHECK(ciuic_scatter(in, out, count, CIUIC_FLOAT32, root, comm));
+    } else {
+      CHECK(ciuic_iscatter(in, out, count, CIUIC_FLOAT32, root, comm, &req));
+      CHECK(ciuic_wait(req));
+    }
+    for (size_t i = 0; i < count; ++i)
+      EXPECT(out[i] == V(root, rank * count + i), "scatter pass %d: element %zu is %g", pass, i, out[i]);
+  }
+
+  /* all-to-all-v: rank r sends (r + p) % 3 * count / 3 elements to rank p,
+   * packed; blocks land packed in rank order. */
+  {
+    size_t* sc = malloc(n * sizeof(size_t));
+    size_t* rc = malloc(n * sizeof(size_t));
+    EXPECT(sc != NULL && rc != NULL, "out of memory");
+    for (int p = 0; p < n; ++p) {
+      sc[p] = (size_t)((rank + p) % 3) * count / 3;
+      rc[p] = (size_t)((p + rank) % 3) * count / 3;
+    }
+    for (int pass = 0; pass < 2; ++pass) {
+      for (size_t i = 0; i < n * count; ++i) out[i] = -1;
+      if (pass == 0) {
+        CHECK(ciuic_alltoallv(in, sc, NULL, out, rc, NULL, CIUIC_FLOAT32, comm));
+      } else {
+        CHECK(ciuic_ialltoallv(in, sc, NULL, out, rc, NULL, CIUIC_FLOAT32, comm, &req));
+        CHECK(ciuic_wait(req));
+      }
+      size_t at = 0;
+      for (int p = 0; p < n; ++p) {
+        /* Rank p's block for this rank starts after p's blocks for lower ranks. */
+        size_t from = 0;
+        for (int q = 0; q < rank; ++q) from += (size_t)((p + q) % 3) * count / 3;
+        for (size_t i = 0; i < rc[p]; ++i)
+          EXPECT(out[at + i] == V(p, from + i), "alltoallv pass %d: from rank %d element %zu is %g", pass, p, i,
+                 out[at + i]);
+        at += rc[p];
+      }
+    }
+    free(sc);
+    free(rc);
+  }
+
+  /* Tagged messages overtake each other: tag 7 is sent first, tag 3
+   * received first. */
+  if (n > 1) {
+    const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    ciuic_request_t s7, s3, r3, r7;
+    float* out2 = malloc(count * sizeof(float));
+    EXPECT(out2 != NULL, "out of memory");
+    CHECK(ciuic_isend_tagged(in, count, CIUIC_FLOAT32, next, 7, comm, &s7));
+    CHECK(ciuic_isend_tagged(in + 1, count - 1, CIUIC_FLOAT32, next, 3, comm, &s3));
+    CHECK(ciuic_irecv_tagged(out2, count - 1, CIUIC_FLOAT32, prev, 3, comm, &r3));
+    CHECK(ciuic_irecv_tagged(out, count, CIUIC_FLOAT32, prev, 7, comm, &r7));
+    CHECK(ciuic_wait(s7));
+    CHECK(ciuic_wait(s3));
+    CHECK(ciuic_wait(r3));
+    CHECK(ciuic_wait(r7));
+    for (size_t i = 0; i < count; ++i) EXPECT(out[i] == V(prev, i), "tag 7: element %zu is %g", i, out[i]);
+    for (size_t i = 0; i + 1 < count; ++i) EXPECT(out2[i] == V(prev, i + 1), "tag 3: element %zu is %g", i, out2[i]);
+    if (rank % 2 == 0) {
+      CHECK(ciuic_send_tagged(in, count, CIUIC_FLOAT32, next, 5, comm));
+      CHECK(ciuic_recv_tagged(out, count, CIUIC_FLOAT32, prev, 5, comm));
+    } else {
+      CHECK(ciuic_recv_tagged(out, count, CIUIC_FLOAT32, prev, 5, comm));
+      CHECK(ciuic_send_tagged(in, count, CIUIC_FLOAT32, next, 5, comm));
+    }
+    for (size_t i = 0; i < count; ++i) EXPECT(out[i] == V(prev, i), "tag 5: element %zu is %g", i, out[i]);
+    free(out2);
+  }
+
   CHECK(ciuic_barrier(comm));
   CHECK(ciuic_ibarrier(comm, &req));
   CHECK(ciuic_wait(req));
@@ -222,6 +310,10 @@ int main(void) {
   EXPECT_REFUSED(ciuic_reduce(x, x, 4, CIUIC_FLOAT32, CIUIC_SUM, -1, comm), "root");
   EXPECT_REFUSED(ciuic_send(x, 4, CIUIC_FLOAT32, rank, comm), "peer");
   EXPECT_REFUSED(ciuic_recv(x, 4, CIUIC_FLOAT32, n, comm), "peer");
+  if (n > 1) EXPECT_REFUSED(ciuic_send_tagged(x, 4, CIUIC_FLOAT32, (rank + 1) % n, 1 << 16, comm), "tag");
+  EXPECT_REFUSED(ciuic_gather(x, x, 4, CIUIC_FLOAT32, n, comm), "root");
+  EXPECT_REFUSED(ciuic_scatter(NULL, x, 4, CIUIC_FLOAT32, rank, comm), "sendbuf");
+  EXPECT_REFUSED(ciuic_alltoallv(x, NULL, NULL, x, NULL, NULL, CIUIC_FLOAT32, comm), "sendcounts");
   EXPECT_REFUSED(ciuic_barrier(NULL), "comm");
   EXPECT_REFUSED(ciuic_iallreduce(x, x, 4, CIUIC_FLOAT32, CIUIC_SUM, comm, NULL), "req");
   EXPECT_REFUSED(ciuic_wait(NULL), "req");

@@ -270,6 +270,68 @@ Status CheckOthers(Communicator& c, size_t count, int salt) {
     CIUIC_RETURN_IF_ERROR(rs.Wait());
     CIUIC_RETURN_IF_ERROR(rr.Wait());
     for (size_t i = 0; i < count; ++i) EXPECT_OR_FAIL(in[i] == Input(prev, i, salt), "send/recv");
+    // Tags: tag 9 sent first, tag 2 received first; each tag matches its own.
+    std::vector<T> in9(count, -1), in2(count, -1);
+    CIUIC_ASSIGN_OR_RETURN(Request s9, c.ISend(out.data(), count, DataType::kFloat32, next, 9));
+    CIUIC_ASSIGN_OR_RETURN(Request s2, c.ISend(out.data(), count / 2, DataType::kFloat32, next, 2));
+    CIUIC_ASSIGN_OR_RETURN(Request r2, c.IRecv(in2.data(), count / 2, DataType::kFloat32, prev, 2));
+    CIUIC_ASSIGN_OR_RETURN(Request r9, c.IRecv(in9.data(), count, DataType::kFloat32, prev, 9));
+    for (Request* q : {&s9, &s2, &r2, &r9}) CIUIC_RETURN_IF_ERROR(q->Wait());
+    for (size_t i = 0; i < count; ++i) EXPECT_OR_FAIL(in9[i] == Input(prev, i, salt), "send/recv tag 9");
+    for (size_t i = 0; i < count / 2; ++i) EXPECT_OR_FAIL(in2[i] == Input(prev, i, salt), "send/recv tag 2");
+  }
+  // Gather, scatter and all-to-all-v: the blocking forms on even salts, the
+  // I-forms (waited for at once) on odd ones.
+  auto either = [&](auto&& blocking, auto&& async) -> Status {
+    if (salt % 2 == 0) return blocking();
+    CIUIC_ASSIGN_OR_RETURN(Request r, async());
+    return r.Wait();
+  };
+  // Gather to the last rank (in place there), scatter from rank 0.
+  {
+    const int root = n - 1;
+    std::vector<T> all(count * n, -1), mine(count);
+    Fill(&mine, rank, salt);
+    if (rank == root) {
+      std::copy(mine.begin(), mine.end(), all.begin() + static_cast<long>(count) * root);
+      CIUIC_RETURN_IF_ERROR(either([&] { return c.Gather(all.data() + count * root, all.data(), count, DataType::kFloat32, root); },
+                                   [&] { return c.IGather(all.data() + count * root, all.data(), count, DataType::kFloat32, root); }));
+      for (int r = 0; r < n; ++r)
+        for (size_t i = 0; i < count; ++i) EXPECT_OR_FAIL(all[r * count + i] == Input(r, i, salt), "gather");
+    } else {
+      CIUIC_RETURN_IF_ERROR(either([&] { return c.Gather(mine.data(), nullptr, count, DataType::kFloat32, root); },
+                                   [&] { return c.IGather(mine.data(), nullptr, count, DataType::kFloat32, root); }));
+    }
+    std::vector<T> src(count * n), got(count, -1);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = Input(rank, i, salt);
+    CIUIC_RETURN_IF_ERROR(either([&] { return c.Scatter(src.data(), got.data(), count, DataType::kFloat32, 0); },
+                                 [&] { return c.IScatter(src.data(), got.data(), count, DataType::kFloat32, 0); }));
+    for (size_t i = 0; i < count; ++i) EXPECT_OR_FAIL(got[i] == Input(0, rank * count + i, salt), "scatter");
+  }
+  // All-to-all-v: rank r sends (r + p) % 3 * count / 2 elements to p, from
+  // the end of its input backwards; blocks land packed in rank order.
+  {
+    auto amount = [&](int from, int to) { return static_cast<size_t>((from + to) % 3) * count / 2; };
+    std::vector<size_t> sc(n), sd(n), rc(n);
+    size_t at = count * 2 * n;
+    for (int p = 0; p < n; ++p) {
+      sc[p] = amount(rank, p);
+      at -= sc[p];
+      sd[p] = at;
+      rc[p] = amount(p, rank);
+    }
+    std::vector<T> src(count * 2 * n), got(count * 2 * n, -1);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = Input(rank, i, salt);
+    CIUIC_RETURN_IF_ERROR(either(
+        [&] { return c.AllToAllV(src.data(), sc.data(), sd.data(), got.data(), rc.data(), nullptr, DataType::kFloat32); },
+        [&] { return c.IAllToAllV(src.data(), sc.data(), sd.data(), got.data(), rc.data(), nullptr, DataType::kFloat32); }));
+    size_t off = 0;
+    for (int p = 0; p < n; ++p) {
+      size_t theirs = count * 2 * n;  // where p's block for this rank starts in p's input
+      for (int q = 0; q <= rank; ++q) theirs -= amount(p, q);
+      for (size_t i = 0; i < rc[p]; ++i) EXPECT_OR_FAIL(got[off + i] == Input(p, theirs + i, salt), "alltoallv");
+      off += rc[p];
+    }
   }
   return Status::Ok();
 }
@@ -868,6 +930,10 @@ Status CallOnce(Communicator& comm, collectives::Collective c, size_t count) {
       return comm.ReduceScatterV(in.data(), out.data(), counts.data(), DataType::kFloat32, ReduceOp::kSum);
     case Collective::kAllToAll: return comm.AllToAll(in.data(), out.data(), count, DataType::kFloat32);
     case Collective::kBarrier: return comm.Barrier();
+    case Collective::kGather: return comm.Gather(in.data(), out.data(), count, DataType::kFloat32, 0);
+    case Collective::kScatter: return comm.Scatter(in.data(), out.data(), count, DataType::kFloat32, 0);
+    case Collective::kAllToAllv:
+      return comm.AllToAllV(in.data(), counts.data(), nullptr, out.data(), counts.data(), nullptr, DataType::kFloat32);
     default: return comm.AllReduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum);
   }
 }

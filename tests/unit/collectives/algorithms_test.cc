@@ -32,7 +32,8 @@ std::vector<Pair> AllPairs() {
   std::vector<Pair> p;
   for (Collective c : {Collective::kAllReduce, Collective::kBroadcast, Collective::kReduce, Collective::kAllGather,
                        Collective::kAllGatherv, Collective::kReduceScatter, Collective::kReduceScatterv,
-                       Collective::kAllToAll, Collective::kBarrier}) {
+                       Collective::kAllToAll, Collective::kBarrier, Collective::kGather, Collective::kScatter,
+                       Collective::kAllToAllv}) {
     for (Algorithm a : AlgorithmsFor(c)) p.push_back({c, a});
   }
   return p;

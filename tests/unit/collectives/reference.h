@@ -122,6 +122,34 @@ inline std::vector<size_t> VCounts(size_t count, int n) {
   return c;
 }
 
+// All-to-all-v: what rank r sends rank p (uneven, some 0), and the
+// displacements of rank r's blocks: packed in reverse peer order, so they
+// are not the prefix sums.
+inline size_t AllToAllvCount(size_t count, int r, int p) {
+  return count == 0 ? 0 : (count + 3 * static_cast<size_t>(r) + static_cast<size_t>(p)) % (count + 2);
+}
+inline std::vector<size_t> ReverseDispls(const std::vector<size_t>& counts) {
+  std::vector<size_t> d(counts.size(), 0);
+  size_t at = 0;
+  for (size_t i = counts.size(); i-- > 0;) {
+    d[i] = at;
+    at += counts[i];
+  }
+  return d;
+}
+inline std::vector<size_t> AllToAllvCounts(size_t count, int rank, int n) {
+  std::vector<size_t> sc(n), rc(n);
+  for (int p = 0; p < n; ++p) {
+    sc[p] = AllToAllvCount(count, rank, p);
+    rc[p] = AllToAllvCount(count, p, rank);
+  }
+  std::vector<size_t> out = sc;
+  for (size_t v : ReverseDispls(sc)) out.push_back(v);
+  out.insert(out.end(), rc.begin(), rc.end());
+  for (size_t v : ReverseDispls(rc)) out.push_back(v);
+  return out;
+}
+
 inline CollectiveArgs ArgsFor(const Case& c, int rank) {
   CollectiveArgs a;
   a.collective = c.collective;
@@ -133,6 +161,7 @@ inline CollectiveArgs ArgsFor(const Case& c, int rank) {
   if (c.collective == Collective::kAllGatherv || c.collective == Collective::kReduceScatterv) {
     a.counts = VCounts(c.count, c.nranks);
   }
+  if (c.collective == Collective::kAllToAllv) a.counts = AllToAllvCounts(c.count, rank, c.nranks);
   return a;
 }
 
@@ -173,6 +202,28 @@ std::vector<std::vector<T>> Expected(const Case& c, Op op, const std::vector<std
                    x[b].begin() + static_cast<size_t>(rank + 1) * c.count);
         }
         break;
+      case Collective::kGather:
+        if (rank == c.root) {
+          for (int b = 0; b < n; ++b) o.insert(o.end(), x[b].begin(), x[b].end());
+        }
+        break;
+      case Collective::kScatter:
+        o.assign(x[c.root].begin() + static_cast<size_t>(rank) * c.count,
+                 x[c.root].begin() + static_cast<size_t>(rank + 1) * c.count);
+        break;
+      case Collective::kAllToAllv: {
+        // Block from b lands at this rank's receive displacement for b.
+        const std::vector<size_t> mine = AllToAllvCounts(c.count, rank, n);
+        size_t total = 0;
+        for (int b = 0; b < n; ++b) total += mine[2 * n + b];
+        o.assign(total, T{});
+        for (int b = 0; b < n; ++b) {
+          const std::vector<size_t> theirs = AllToAllvCounts(c.count, b, n);
+          const size_t len = theirs[rank], from = theirs[n + rank], to = mine[3 * n + b];
+          std::copy(x[b].begin() + from, x[b].begin() + from + len, o.begin() + to);
+        }
+        break;
+      }
       default: break;
     }
   }
@@ -223,6 +274,7 @@ std::vector<std::vector<T>> MakeInputs(const Case& c, Op op, uint32_t seed) {
     auto l = LayoutFor(a, false);
     size_t n = l.ok() ? l->input_count : 0;
     if (c.collective == Collective::kBroadcast) n = c.count;  // every rank gets data; only the root's counts
+    if (c.collective == Collective::kScatter) n = c.count * static_cast<size_t>(c.nranks);
     x[r] = ExactValues<T>(n, seed * 7919u + static_cast<uint32_t>(r), op);
   }
   return x;
