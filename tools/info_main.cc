@@ -1,7 +1,8 @@
 // ciuic-info: version, build options, SIMD targets (compiled, runnable,
 // chosen), the cache sizes the kernels tile with (discovered by topology/)
 // and the parameters derived from them, and every CIUIC_* knob with its
-// value and where it came from. `--format json` for scripts.
+// value and where it came from. `--format json` for scripts. In the shared
+// library, so that the Python package prints the same (python -m ciuic.info).
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -14,6 +15,7 @@
 #include "collectives/registry.h"
 #include "collectives/selection.h"
 #include "common/version.h"
+#include "tools/info_main.h"
 
 namespace {
 
@@ -56,7 +58,11 @@ void PrintAlgorithms(const ciuic::collectives::AlgoKnob& algo) {
   }
 }
 
-int Main(int argc, char** argv) {
+}  // namespace
+
+namespace ciuic::tools {
+
+int InfoMain(int argc, char** argv) {
   bool json = false;
   bool algorithms_only = false;
   for (int i = 1; i < argc; ++i) {
@@ -194,6 +200,4 @@ int Main(int argc, char** argv) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) { return Main(argc, argv); }
+}  // namespace ciuic::tools

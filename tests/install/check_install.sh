@@ -24,3 +24,23 @@ export PKG_CONFIG_PATH="$libdir/pkgconfig"
 # shellcheck disable=SC2046
 cc -o "$work/consumer_c" "$src_dir/consumer/consumer.c" $(pkg-config --cflags --libs ciuic)
 LD_LIBRARY_PATH="$libdir" "$work/consumer_c"
+# The Python package (when built): under P's site-packages, importable from
+# any directory with that folder on PYTHONPATH, finding P's libciuic by its
+# RPATH (no LD_LIBRARY_PATH), and running a one-rank all-reduce.
+python=${2:-}
+site=${3:-}
+if [[ -n "$python" ]]; then
+  pkg="$work/prefix/$site/ciuic"
+  [[ -f "$pkg/__init__.py" ]] || { echo "check_install: no package at $pkg" >&2; exit 1; }
+  ldd "$pkg"/_ciuic*.so | grep -q "$work/prefix/.*libciuic.so" ||
+    { echo "check_install: _ciuic does not load the prefix's libciuic:" >&2; ldd "$pkg"/_ciuic*.so >&2; exit 1; }
+  (cd "$work" && env -u LD_LIBRARY_PATH PYTHONPATH="$work/prefix/$site" "$python" -c "
+import numpy, ciuic
+assert ciuic.__file__.startswith('$pkg'), ciuic.__file__
+with ciuic.CiuicContext() as ctx:
+    x = numpy.arange(4, dtype=numpy.float32)
+    ciuic.all_reduce(x, context=ctx)
+    assert x.tolist() == [0, 1, 2, 3]
+print('python package ok:', ciuic.__file__)
+")
+fi

@@ -1,0 +1,69 @@
+"""A rank killed mid-call: every survivor raises naming it, within the
+timeout; the context then refuses further calls."""
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+import ciuic
+import ranks
+
+
+def killed(rank, n, backend, victim):
+    ctx = ciuic.CiuicContext(backend=backend, timeout=20)
+    x = np.ones(1 << 18, dtype=np.float32)
+    ctx.all_reduce(x)
+    if rank == victim:
+        os.kill(os.getpid(), signal.SIGKILL)
+    t0 = time.monotonic()
+    try:
+        for _ in range(10000):
+            ctx.all_reduce(x)
+        return "no error"
+    except ciuic.CiuicError as e:
+        took = time.monotonic() - t0
+        err = (type(e).__name__, e.rank, e.code, str(e), took)
+    try:
+        ctx.barrier()
+        again = "the failed context kept working"
+    except ciuic.CiuicError as e:
+        again = type(e).__name__
+    return err, again
+
+
+@pytest.mark.parametrize("backend", ["shm", "tcp"])
+def test_rank_killed_mid_call_is_named_on_every_survivor(backend):
+    n, victim = 3, 1
+    res = ranks.run(n, killed, backend, victim, allow_signals=(signal.SIGKILL,), timeout=120)
+    assert res[victim] == ("signal", signal.SIGKILL)
+    for r in range(n):
+        if r == victim:
+            continue
+        assert res[r] != "no error", f"rank {r} saw no error"
+        (name, culprit, code, msg, took), again = res[r]
+        assert culprit == victim, f"rank {r}: {name} {msg}"
+        assert isinstance(getattr(ciuic, name), type) and issubclass(getattr(ciuic, name), ciuic.CiuicError)
+        assert took < 20, f"rank {r} noticed only after {took:.1f} s"
+        assert again.endswith("Error"), again
+
+
+def killed_async(rank, n):
+    ctx = ciuic.CiuicContext(timeout=20)
+    x = np.ones(1 << 16, dtype=np.float32)
+    ctx.barrier()
+    if rank == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        h = ctx.all_reduce_async(x)
+        h.wait()
+        return "no error"
+    except ciuic.CiuicError as e:
+        return e.rank
+
+
+def test_async_wait_names_the_dead_rank():
+    res = ranks.run(2, killed_async, allow_signals=(signal.SIGKILL,), timeout=120)
+    assert res[1] == 0
