@@ -1,4 +1,5 @@
 // FusionBucket: see include/ciuic/collectives.h.
+#include <algorithm>
 #include <cstring>
 
 #include "ciuic/collectives.h"
@@ -52,12 +53,14 @@ Status FusionBucket::Add(void* tensor, size_t count) {
   if (used_ == 0 || packs_[used_ - 1]->sent) {
     if (used_ == packs_.size()) packs_.push_back(std::make_unique<Pack>());
     Pack& p = *packs_[used_++];
-    if (p.data.size() < capacity_) p.data.resize(capacity_);
     p.bytes = 0;
     p.entries.clear();
     p.sent = false;
   }
   Pack& p = *packs_[used_ - 1];
+  // Packs grow to what they hold (doubling, at most the capacity): a large
+  // capacity costs nothing until it is used, and reused packs keep their size.
+  if (p.data.size() < p.bytes + bytes) p.data.resize(std::min(capacity_, std::max(p.bytes + bytes, 2 * p.data.size())));
   collectives::DeviceMemory* mem = collectives::CommImpl::Of(comm_).device_memory();
   const int device = mem != nullptr ? mem->DeviceOf(tensor) : -1;
   if (device >= 0) {

@@ -116,11 +116,18 @@ class Request:
 class _BucketRequest(Request):
     """Fused all-reduces in flight (a bucket)."""
 
-    __slots__ = ("_buckets",)
+    __slots__ = ("_buckets", "_release")
 
-    def __init__(self, buckets, result):
+    def __init__(self, buckets, result, release):
         super().__init__(None, result)
         self._buckets = buckets
+        self._release = release  # gives the buckets back for reuse once done
+
+    def _finished(self):
+        self._done = True
+        release, self._release = self._release, None
+        if release is not None:
+            release(self._buckets)
 
     def wait(self, timeout=None):
         if not self._done:
@@ -133,16 +140,20 @@ class _BucketRequest(Request):
                         raise DeadlineExceededError(f"the fused all-reduce is not done after {timeout} s (it goes on)")
                     time.sleep(0.0002)
                 return self._result
-            for b in self._buckets:
-                b.wait()
-            self._done = True
+            try:
+                for b in self._buckets:
+                    b.wait()
+            finally:
+                self._finished()
         return self._result
 
     def test(self):
         if not self._done and all(b.test() for b in self._buckets):
-            for b in self._buckets:
-                b.wait()
-            self._done = True
+            try:
+                for b in self._buckets:
+                    b.wait()
+            finally:
+                self._finished()
         return self._done
 
 
@@ -211,8 +222,11 @@ def _gradients(items):
     torch = _arrays.torch_module()
     param = torch.nn.Parameter if torch is not None else ()
     out = []
+    ndarray = np.ndarray
     for i, x in enumerate(items):
-        if param and isinstance(x, param):
+        if type(x) is ndarray:
+            pass
+        elif param and isinstance(x, param):
             if x.grad is None:
                 continue
             x = x.grad
@@ -292,6 +306,7 @@ class CiuicContext:
             _check_nccl_possible()
             settings["CIUIC_GPU"] = "nccl"
         self._requested = backend
+        self._bucket_pool = {}
         self._buffer_size = int(buffer_size) if buffer_size is not None else None
         knob_items = sorted(settings.items())
 
@@ -417,18 +432,30 @@ class CiuicContext:
     def _fused(self, items, op, dtype, async_):
         arrays = _gradients(items)
         groups = {}
+        ndarray = np.ndarray
         for a in arrays:
-            key = (_dt(dtype) or _dt(a.dtype), _arrays.is_tensor(a) and a.is_cuda)
-            groups.setdefault(key, []).append(a)
+            key = (a.dtype, type(a) is not ndarray and _arrays.is_tensor(a) and a.is_cuda)
+            g = groups.get(key)
+            if g is None:
+                groups[key] = g = []
+            g.append(a)
+        # Buckets are reused from call to call (their packs keep their memory,
+        # so a training step allocates nothing); one in flight is not shared.
+        override = _dt(dtype)
         buckets = []
-        for (name, _), members in groups.items():
-            b = Bucket(self, name, op, self._buffer_size)
-            for a in members:
-                b.add(a)
-            b.flush()
+        for (dt, gpu), members in groups.items():
+            key = (override or _dt(dt), gpu, int(op))
+            free = self._bucket_pool.get(key)
+            b = free.pop() if free else Bucket(self, key[0], op, self._buffer_size)
+            b._key = key
             buckets.append(b)
-        req = _BucketRequest(buckets, arrays)
-        return req
+            b._b.add_all(members, override)
+            b.flush()
+        return _BucketRequest(buckets, arrays, self._give_back)
+
+    def _give_back(self, buckets):
+        for b in buckets:
+            self._bucket_pool.setdefault(b._key, []).append(b)
 
     def bucket(self, dtype, op=SUM, capacity=None):
         """A fusion bucket: add() tensors of one dtype, wait() writes their
@@ -660,10 +687,12 @@ class Bucket:
 
     def __init__(self, context, dtype, op=SUM, capacity=None):
         self._ctx = context
+        self._key = None
         self._b = _ciuic.Bucket(context._c, _dt(dtype), int(op), int(capacity or 0))
 
-    def add(self, x):
-        self._b.add(x)
+    def add(self, x, dtype=None):
+        """Copies x into the open pack (dtype: read x's memory as this type)."""
+        self._b.add(x, dtype=_dt(dtype))
 
     def flush(self):
         self._b.flush()

@@ -799,9 +799,9 @@ class PyBucket {
       (void)bucket_->Wait();  // nothing may still write into the tensors
     }
   }
-  void Add(py::handle x) {
+  void Add(py::handle x, const std::string& dtype) {
     Live();
-    Buf b = Buf::Of(x, "x", true, "");
+    Buf b = Buf::Of(x, "x", true, dtype);
     if (b.dtype != dtype_) {
       Throw(PyExc_TypeError, std::string("x is ") + TypeName(b.dtype) + " but the bucket holds " + TypeName(dtype_));
     }
@@ -813,6 +813,26 @@ class PyBucket {
       s = bucket_->Add(p, n);
     }
     held_.push_back(std::move(b));
+    Check(s, comm_.rank());
+  }
+  // Every array of `xs` (a list), the GIL released once for all the copies.
+  void AddAll(py::list xs, const std::string& dtype) {
+    Live();
+    const size_t first = held_.size();
+    for (size_t i = 0; i < xs.size(); ++i) {
+      Buf b = Buf::Of(xs[i], "x", true, dtype);
+      if (b.dtype != dtype_) {
+        held_.resize(first);
+        Throw(PyExc_TypeError, "x[" + std::to_string(i) + "] is " + TypeName(b.dtype) + " but the bucket holds " +
+                                   TypeName(dtype_));
+      }
+      held_.push_back(std::move(b));
+    }
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      for (size_t i = first; i < held_.size() && s.ok(); ++i) s = bucket_->Add(held_[i].ptr, held_[i].count);
+    }
     Check(s, comm_.rank());
   }
   void Flush() {
@@ -976,7 +996,8 @@ PYBIND11_MODULE(_ciuic, m) {
              return std::make_unique<PyBucket>(std::move(comm), *t, OpOf(op), capacity);
            }),
            py::arg("comm"), py::arg("dtype"), py::arg("op"), py::arg("capacity"))
-      .def("add", &PyBucket::Add, py::arg("x"))
+      .def("add", &PyBucket::Add, py::arg("x"), py::arg("dtype") = "")
+      .def("add_all", &PyBucket::AddAll, py::arg("xs"), py::arg("dtype") = "")
       .def("flush", &PyBucket::Flush)
       .def("wait", &PyBucket::Wait)
       .def("test", &PyBucket::Test)

@@ -12,12 +12,27 @@ import ciuic
 import ranks
 
 
-def killed(rank, n, backend, victim):
+def warmed_up(rank, n, sync_dir, victim):
+    """The victim dies only once every survivor has finished the warm-up
+    call: a rank that returns from a collective may still have peers inside
+    it, and killing it then fails the warm-up instead of the call under test
+    (TCP resets the connection, discarding bytes the peer had not read)."""
+    if rank != victim:
+        open(os.path.join(sync_dir, f"ready.{rank}"), "w").close()
+        return
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if all(os.path.exists(os.path.join(sync_dir, f"ready.{r}")) for r in range(n) if r != victim):
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(0.001)
+    raise TimeoutError("the survivors never finished the warm-up call")
+
+
+def killed(rank, n, backend, victim, sync_dir):
     ctx = ciuic.CiuicContext(backend=backend, timeout=20)
     x = np.ones(1 << 18, dtype=np.float32)
     ctx.all_reduce(x)
-    if rank == victim:
-        os.kill(os.getpid(), signal.SIGKILL)
+    warmed_up(rank, n, sync_dir, victim)
     t0 = time.monotonic()
     try:
         for _ in range(10000):
@@ -35,9 +50,9 @@ def killed(rank, n, backend, victim):
 
 
 @pytest.mark.parametrize("backend", ["shm", "tcp"])
-def test_rank_killed_mid_call_is_named_on_every_survivor(backend):
+def test_rank_killed_mid_call_is_named_on_every_survivor(backend, tmp_path):
     n, victim = 3, 1
-    res = ranks.run(n, killed, backend, victim, allow_signals=(signal.SIGKILL,), timeout=120)
+    res = ranks.run(n, killed, backend, victim, str(tmp_path), allow_signals=(signal.SIGKILL,), timeout=120)
     assert res[victim] == ("signal", signal.SIGKILL)
     for r in range(n):
         if r == victim:
@@ -50,12 +65,11 @@ def test_rank_killed_mid_call_is_named_on_every_survivor(backend):
         assert again.endswith("Error"), again
 
 
-def killed_async(rank, n):
+def killed_async(rank, n, sync_dir):
     ctx = ciuic.CiuicContext(timeout=20)
     x = np.ones(1 << 16, dtype=np.float32)
     ctx.barrier()
-    if rank == 0:
-        os.kill(os.getpid(), signal.SIGKILL)
+    warmed_up(rank, n, sync_dir, 0)
     try:
         h = ctx.all_reduce_async(x)
         h.wait()
@@ -64,6 +78,6 @@ def killed_async(rank, n):
         return e.rank
 
 
-def test_async_wait_names_the_dead_rank():
-    res = ranks.run(2, killed_async, allow_signals=(signal.SIGKILL,), timeout=120)
+def test_async_wait_names_the_dead_rank(tmp_path):
+    res = ranks.run(2, killed_async, str(tmp_path), allow_signals=(signal.SIGKILL,), timeout=120)
     assert res[1] == 0
