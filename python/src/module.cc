@@ -279,7 +279,8 @@ Buf Buf::Of(py::handle obj, const char* arg, bool writable, const std::string& d
       Throw(PyExc_TypeError, std::string(arg) + ": " + std::to_string(bytes) + " bytes are not a whole number of " +
                                  TypeName(*t) + " elements");
     }
-    b.ptr = reinterpret_cast<void*>(obj.attr("data_ptr")().cast<uintptr_t>());
+    // torch hands out its storage as an integer address only.
+    b.ptr = reinterpret_cast<void*>(obj.attr("data_ptr")().cast<uintptr_t>());  // NOLINT(performance-no-int-to-ptr)
     b.count = bytes / SizeOf(*t);
     b.dtype = *t;
     b.device = obj.attr("is_cuda").cast<bool>();
@@ -320,9 +321,12 @@ class PyStore : public ciuic::transport::Store {
   explicit PyStore(py::object adapter) : adapter_(adapter.release().ptr()) {}
   // Leaked at shutdown when the interpreter is gone; otherwise released.
   ~PyStore() override {
-    if (Py_IsInitialized() != 0) {
-      py::gil_scoped_acquire gil;
-      Py_XDECREF(adapter_);
+    try {
+      if (Py_IsInitialized() != 0) {
+        py::gil_scoped_acquire gil;
+        Py_XDECREF(adapter_);
+      }
+    } catch (...) {  // a destructor must not throw: leak the adapter instead
     }
   }
   Status Set(const std::string& key, const std::string& value) override {
@@ -439,7 +443,12 @@ class PyComm {
   PyComm(std::unique_ptr<Communicator> c, std::shared_ptr<void> keep)
       : comm_(std::move(c)), keep_(std::move(keep)), rank_(comm_->rank()), size_(comm_->size()),
         transport_(comm_->transport_name()) {}
-  ~PyComm() { Close(); }
+  ~PyComm() {
+    try {
+      Close();
+    } catch (...) {  // a destructor must not throw; close() reports errors to a caller that asks
+    }
+  }
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -794,9 +803,12 @@ class PyBucket {
   PyBucket(const PyBucket&) = delete;
   PyBucket& operator=(const PyBucket&) = delete;
   ~PyBucket() {
-    if (bucket_ != nullptr && !held_.empty()) {
-      py::gil_scoped_release nogil;
-      (void)bucket_->Wait();  // nothing may still write into the tensors
+    try {
+      if (bucket_ != nullptr && !held_.empty()) {
+        py::gil_scoped_release nogil;
+        (void)bucket_->Wait();  // nothing may still write into the tensors
+      }
+    } catch (...) {  // a destructor must not throw
     }
   }
   void Add(py::handle x, const std::string& dtype) {
@@ -816,7 +828,7 @@ class PyBucket {
     Check(s, comm_.rank());
   }
   // Every array of `xs` (a list), the GIL released once for all the copies.
-  void AddAll(py::list xs, const std::string& dtype) {
+  void AddAll(const py::list& xs, const std::string& dtype) {
     Live();
     const size_t first = held_.size();
     for (size_t i = 0; i < xs.size(); ++i) {
@@ -899,6 +911,7 @@ std::vector<std::pair<size_t, size_t>> Partition(const std::vector<double>& cost
 int InfoMain(const std::vector<std::string>& args) {
   std::vector<std::string> a = args;
   std::vector<char*> argv;
+  argv.reserve(a.size() + 1);
   for (auto& s : a) argv.push_back(s.data());
   argv.push_back(nullptr);
   py::gil_scoped_release nogil;
@@ -915,7 +928,7 @@ PYBIND11_MODULE(_ciuic, m) {
   m.attr("git_revision") = ciuic::GitRevision();
   m.attr("build_options") = ciuic::BuildOptions();
 
-  m.def("_set_error_classes", [](py::dict classes) {
+  m.def("_set_error_classes", [](const py::dict& classes) {
     for (auto item : classes) {
       const int code = item.first.cast<int>();
       if (code > 0 && code < kNumCodes) g_error_class[code] = item.second.inc_ref().ptr();
