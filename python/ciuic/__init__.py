@@ -32,6 +32,53 @@ from .partition import DataPartitioner, partition
 
 _ciuic._set_error_classes(_BY_CODE)
 
+
+def _register_torch_backend():
+    """Registers the torch.distributed backend "ciuic" now if torch.distributed
+    is loaded, else once it is (importing ciuic does not import torch: 1.5 s)."""
+    import importlib.util
+    import sys
+
+    if importlib.util.find_spec("ciuic._ciuic_torch") is None:
+        return  # built without torch
+    if "torch.distributed" in sys.modules:
+        from . import torch as _t  # noqa: F401  (registers)
+        return
+
+    class _Hook:
+        # Wraps torch.distributed's loader so that the registration runs
+        # right after the module has executed.
+        def find_spec(self, name, path=None, target=None):
+            if name != "torch.distributed":
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(name)
+            if spec is None or spec.loader is None:
+                return spec
+            inner = spec.loader
+
+            class _Loader:
+                def create_module(self, s):
+                    return inner.create_module(s)
+
+                def exec_module(self, module):
+                    inner.exec_module(module)
+                    try:
+                        from . import torch as _t  # noqa: F401
+                    except Exception as e:  # never break torch's import
+                        import warnings
+
+                        warnings.warn(f"ciuic: the torch.distributed backend was not registered: {e}")
+
+            spec.loader = _Loader()
+            return spec
+
+    if not any(type(h).__name__ == "_Hook" for h in sys.meta_path):
+        sys.meta_path.insert(0, _Hook())
+
+
+_register_torch_backend()
+
 __version__ = _ciuic.version
 
 
