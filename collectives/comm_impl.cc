@@ -121,7 +121,13 @@ CommImpl::CommImpl(int rank, int size, const Config& config, std::shared_ptr<tra
       queue_(std::make_unique<OpQueue>([this](OpQueue::Batch* b) { return RunBatch(b); })) {}
 
 // The queue first: its progress thread runs on everything else.
-CommImpl::~CommImpl() { queue_.reset(); }
+// The queue stays reachable while the progress thread finishes its batch
+// (a send/recv batch asks it for more, and ends once the peers have taken
+// its sends: what was sent is delivered, within the timeout).
+CommImpl::~CommImpl() {
+  if (queue_) queue_->Shutdown();
+  queue_.reset();
+}
 
 Status CommImpl::Init() {
   const auto timeout = std::chrono::milliseconds(config_.timeout_ms);
@@ -421,6 +427,7 @@ Status CommImpl::ExecutePointToPoint(OpQueue::Batch* batch, Clock::time_point de
   // GPU buffers: sends copied to host mirrors here, receives copied back
   // once the batch is done (mirror pair k for the k-th operation).
   std::deque<Staged> staged;
+  std::vector<int> staged_at;  // per operation: its entry in `staged`, or -1
   auto prepare = [&](const OpDesc& d) -> StatusOr<ExecJob> {
     const OpDesc* h = &d;
     if (d.on_device()) {
@@ -433,6 +440,7 @@ Status CommImpl::ExecutePointToPoint(OpQueue::Batch* batch, Clock::time_point de
       if (d.on_device()) staged.pop_back();
       return plan.status();
     }
+    staged_at.push_back(d.on_device() ? static_cast<int>(staged.size()) - 1 : -1);
     plans.push_back(std::move(*plan));
     Ran(nullptr, &plans.back().why);
     return JobFor(*h, plans.back());
@@ -450,9 +458,17 @@ Status CommImpl::ExecutePointToPoint(OpQueue::Batch* batch, Clock::time_point de
         },
         batch);
   };
-  CIUIC_RETURN_IF_ERROR(exec.RunMany(jobs, source, deadline, &aborted_, more));
-  for (const Staged& st : staged) CIUIC_RETURN_IF_ERROR(gpu_->CopyBack(st));
-  return Status::Ok();
+  // Each operation completes as soon as its own job is done, while the
+  // batch goes on: a receive that has arrived must not wait for a send to a
+  // rank that asks for that link only after this receive returns.
+  auto done = [&](size_t k) {
+    Status s = staged_at[k] >= 0 ? gpu_->CopyBack(staged[static_cast<size_t>(staged_at[k])]) : Status::Ok();
+    Complete(*(*batch)[k], std::move(s));
+  };
+  p2p_batch_.store(true, std::memory_order_release);
+  Status s = exec.RunMany(jobs, source, deadline, &aborted_, more, done);
+  p2p_batch_.store(false, std::memory_order_release);
+  return s;
 }
 
 Status CommImpl::ExecuteBatch(OpQueue::Batch* batch) {
@@ -482,7 +498,9 @@ Status CommImpl::RunBlocking(OpDesc desc) {
   // Order is kept: nothing is queued, and exec_mu waits for an operation
   // the progress thread may still be finishing. No request object and no
   // hand-off to the progress thread (two futex wake-ups, ~7 us each).
-  if (queue_->Empty()) {
+  // A send/recv while a batch of them runs joins that batch (the batch
+  // holds the executor; waiting for it could wait for this very message).
+  if (queue_->Empty() && !(IsPointToPoint(desc) && p2p_batch_.load(std::memory_order_acquire))) {
     if (!IsPointToPoint(desc)) {
       return Guarded([&] {
         return ExecuteCollective(desc, Clock::now() + std::chrono::milliseconds(config_.timeout_ms));

@@ -167,6 +167,7 @@ class CommImpl {
   // Execution state.
   mutable std::mutex exec_mu_;  // one operation runs at a time
   std::atomic<bool> aborted_{false};
+  std::atomic<bool> p2p_batch_{false};  // a send/recv batch holds the executor (see RunBlocking)
   Status error_;                // first failure; sticky (exec_mu_)
   std::string last_algorithm_;  // (exec_mu_)
   const CallPlan* last_algorithm_plan_ = nullptr;  // the plan last_algorithm_ describes

@@ -60,8 +60,8 @@ enum class Sent { kNo, kCopied, kZeroCopy };
 class ExecutorRun {
  public:
   ExecutorRun(const Executor::Parts& parts, const std::vector<ExecJob>& jobs, const LinkSource& links,
-              const std::atomic<bool>* abort, const Executor::MoreJobs& more)
-      : parts_(parts), jobs_(jobs), links_(links), abort_(abort), more_(more) {}
+              const std::atomic<bool>* abort, const Executor::MoreJobs& more, const Executor::JobDone& job_done)
+      : parts_(parts), jobs_(jobs), links_(links), abort_(abort), more_(more), job_done_(job_done) {}
 
   Status Execute(std::chrono::steady_clock::time_point deadline) {
     CIUIC_RETURN_IF_ERROR(AddJobs(0));
@@ -223,8 +223,26 @@ class ExecutorRun {
         queues_[f.recv_link].recvs.push_back(i);
       }
       ++steps_left_;
+      if (job_done_ != nullptr) {
+        if (job_left_.size() < jobs_.size()) job_left_.resize(jobs_.size(), 0);
+        ++job_left_[f.job];
+      }
+    }
+    if (job_done_ != nullptr) {
+      // A job without steps (an empty message) is done at once.
+      for (size_t j = from; j < jobs_.size(); ++j) {
+        if (j >= job_left_.size()) job_left_.resize(j + 1, 0);
+        if (job_left_[j] == 0) finished_.push_back(static_cast<int>(j));
+      }
     }
     return Status::Ok();
+  }
+
+  // A step's last chunk is done. Its job's steps all done means its buffers
+  // are the caller's again (zero-copy writes count only once complete).
+  void StepFinished(const Flat& f) {
+    --steps_left_;
+    if (job_done_ != nullptr && --job_left_[f.job] == 0) finished_.push_back(f.job);
   }
 
   // Chunk k of a step: its first element and element count.
@@ -339,7 +357,7 @@ class ExecutorRun {
   // A send chunk handed to the link: done now when copied.
   void SentOne(Flat& f, Sent how) {
     ++f.sent;
-    if (how == Sent::kCopied && ++f.done == f.nchunks) --steps_left_;
+    if (how == Sent::kCopied && ++f.done == f.nchunks) StepFinished(f);
   }
 
   // Progresses every link; true when anything happened.
@@ -378,7 +396,7 @@ class ExecutorRun {
       while (!q.zero_copy.empty() && q.zero_copy.front().second < q.link->sends_done()) {
         Flat& f = flat_[q.zero_copy.front().first];
         q.zero_copy.pop_front();
-        if (++f.done == f.nchunks) --steps_left_;
+        if (++f.done == f.nchunks) StepFinished(f);
         any = true;
       }
     }
@@ -423,7 +441,7 @@ class ExecutorRun {
         }
         if (!did) break;
         any = true;
-        if (++f.done == f.nchunks) --steps_left_;
+        if (++f.done == f.nchunks) StepFinished(f);
       }
       if (f.done == f.nchunks && f.recv_link >= 0) ++queues_[f.recv_link].recv_head;
     }
@@ -455,6 +473,8 @@ class ExecutorRun {
       CIUIC_ASSIGN_OR_RETURN(bool moved, Advance(i));
       any |= moved;
     }
+    for (int j : finished_) job_done_(static_cast<size_t>(j));
+    finished_.clear();
     // A failed link is fatal once this run needs from it what cannot come:
     // a send, or a receive beyond the chunks that arrived before the peer
     // closed (a peer that finished and left after its last send, while this
@@ -514,6 +534,9 @@ class ExecutorRun {
   const LinkSource& links_;
   const std::atomic<bool>* abort_;
   const Executor::MoreJobs& more_;
+  const Executor::JobDone& job_done_;
+  std::vector<int> job_left_;   // per job: steps not yet done (only with job_done_)
+  std::vector<int> finished_;   // jobs done in this pass, reported at its end
   std::vector<Flat> flat_;
   std::vector<std::pair<std::pair<int, int>, int>> link_index_;
   std::vector<LinkQueues> queues_;
@@ -531,13 +554,13 @@ Status Executor::Run(const Schedule& schedule, const ExecBuffers& buffers, DataT
   job.buffers = buffers;
   job.dtype = dtype;
   job.op = op;
-  return RunMany({job}, links, deadline, abort, nullptr);
+  return RunMany({job}, links, deadline, abort, nullptr, nullptr);
 }
 
 Status Executor::RunMany(const std::vector<ExecJob>& jobs, const LinkSource& links,
                          std::chrono::steady_clock::time_point deadline, const std::atomic<bool>* abort,
-                         const MoreJobs& more) {
-  return ExecutorRun(parts_, jobs, links, abort, more).Execute(deadline);
+                         const MoreJobs& more, const JobDone& job_done) {
+  return ExecutorRun(parts_, jobs, links, abort, more, job_done).Execute(deadline);
 }
 
 }  // namespace ciuic::collectives

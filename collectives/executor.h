@@ -97,11 +97,17 @@ class Executor {
   // before those of job i+1. `more` (may be empty) is asked on every pass
   // for jobs to join the run (their schedules must outlive it): posted
   // sends and receives progress together whatever the order they were
-  // posted in. Errors: as Run.
+  // posted in. `job_done` (may be empty) is told, at the end of the pass
+  // that finished it, each job whose steps are all done: its buffers are
+  // the caller's again and its operation may complete while later jobs
+  // still run (a receive must not wait for a send the peer has not asked
+  // for yet). The run itself ends once the peers have taken every send.
+  // Errors: as Run.
   using MoreJobs = std::function<void(std::vector<ExecJob>*)>;
+  using JobDone = std::function<void(size_t job)>;
   Status RunMany(const std::vector<ExecJob>& jobs, const LinkSource& links,
                  std::chrono::steady_clock::time_point deadline, const std::atomic<bool>* abort,
-                 const MoreJobs& more);
+                 const MoreJobs& more, const JobDone& job_done = nullptr);
 
   // What every run uses.
   struct Parts {

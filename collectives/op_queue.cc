@@ -20,14 +20,19 @@ void Complete(OpState& op, Status s) {
   op.cv.notify_all();
 }
 
-OpQueue::~OpQueue() {
+OpQueue::~OpQueue() { Shutdown(); }
+
+void OpQueue::Shutdown() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  std::lock_guard<std::mutex> lock(mu_);
   for (auto& op : queue_) Complete(*op, AbortedError("communicator destroyed"));
+  queue_.clear();
+  queued_.store(0, std::memory_order_release);
 }
 
 std::string OpQueue::StartProgressThread(const std::vector<int>& cpus) {
@@ -72,7 +77,9 @@ std::shared_ptr<OpState> OpQueue::RunHere(OpDesc desc) {
   Batch batch{std::make_shared<OpState>()};
   batch[0]->desc = std::move(desc);
   Status s = run_(&batch);
-  for (auto& op : batch) Complete(*op, s);
+  for (auto& op : batch) {
+    if (!op->done.load(std::memory_order_acquire)) Complete(*op, s);  // some complete early
+  }
   return batch[0];
 }
 
@@ -86,7 +93,9 @@ bool OpQueue::RunNext() {
     queued_.store(queue_.size(), std::memory_order_release);
   }
   Status s = run_(&batch);
-  for (auto& op : batch) Complete(*op, s);
+  for (auto& op : batch) {
+    if (!op->done.load(std::memory_order_acquire)) Complete(*op, s);  // some complete early
+  }
   return true;
 }
 

@@ -47,6 +47,9 @@ class OpQueue {
   // Stops the progress thread once the queue is drained (what it runs to
   // completion); anything left fails with kAborted.
   ~OpQueue();
+  // Stops the progress thread once its current batch is done and fails what
+  // is still queued (kAborted). Idempotent; the destructor calls it.
+  void Shutdown();
   OpQueue(const OpQueue&) = delete;
   OpQueue& operator=(const OpQueue&) = delete;
 

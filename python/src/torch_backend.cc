@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cstddef>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -849,24 +850,50 @@ class ProcessGroupCiuic : public c10d::Backend {
     return first;
   }
 
-  // Completes works in the order they were issued (the library finishes
-  // them in that order too).
+  // Completes each work once its requests are done, in whatever order they
+  // finish: a receive must complete while an earlier send waits for a peer
+  // that posts its receive only after this one. Blocks on the oldest
+  // unfinished request for a moment at a time, then looks at the others.
   void CompleteLoop() {
+    std::vector<c10::intrusive_ptr<CiuicWork>> pending;
     for (;;) {
-      c10::intrusive_ptr<CiuicWork> w;
       {
         std::unique_lock<std::mutex> q(queue_mu_);
-        queue_cv_.wait(q, [&] { return !queue_.empty() || quit_; });
-        if (queue_.empty()) return;
-        w = queue_.front();
-        queue_.pop_front();
+        if (pending.empty()) queue_cv_.wait(q, [&] { return !queue_.empty() || quit_; });
+        while (!queue_.empty()) {
+          pending.push_back(std::move(queue_.front()));
+          queue_.pop_front();
+        }
+        if (pending.empty() && quit_) return;
       }
-      w->Complete(WaitAll(w->requests));
+      bool completed = false;
+      Request* oldest = nullptr;
+      for (size_t i = 0; i < pending.size();) {
+        Request* open = nullptr;
+        Status first;
+        for (auto& r : pending[i]->requests) {
+          StatusOr<bool> t = r.Test();
+          if (!t.ok()) {
+            if (first.ok()) first = t.status();
+          } else if (!*t) {
+            open = &r;
+            break;
+          }
+        }
+        if (open == nullptr) {
+          pending[i]->requests.clear();
+          pending[i]->Complete(first);
+          pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+          completed = true;
+          continue;
+        }
+        if (oldest == nullptr) oldest = open;
+        ++i;
+      }
+      if (!completed && oldest != nullptr) (void)oldest->Wait(std::chrono::milliseconds(1));
     }
   }
 
-  // Pending work fails (Abort), the completer drains it, then the
-  // communicator closes: destroy_process_group never hangs.
   // Abort first, outside the lock, so that a blocking call in flight on
   // another thread returns; once the lock is ours no work can be queued.
   void Stop() {

@@ -32,8 +32,14 @@ site=${3:-}
 if [[ -n "$python" ]]; then
   pkg="$work/prefix/$site/ciuic"
   [[ -f "$pkg/__init__.py" ]] || { echo "check_install: no package at $pkg" >&2; exit 1; }
-  ldd "$pkg"/_ciuic*.so | grep -q "$work/prefix/.*libciuic.so" ||
-    { echo "check_install: _ciuic does not load the prefix's libciuic:" >&2; ldd "$pkg"/_ciuic*.so >&2; exit 1; }
+  # ldd's output captured first: grep -q quitting early would SIGPIPE ldd,
+  # which pipefail reports as a failure.
+  for ext in "$pkg"/_ciuic.*.so "$pkg"/_ciuic_torch.*.so; do
+    [[ -f "$ext" ]] || continue
+    deps=$(ldd "$ext")
+    grep -q "$work/prefix/.*libciuic.so" <<<"$deps" ||
+      { echo "check_install: $(basename "$ext") does not load the prefix's libciuic:" >&2; echo "$deps" >&2; exit 1; }
+  done
   (cd "$work" && env -u LD_LIBRARY_PATH PYTHONPATH="$work/prefix/$site" "$python" -c "
 import numpy, ciuic
 assert ciuic.__file__.startswith('$pkg'), ciuic.__file__

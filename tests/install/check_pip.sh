@@ -28,5 +28,6 @@ with ciuic.CiuicContext() as ctx:
     assert x.tolist() == [0, 1, 2, 3, 4, 5]
 print("pip package ok:", ciuic.__file__)
 PY
-"$work/venv/bin/python" -m ciuic.info | grep -q "CIUIC_SIMD_TARGET"
+info=$("$work/venv/bin/python" -m ciuic.info)  # captured: grep -q must not SIGPIPE it
+grep -q "CIUIC_SIMD_TARGET" <<<"$info"
 echo "python -m ciuic.info ok"

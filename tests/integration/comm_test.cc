@@ -1098,6 +1098,31 @@ TEST(CollectivesPointToPoint, RingOfSendsBeforeReceivesOnANewCommunicator) {
   }
 }
 
+// Sends on two tags around a ring, received in the other order: the first
+// receive must return although this rank's send on the other tag still
+// waits for a link its neighbour asks for only after that receive
+// (operations of one batch complete one by one).
+TEST(CollectivesPointToPoint, RingOnTwoTagsReceivedInTheOtherOrder) {
+  for (const char* transport : {"tcp", "shm"}) {
+    auto results = RunRanks(3, [&](int rank, transport::Store& store) -> Status {
+      CIUIC_ASSIGN_OR_RETURN(auto c, MakeComm(rank, 3, store, transport, "auto", 20000));
+      const int n = 3, next = (rank + 1) % n, prev = (rank + n - 1) % n;
+      std::vector<float> a(7, static_cast<float>(rank)), b(9, static_cast<float>(rank + 50));
+      std::vector<float> ra(7, -1), rb(9, -1);
+      CIUIC_ASSIGN_OR_RETURN(Request sa, c->ISend(a.data(), a.size(), DataType::kFloat32, next, 3));
+      CIUIC_ASSIGN_OR_RETURN(Request sb, c->ISend(b.data(), b.size(), DataType::kFloat32, next, 4));
+      CIUIC_RETURN_IF_ERROR(c->Recv(rb.data(), rb.size(), DataType::kFloat32, prev, 4));
+      CIUIC_RETURN_IF_ERROR(c->Recv(ra.data(), ra.size(), DataType::kFloat32, prev, 3));
+      CIUIC_RETURN_IF_ERROR(sa.Wait());
+      CIUIC_RETURN_IF_ERROR(sb.Wait());
+      for (float v : ra) EXPECT_OR_FAIL(v == static_cast<float>(prev), "tag 3 got " + std::to_string(v));
+      for (float v : rb) EXPECT_OR_FAIL(v == static_cast<float>(prev + 50), "tag 4 got " + std::to_string(v));
+      return Status::Ok();
+    }, milliseconds(60000));
+    for (const auto& r : results) EXPECT_TRUE(r.ok()) << transport << "\n" << ResultsText(results);
+  }
+}
+
 // A peer that sent its last message and destroyed its communicator while
 // this rank was still in an earlier receive: what arrived is delivered,
 // not refused because the link has since closed.
