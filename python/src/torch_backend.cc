@@ -181,8 +181,8 @@ std::optional<DataType> NativeType(at::ScalarType t) {
     case at::kHalf: return DataType::kFloat16;
     case at::kBFloat16: return DataType::kBFloat16;
     case at::kChar: return DataType::kInt8;
-    case at::kByte: return DataType::kUint8;
-    case at::kBool: return DataType::kUint8;
+    case at::kByte:
+    case at::kBool: return DataType::kUint8;  // bool: 0/1 bytes
     case at::kInt: return DataType::kInt32;
     case at::kLong: return DataType::kInt64;
     case at::kUInt32: return DataType::kUint32;
@@ -802,7 +802,7 @@ class ProcessGroupCiuic : public c10d::Backend {
   // otherwise the requests go to the library's progress thread and the
   // completer completes the work (its future too) when they are done.
   c10::intrusive_ptr<c10d::Work> Launch(c10d::OpType type, std::vector<at::Tensor> outputs, bool async,
-                                        const char* title, std::vector<Issue> issues, std::function<void()> after) {
+                                        const char* title, const std::vector<Issue>& issues, std::function<void()> after) {
     auto work = c10::make_intrusive<CiuicWork>(getRank(), type, std::move(outputs), title);
     work->after_ = std::move(after);
     std::unique_lock<std::mutex> lock(issue_mu_);
@@ -813,7 +813,7 @@ class ProcessGroupCiuic : public c10d::Backend {
     }
     if (!async) {
       Status s;
-      for (auto& issue : issues) {
+      for (const auto& issue : issues) {
         s = issue(nullptr);
         if (!s.ok()) break;
       }
@@ -821,7 +821,7 @@ class ProcessGroupCiuic : public c10d::Backend {
       work->Complete(s);
       return work;
     }
-    for (auto& issue : issues) {
+    for (const auto& issue : issues) {
       Request r;
       Status s = issue(&r);
       if (!s.ok()) {
