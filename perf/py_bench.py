@@ -25,12 +25,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-
-
-def size_bytes(s):
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    s = s.strip().upper().rstrip("B")
-    return int(s[:-1]) * mult[s[-1]] if s[-1] in mult else int(s)
+sys.path.insert(0, HERE)
+from benchutil import size_bytes  # noqa: E402
 
 
 def iters_for(size):
