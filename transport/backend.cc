@@ -25,12 +25,10 @@ bool BackendAvailable(BackendKind kind, const BackendOptions& options, std::stri
   return true;
 }
 
-namespace {
 std::string EndpointKey(const Backend& backend, const std::string& prefix, uint32_t tag, int from, int to) {
   return prefix + "/ep/" + BackendName(backend.kind()) + "/" + std::to_string(tag) + "/" + std::to_string(from) +
          "-" + std::to_string(to);
 }
-}  // namespace
 
 StatusOr<std::unique_ptr<Endpoint>> PublishEndpoint(Backend& backend, Store& store, const std::string& prefix,
                                                     int rank, int peer, uint32_t tag) {

@@ -150,6 +150,17 @@ class Endpoint {
   // kDeadlineExceeded / kUnavailable naming the peer.
   virtual StatusOr<std::unique_ptr<Connection>> Connect(
       const std::string& peer_blob, std::chrono::steady_clock::time_point deadline) = 0;
+  // The same without waiting: starts or continues the handshake and returns
+  // the connection once made, nullptr while the peer has not answered yet
+  // (call again with the same blob). A caller that builds several links at
+  // once needs it where a handshake waits for the peer's own Connect
+  // (verbs): blocking ones would wait on each other in a cycle of ranks.
+  // The default blocks (tcp and shm never wait on a peer's Connect in a
+  // cycle: the lower rank connects, the kernel queues it).
+  virtual StatusOr<std::unique_ptr<Connection>> PollConnect(const std::string& peer_blob,
+                                                            std::chrono::steady_clock::time_point deadline) {
+    return Connect(peer_blob, deadline);
+  }
 };
 
 struct BackendOptions {
@@ -238,11 +249,14 @@ StatusOr<std::unique_ptr<Connection>> ConnectThroughStore(Backend& backend, Stor
 // ConnectThroughStore in two halves, for callers that must not wait on a
 // peer that has not asked for this connection yet (a ring of sends posted
 // before their receives: every rank would wait on its neighbour).
-// PublishEndpoint creates this side's endpoint and publishes it.
+// PublishEndpoint creates this side's endpoint and publishes it under
+// EndpointKey(backend, prefix, tag, rank, peer).
 // ConnectPublished reads the peer's endpoint, waiting at most `wait` for
 // it: null when it is not published yet (call again later); otherwise it
-// connects (by `deadline`; the peer does the same as soon as it reads this
-// side's). Errors: those of Store::Set/Get and Endpoint::Connect.
+// connects (by `deadline`, blocking). A caller that must not block at all
+// reads the peer's key itself and calls Endpoint::PollConnect (Link::Builder).
+// Errors: those of Store::Set/Get and Endpoint::Connect.
+std::string EndpointKey(const Backend& backend, const std::string& prefix, uint32_t tag, int from, int to);
 StatusOr<std::unique_ptr<Endpoint>> PublishEndpoint(Backend& backend, Store& store, const std::string& prefix,
                                                     int rank, int peer, uint32_t tag);
 StatusOr<std::unique_ptr<Connection>> ConnectPublished(Backend& backend, Store& store, Endpoint& endpoint,

@@ -192,9 +192,23 @@ StatusOr<std::unique_ptr<Link::Builder>> Link::Builder::Start(Backend& backend, 
 StatusOr<std::unique_ptr<Link>> Link::Builder::Poll() {
   constexpr std::chrono::milliseconds kNoWait(0);
   if (link_ == nullptr) {
-    CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn,
-                           ConnectPublished(backend_, store_, *endpoint_, prefix_, rank_, peer_, tag_, kNoWait,
-                                            deadline_));
+    if (peer_endpoint_.empty()) {
+      StatusOr<std::string> ep = store_.Get(EndpointKey(backend_, prefix_, tag_, peer_, rank_), kNoWait);
+      if (!ep.ok()) {
+        if (ep.status().code() != StatusCode::kDeadlineExceeded) {
+          return Status(ep.status().code(), "connecting to rank " + std::to_string(peer_) + ": " + ep.status().message());
+        }
+        if (std::chrono::steady_clock::now() >= deadline_) {
+          return DeadlineExceededError("connecting to rank " + std::to_string(peer_) + ": store key '" +
+                                       EndpointKey(backend_, prefix_, tag_, peer_, rank_) +
+                                       "' was not set before the deadline (rank " + std::to_string(peer_) +
+                                       " has not connected to this rank)");
+        }
+        return std::unique_ptr<Link>();
+      }
+      peer_endpoint_ = std::move(*ep);
+    }
+    CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, endpoint_->PollConnect(peer_endpoint_, deadline_));
     if (conn == nullptr) return std::unique_ptr<Link>();
     endpoint_.reset();
     link_.reset(new Link(std::move(conn), pool_, options_));

@@ -106,6 +106,7 @@ class Link {
     LinkOptions options_;
     std::chrono::steady_clock::time_point deadline_;
     std::unique_ptr<Endpoint> endpoint_;
+    std::string peer_endpoint_;  // its description, once in the store
     std::unique_ptr<Link> link_;  // connected, ring published, waiting for the peer's ring
   };
   ~Link();

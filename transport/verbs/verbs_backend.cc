@@ -249,6 +249,9 @@ class VerbsConnection final : public Connection {
   // Errors: kInvalidArgument (malformed or mismatched blob),
   // kDeadlineExceeded / kUnavailable naming the peer.
   Status Connect(const std::string& blob, Clock::time_point deadline);
+  // The same without waiting: true once connected, false while the peer
+  // has not answered (call again with the same blob).
+  StatusOr<bool> PollConnect(const std::string& blob, Clock::time_point deadline);
 
   StatusOr<RemoteRegion> ImportRegion(const std::string& blob) override;
   Status PostWrite(const MemoryRegion& src, size_t src_offset, RemoteRegion dst, size_t dst_offset,
@@ -321,7 +324,13 @@ class VerbsConnection final : public Connection {
   Status PostRecvs(int q, const std::vector<uint64_t>& ids);
   Status PostProbe(uint64_t attempt, bool recv);
   Status RestartProbe(uint64_t attempt);
-  Status Handshake(Clock::time_point deadline);
+  // Connect in parts: BeginConnect checks the blob, moves the QPs to RTS
+  // and sends the first hello; HandshakeStep polls once; FinishConnect
+  // attaches the connection to the backend.
+  enum class Step { kDone, kIdle, kBusy };
+  Status BeginConnect(const std::string& blob);
+  StatusOr<Step> HandshakeStep(Clock::time_point deadline);
+  void FinishConnect();
 
   // Both with mu_ held: records the first error (sticky) / takes one that
   // PostAsyncError left.
@@ -348,6 +357,11 @@ class VerbsConnection final : public Connection {
   State state_ = State::kCreated;
   bool attached_ = false;
   EndpointInfo peer_info_;
+  // Handshake state (BeginConnect .. FinishConnect).
+  bool hs_begun_ = false;
+  uint64_t hs_attempt_ = 0;
+  bool hs_got_hello_ = false;
+  bool hs_acked_ = false;
 
   ibv_cq* cq_ = nullptr;
   std::vector<Qp> qps_;
@@ -403,6 +417,19 @@ class VerbsEndpoint final : public Endpoint {
     std::unique_ptr<VerbsConnection> conn = std::move(conn_);
     CIUIC_RETURN_IF_ERROR(conn->Connect(peer_blob, deadline));
     return std::unique_ptr<Connection>(std::move(conn));
+  }
+  StatusOr<std::unique_ptr<Connection>> PollConnect(const std::string& peer_blob,
+                                                    std::chrono::steady_clock::time_point deadline) override {
+    if (conn_ == nullptr) {
+      return FailedPreconditionError("verbs: this endpoint was already connected (or failed to)");
+    }
+    StatusOr<bool> done = conn_->PollConnect(peer_blob, deadline);
+    if (!done.ok()) {
+      conn_.reset();
+      return done.status();
+    }
+    if (!*done) return std::unique_ptr<Connection>();
+    return std::unique_ptr<Connection>(std::move(conn_));
   }
 
  private:
@@ -825,7 +852,9 @@ std::string VerbsConnection::DescribeEndpoint() const {
   return verbs::EncodeEndpoint(info);
 }
 
-Status VerbsConnection::Connect(const std::string& blob, Clock::time_point deadline) {
+Status VerbsConnection::BeginConnect(const std::string& blob) {
+  if (hs_begun_) return FailedPreconditionError(PeerName(peer()) + ": connect was already begun");
+  hs_begun_ = true;
   const std::string who = PeerName(peer());
   auto decoded = verbs::DecodeEndpoint(blob);
   if (!decoded.ok()) return InvalidArgumentError(who + ": " + decoded.status().message());
@@ -853,13 +882,47 @@ Status VerbsConnection::Connect(const std::string& blob, Clock::time_point deadl
     CIUIC_RETURN_IF_ERROR(ToRtr(qps_[i].qp, p.qps[i], mtu));
     CIUIC_RETURN_IF_ERROR(ToRts(qps_[i].qp, qps_[i].psn, static_cast<uint8_t>(c.ib_timeout), backend_->retry_cnt()));
   }
-  CIUIC_RETURN_IF_ERROR(Handshake(deadline));
+  hs_attempt_ = 0;
+  CIUIC_RETURN_IF_ERROR(PostProbe(hs_attempt_, true));
+  CIUIC_RETURN_IF_ERROR(ToRtr(probe_.qp, peer_info_.probe, mtu));
+  CIUIC_RETURN_IF_ERROR(ToRts(probe_.qp, probe_.psn, kProbeTimeout, kProbeRetry));
+  return PostProbe(hs_attempt_, false);
+}
+
+void VerbsConnection::FinishConnect() {
   state_ = State::kConnected;
   last_activity_ = Clock::now();
   backend_->Attach(this);
   attached_ = true;
+  const uint8_t mtu = std::min<uint8_t>(peer_info_.mtu, static_cast<uint8_t>(backend_->dev().port_attr.active_mtu));
   CIUIC_LOG(kInfo, "verbs: connected to rank %d (tag %u, %d QPs, mtu %d)", peer(), tag_, nqps_, 128 << mtu);
+}
+
+Status VerbsConnection::Connect(const std::string& blob, Clock::time_point deadline) {
+  CIUIC_RETURN_IF_ERROR(BeginConnect(blob));
+  auto nap = std::chrono::microseconds(20);
+  for (;;) {
+    CIUIC_ASSIGN_OR_RETURN(const Step step, HandshakeStep(deadline));
+    if (step == Step::kDone) break;
+    if (step == Step::kIdle) {
+      const auto left = std::max<Clock::duration>(deadline - Clock::now(), Clock::duration::zero());
+      std::this_thread::sleep_for(std::min<Clock::duration>(nap, left));
+      nap = std::min(nap * 2, std::chrono::microseconds(1000));
+    } else {
+      nap = std::chrono::microseconds(20);
+    }
+  }
+  FinishConnect();
   return Status::Ok();
+}
+
+StatusOr<bool> VerbsConnection::PollConnect(const std::string& blob, Clock::time_point deadline) {
+  if (state_ == State::kConnected) return true;
+  if (!hs_begun_) CIUIC_RETURN_IF_ERROR(BeginConnect(blob));
+  CIUIC_ASSIGN_OR_RETURN(const Step step, HandshakeStep(deadline));
+  if (step != Step::kDone) return false;
+  FinishConnect();
+  return true;
 }
 
 Status VerbsConnection::PostProbe(uint64_t attempt, bool recv) {
@@ -927,68 +990,52 @@ Status VerbsConnection::RestartProbe(uint64_t attempt) {
   return PostProbe(attempt, false);
 }
 
-Status VerbsConnection::Handshake(Clock::time_point deadline) {
+StatusOr<VerbsConnection::Step> VerbsConnection::HandshakeStep(Clock::time_point deadline) {
   const std::string who = PeerName(peer());
-  uint64_t attempt = 0;
-  CIUIC_RETURN_IF_ERROR(PostProbe(attempt, true));
-  const uint8_t mtu = std::min<uint8_t>(peer_info_.mtu, static_cast<uint8_t>(backend_->dev().port_attr.active_mtu));
-  CIUIC_RETURN_IF_ERROR(ToRtr(probe_.qp, peer_info_.probe, mtu));
-  CIUIC_RETURN_IF_ERROR(ToRts(probe_.qp, probe_.psn, kProbeTimeout, kProbeRetry));
-  CIUIC_RETURN_IF_ERROR(PostProbe(attempt, false));
-  bool got_hello = false, acked = false;
-  auto nap = std::chrono::microseconds(20);
-  for (;;) {
-    ibv_wc wc[16];
-    const int n = ibv_poll_cq(cq_, 16, wc);
-    if (n < 0) return InternalError(who + ": ibv_poll_cq failed during the handshake");
-    bool restart = false;
-    for (int i = 0; i < n; ++i) {
-      if (wc[i].qp_num != probe_.qp->qp_num) {
-        stash_.push_back(wc[i]);  // data from a peer that finished first
-        continue;
-      }
-      const bool is_send = (wc[i].wr_id & 1) != 0;
-      if ((wc[i].wr_id >> 1) != attempt) continue;  // from an earlier incarnation
-      if (wc[i].status == IBV_WC_SUCCESS) {
-        if (is_send) {
-          acked = true;
-          continue;
-        }
-        auto hello = verbs::DecodeHello(ctrl_ + kHelloRecvOff, wc[i].byte_len);
-        if (!hello.ok()) return UnavailableError(who + ": " + hello.status().message());
-        if (hello->rank != peer() || hello->peer != backend_->options().rank || hello->tag != tag_ ||
-            hello->job_hash != backend_->job_hash() || hello->nqps != static_cast<uint32_t>(nqps_)) {
-          return UnavailableError(who + ": handshake from a process of another job, rank or tag");
-        }
-        got_hello = true;
-      } else if (wc[i].status == IBV_WC_WR_FLUSH_ERR) {
-        // The probe QP went to the error state; the failed send says why.
-      } else if (is_send && wc[i].status == IBV_WC_RETRY_EXC_ERR) {
-        restart = true;  // the peer's probe QP was not ready yet
-      } else {
-        return WcError(peer(), wc[i]);
-      }
-    }
-    if (got_hello && acked) return Status::Ok();
-    const auto now = Clock::now();
-    if (now >= deadline) {
-      return DeadlineExceededError(who + ": no connection handshake before the deadline (" +
-                                   std::string(got_hello ? "its hello arrived, ours was not acknowledged"
-                                                         : "no hello from it") +
-                                   ", " + std::to_string(attempt + 1) + " attempts; is it running Connect?)");
-    }
-    if (restart) {
-      ++attempt;
-      CIUIC_RETURN_IF_ERROR(RestartProbe(attempt));
+  ibv_wc wc[16];
+  const int n = ibv_poll_cq(cq_, 16, wc);
+  if (n < 0) return InternalError(who + ": ibv_poll_cq failed during the handshake");
+  bool restart = false;
+  for (int i = 0; i < n; ++i) {
+    if (wc[i].qp_num != probe_.qp->qp_num) {
+      stash_.push_back(wc[i]);  // data from a peer that finished first
       continue;
     }
-    if (n == 0) {
-      std::this_thread::sleep_for(std::min<Clock::duration>(nap, deadline - now));
-      nap = std::min(nap * 2, std::chrono::microseconds(1000));
+    const bool is_send = (wc[i].wr_id & 1) != 0;
+    if ((wc[i].wr_id >> 1) != hs_attempt_) continue;  // from an earlier incarnation
+    if (wc[i].status == IBV_WC_SUCCESS) {
+      if (is_send) {
+        hs_acked_ = true;
+        continue;
+      }
+      auto hello = verbs::DecodeHello(ctrl_ + kHelloRecvOff, wc[i].byte_len);
+      if (!hello.ok()) return UnavailableError(who + ": " + hello.status().message());
+      if (hello->rank != peer() || hello->peer != backend_->options().rank || hello->tag != tag_ ||
+          hello->job_hash != backend_->job_hash() || hello->nqps != static_cast<uint32_t>(nqps_)) {
+        return UnavailableError(who + ": handshake from a process of another job, rank or tag");
+      }
+      hs_got_hello_ = true;
+    } else if (wc[i].status == IBV_WC_WR_FLUSH_ERR) {
+      // The probe QP went to the error state; the failed send says why.
+    } else if (is_send && wc[i].status == IBV_WC_RETRY_EXC_ERR) {
+      restart = true;  // the peer's probe QP was not ready yet
     } else {
-      nap = std::chrono::microseconds(20);
+      return WcError(peer(), wc[i]);
     }
   }
+  if (hs_got_hello_ && hs_acked_) return Step::kDone;
+  if (Clock::now() >= deadline) {
+    return DeadlineExceededError(who + ": no connection handshake before the deadline (" +
+                                 std::string(hs_got_hello_ ? "its hello arrived, ours was not acknowledged"
+                                                           : "no hello from it") +
+                                 ", " + std::to_string(hs_attempt_ + 1) + " attempts; is it running Connect?)");
+  }
+  if (restart) {
+    ++hs_attempt_;
+    CIUIC_RETURN_IF_ERROR(RestartProbe(hs_attempt_));
+    return Step::kBusy;
+  }
+  return n == 0 ? Step::kIdle : Step::kBusy;
 }
 
 // ---------------------------------------------------------------------------

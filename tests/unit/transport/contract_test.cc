@@ -278,6 +278,64 @@ TEST_P(ContractTest, FourRanks) {
   ExpectAllOk(results);
 }
 
+// Three ranks build their links to both neighbours at once, without
+// waiting (Link::Builder, as a ring of sends and receives on a new tag
+// does): every rank polls the link to its next neighbour first, so a
+// handshake that blocked until the peer answered would wait in a cycle.
+TEST_P(ContractTest, LinkBuildersInACycleOfRanks) {
+  const BackendKind kind = GetParam();
+  auto results = RunRanks(3, [&](int rank, Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be, OpenBackend(kind, ChildOptions(rank, 3)));
+    BufferPool pool(*be, 1u << 20);
+    LinkOptions lo;
+    lo.slot_size = 4096;
+    lo.nslots = 4;
+    const int next = (rank + 1) % 3, prev = (rank + 2) % 3;
+    const auto deadline = Clock::now() + milliseconds(60000);
+    std::unique_ptr<Link::Builder> builders[2];
+    std::unique_ptr<Link> links[2];
+    for (int i = 0; i < 2; ++i) {
+      CIUIC_ASSIGN_OR_RETURN(builders[i], Link::Builder::Start(*be, pool, store, "cycle", rank, i == 0 ? next : prev,
+                                                               5, lo, kStoreTimeout));
+    }
+    // Every endpoint is published before anyone polls: each rank's first
+    // poll finds its next neighbour's, so the cycle is there at once.
+    CIUIC_RETURN_IF_ERROR(store.Set("started/" + std::to_string(rank), "1"));
+    for (int r = 0; r < 3; ++r) CIUIC_RETURN_IF_ERROR(store.Get("started/" + std::to_string(r), kStoreTimeout).status());
+    while (links[0] == nullptr || links[1] == nullptr) {
+      for (int i = 0; i < 2; ++i) {
+        if (links[i] != nullptr) continue;
+        CIUIC_ASSIGN_OR_RETURN(links[i], builders[i]->Poll());
+      }
+      if (Clock::now() > deadline) return DeadlineExceededError("links to both neighbours not built in 60 s");
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    Link& to_next = *links[0];
+    Link& from_prev = *links[1];
+    auto progress = [&]() -> StatusOr<bool> {
+      CIUIC_ASSIGN_OR_RETURN(bool a, to_next.Progress());
+      CIUIC_ASSIGN_OR_RETURN(bool b, from_prev.Progress());
+      return a || b;
+    };
+    CIUIC_RETURN_IF_ERROR(SendPatternChunk(*be, to_next, progress, rank, next, 0, 1000, deadline));
+    size_t got = 0;
+    const void* data = nullptr;
+    CIUIC_RETURN_IF_ERROR(WaitFor(*be, progress, [&] { return (data = from_prev.PeekRecv(&got)) != nullptr; },
+                                  deadline, "the chunk from rank " + std::to_string(prev)));
+    if (got != 1000) return DataLossError("the chunk has " + std::to_string(got) + " bytes, not 1000");
+    for (size_t i = 0; i < got; ++i) {
+      if (static_cast<const uint8_t*>(data)[i] != Pattern(prev, rank, 0, i)) return DataLossError("byte " + std::to_string(i));
+    }
+    CIUIC_RETURN_IF_ERROR(from_prev.ReleaseRecv());
+    CIUIC_RETURN_IF_ERROR(WaitFor(*be, progress, [&] { return to_next.sends_in_flight() == 0; }, deadline, "the send"));
+    // Nobody closes before every rank has its chunk.
+    CIUIC_RETURN_IF_ERROR(store.Set("got/" + std::to_string(rank), "1"));
+    for (int r = 0; r < 3; ++r) CIUIC_RETURN_IF_ERROR(store.Get("got/" + std::to_string(r), kStoreTimeout).status());
+    return Status::Ok();
+  }, milliseconds(120000));
+  ExpectAllOk(results);
+}
+
 // Writes and messages posted interleaved arrive in posting order; many are
 // posted before any progress (until the connection says it is full).
 TEST_P(ContractTest, OrderingAndManyOutstanding) {
