@@ -154,6 +154,7 @@ class CiuicWork : public c10d::Work {
       }
     }
     after_ = nullptr;
+    held_.clear();
     if (s.ok()) {
       future_->markCompleted(c10::IValue(outputs_));
       finish();
@@ -166,6 +167,10 @@ class CiuicWork : public c10d::Work {
 
   std::vector<Request> requests;
   std::function<void()> after_;
+  // What the requests read and write (captured by the functions that
+  // issued them), alive until they are done: the caller may drop its own
+  // references at once (functional collectives pass temporaries).
+  std::vector<std::function<Status(Request*)>> held_;
 
  private:
   std::vector<at::Tensor> outputs_;
@@ -802,7 +807,7 @@ class ProcessGroupCiuic : public c10d::Backend {
   // otherwise the requests go to the library's progress thread and the
   // completer completes the work (its future too) when they are done.
   c10::intrusive_ptr<c10d::Work> Launch(c10d::OpType type, std::vector<at::Tensor> outputs, bool async,
-                                        const char* title, const std::vector<Issue>& issues, std::function<void()> after) {
+                                        const char* title, std::vector<Issue> issues, std::function<void()> after) {
     auto work = c10::make_intrusive<CiuicWork>(getRank(), type, std::move(outputs), title);
     work->after_ = std::move(after);
     std::unique_lock<std::mutex> lock(issue_mu_);
@@ -832,6 +837,7 @@ class ProcessGroupCiuic : public c10d::Backend {
       }
       work->requests.push_back(std::move(r));
     }
+    work->held_ = std::move(issues);
     {
       std::lock_guard<std::mutex> q(queue_mu_);
       queue_.push_back(work);
