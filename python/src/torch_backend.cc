@@ -145,6 +145,53 @@ class CiuicWork : public c10d::Work {
   std::vector<at::Tensor> result() override { return outputs_; }
   void abort() override {}
 
+  // The caller waits on the library's requests itself (one thread hop, not
+  // three through the completer; ~65 us a call on a 2-vCPU VM) and
+  // completes the work unless the completer got there first.
+  bool wait(std::chrono::milliseconds timeout) override {
+    if (!isCompleted()) {
+      std::vector<Request> mine;
+      {
+        std::lock_guard<std::mutex> lock(requests_mu_);
+        mine = requests;
+      }
+      const bool forever = timeout == kNoTimeout;
+      const auto deadline = std::chrono::steady_clock::now() + timeout;
+      Status first;
+      bool all_done = true;
+      for (auto& r : mine) {
+        Status st;
+        if (forever) {
+          st = r.Wait();
+        } else {
+          const auto left =
+              std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+          st = r.Wait(std::max(left, std::chrono::milliseconds(0)));
+          if (st.code() == ciuic::StatusCode::kDeadlineExceeded) {  // not done yet, or failed so
+            StatusOr<bool> done = r.Test();
+            if (done.ok() && !*done) {
+              all_done = false;  // the base wait below times out
+              break;
+            }
+            st = done.ok() ? Status::Ok() : done.status();
+          }
+        }
+        if (first.ok() && !st.ok()) first = st;
+      }
+      if (all_done && Claim()) Complete(first);
+    }
+    return Work::wait(timeout);
+  }
+
+  // Exactly one thread completes a work: the one that claims it.
+  bool Claim() { return !claimed_.exchange(true); }
+  bool claimed() const { return claimed_.load(); }
+  // Called by the completer once it is done with the requests.
+  void DropRequests() {
+    std::lock_guard<std::mutex> lock(requests_mu_);
+    requests.clear();
+  }
+
   void Complete(Status s) {
     if (s.ok() && after_) {
       try {
@@ -165,7 +212,7 @@ class CiuicWork : public c10d::Work {
     }
   }
 
-  std::vector<Request> requests;
+  std::vector<Request> requests;  // set before the work is queued; cleared by DropRequests
   std::function<void()> after_;
   // What the requests read and write (captured by the functions that
   // issued them), alive until they are done: the caller may drop its own
@@ -175,6 +222,8 @@ class CiuicWork : public c10d::Work {
  private:
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::atomic<bool> claimed_{false};
+  std::mutex requests_mu_;
 };
 
 // ---------------------------------------------------------------------------
@@ -813,6 +862,7 @@ class ProcessGroupCiuic : public c10d::Backend {
     std::unique_lock<std::mutex> lock(issue_mu_);
     if (comm_ == nullptr || stopping_) {
       lock.unlock();
+      work->Claim();
       work->Complete(ciuic::FailedPreconditionError("the process group was shut down"));
       return work;
     }
@@ -823,6 +873,7 @@ class ProcessGroupCiuic : public c10d::Backend {
         if (!s.ok()) break;
       }
       lock.unlock();
+      work->Claim();
       work->Complete(s);
       return work;
     }
@@ -832,6 +883,7 @@ class ProcessGroupCiuic : public c10d::Backend {
       if (!s.ok()) {
         lock.unlock();
         (void)WaitAll(work->requests);  // none may still touch the tensors
+        work->Claim();
         work->Complete(s);
         return work;
       }
@@ -886,9 +938,9 @@ class ProcessGroupCiuic : public c10d::Backend {
             break;
           }
         }
-        if (open == nullptr) {
-          pending[i]->requests.clear();
-          pending[i]->Complete(first);
+        if (open == nullptr || pending[i]->claimed()) {  // done, or its waiter completed it
+          if (pending[i]->Claim()) pending[i]->Complete(first);
+          pending[i]->DropRequests();
           pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
           completed = true;
           continue;
