@@ -351,3 +351,80 @@ def test_killed_rank_is_named_and_destroy_does_not_hang(tmp_path):
         assert msg != "no error"
         assert f"rank {victim}" in msg, f"rank {r}: {msg}"
         assert took < 15 and destroy < 10, (took, destroy)
+
+
+def stalled(rank, n, store_dir, sync_dir):
+    init(rank, n, store_dir, timeout=5)
+    x = torch.ones(1 << 16)
+    dist.all_reduce(x)
+    if rank == n - 1:  # alive, connected, and never calls again
+        while len(os.listdir(sync_dir)) < n - 1:
+            time.sleep(0.05)
+        return None
+    t0 = time.monotonic()
+    w = dist.all_reduce(x, async_op=True)
+    try:
+        w.wait(timeout=datetime.timedelta(seconds=1))  # a wait shorter than the group's timeout
+        short = "no error"
+    except RuntimeError as e:
+        short = str(e)
+    short_took = time.monotonic() - t0
+    try:
+        w.wait()
+        msg = "no error"
+    except RuntimeError as e:
+        msg = str(e)
+    took = time.monotonic() - t0
+    try:
+        dist.all_reduce(torch.ones(8))  # blocking, on a group whose peer stalls
+        blocking = "no error"
+    except RuntimeError as e:
+        blocking = str(e)
+    open(os.path.join(sync_dir, f"done.{rank}"), "w").close()
+    t1 = time.monotonic()
+    dist.destroy_process_group()
+    return short, short_took, msg, took, blocking, time.monotonic() - t1
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_stalled_rank_is_named_within_the_timeout(transport, tmp_path):
+    n = 3
+    (tmp_path / "sync").mkdir()
+    res = ranks.run(n, stalled, str(tmp_path), str(tmp_path / "sync"), env={"CIUIC_TRANSPORT": transport},
+                    timeout=120)
+    for r in range(n - 1):
+        short, short_took, msg, took, blocking, destroy = res[r]
+        assert "timed out" in short.lower() and 0.9 < short_took < 3, (short, short_took)
+        for m in (msg, blocking):
+            assert f"rank {n - 1}" in m, f"rank {r}: {m}"
+        assert 4 < took < 12 and destroy < 10, (took, destroy)
+
+
+def other_inits(rank, n, store_dir, how, port):
+    for k in ("CIUIC_RANK", "CIUIC_WORLD_SIZE", "CIUIC_STORE_ADDR", "CIUIC_STORE_EXTERNAL"):
+        os.environ.pop(k, None)
+    backend = "ciuic"
+    if how == "env":
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(n))
+        dist.init_process_group(backend)  # env://, rank and size from the environment
+    elif how == "tcp":
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=n)
+    else:  # a backend per device type: CPU tensors go to ciuic
+        dist.init_process_group("cpu:ciuic,cuda:gloo", init_method=f"file://{store_dir}/store", rank=rank,
+                                world_size=n)
+    x = torch.full((5,), float(rank))
+    dist.all_reduce(x)
+    cpu_backend = dist.group.WORLD._get_backend(torch.device("cpu")).name()
+    dist.destroy_process_group()
+    return x.tolist(), cpu_backend
+
+
+@pytest.mark.parametrize("how", ["env", "tcp", "per-device"])
+def test_init_methods_and_per_device_backends(how, tmp_path):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    n = 3
+    for x, name in ranks.run(n, other_inits, str(tmp_path), how, port, timeout=120):
+        assert x == [3.0] * 5 and name == "ciuic", (x, name)
