@@ -41,8 +41,16 @@ def _register_torch_backend():
 
     if importlib.util.find_spec("ciuic._ciuic_torch") is None:
         return  # built without torch
+    def register():
+        try:
+            from . import torch as _t  # noqa: F401  (registers)
+        except Exception as e:  # never break the import of ciuic or torch
+            import warnings
+
+            warnings.warn(f"ciuic: the torch.distributed backend was not registered: {e}")
+
     if "torch.distributed" in sys.modules:
-        from . import torch as _t  # noqa: F401  (registers)
+        register()
         return
 
     class _Hook:
@@ -63,12 +71,7 @@ def _register_torch_backend():
 
                 def exec_module(self, module):
                     inner.exec_module(module)
-                    try:
-                        from . import torch as _t  # noqa: F401
-                    except Exception as e:  # never break torch's import
-                        import warnings
-
-                        warnings.warn(f"ciuic: the torch.distributed backend was not registered: {e}")
+                    register()
 
             spec.loader = _Loader()
             return spec

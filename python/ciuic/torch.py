@@ -26,7 +26,16 @@ CiuicContext; pg_options may be a dict of them.
 import torch
 import torch.distributed as dist
 
-from . import _ciuic_torch
+try:
+    from ._torch_built import TORCH_VERSION as _BUILT_WITH
+except ImportError as e:
+    raise ImportError("ciuic was built without its torch backend (torch was not importable by the Python it was "
+                      "built for; pip: pip install --no-build-isolation .)") from e
+if torch.__version__.split("+")[0] != _BUILT_WITH:
+    raise ImportError(f"ciuic's torch backend was built against torch {_BUILT_WITH}, this is torch {torch.__version__}: "
+                      "rebuild ciuic against it (pip install --no-build-isolation .)")
+
+from . import _ciuic_torch  # noqa: E402
 
 NAME = "ciuic"
 

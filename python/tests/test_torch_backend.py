@@ -428,3 +428,26 @@ def test_init_methods_and_per_device_backends(how, tmp_path):
     n = 3
     for x, name in ranks.run(n, other_inits, str(tmp_path), how, port, timeout=120):
         assert x == [3.0] * 5 and name == "ciuic", (x, name)
+
+
+def test_another_torch_than_the_one_built_against_is_a_clear_error(tmp_path):
+    import shutil
+    import subprocess
+    import sys
+    pkg = os.path.dirname(ciuic.__file__)
+    shutil.copytree(pkg, tmp_path / "ciuic")
+    (tmp_path / "ciuic" / "_torch_built.py").write_text('TORCH_VERSION = "1.0.0"\n')
+    code = ("import warnings, torch.distributed\n"
+            "with warnings.catch_warnings(record=True) as w:\n"
+            "    warnings.simplefilter('always')\n"
+            "    import ciuic\n"
+            "print('WARN', [str(x.message) for x in w])\n"
+            "try:\n"
+            "    import ciuic.torch\n"
+            "except ImportError as e:\n"
+            "    print('ERROR', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=str(tmp_path)))
+    assert out.returncode == 0, out.stderr
+    assert "built against torch 1.0.0" in out.stdout and "not registered" in out.stdout, out.stdout
+    assert "ERROR" in out.stdout and "pip install --no-build-isolation" in out.stdout, out.stdout

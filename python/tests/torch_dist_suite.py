@@ -1,0 +1,106 @@
+"""PyTorch's own torch.distributed test cases (distributed_test.py's
+DistributedTest._DistTestBase) against the "ciuic" backend, run the way
+torch's test/distributed/test_distributed_spawn.py runs them for gloo, with
+"ciuic" declared a plugin backend as torch_ucc's test driver does for ucc.
+
+    PYTHONPATH=build/python OMP_NUM_THREADS=1 \\
+        python3 -m pytest -q -rs python/tests/torch_dist_suite.py -k test_all_reduce_sum
+
+Not part of CTest (it runs for hours): a tool to run selections of it.
+Environment (each with a default):
+    BACKEND       ciuic (or gloo, to compare; any other is refused)
+    WORLD_SIZE    2
+    TEMP_DIR      a fresh directory with barrier/ and test_dir/ in it
+    INIT_METHOD   file://$TEMP_DIR/ (torch's "with file init_method" run;
+                  env:// gives the NoInitFile class name). Every test's own
+                  process group is initialised from a fresh file:// store by
+                  TestDistBackend, whatever this says.
+    CIUIC_SUITE_ANYSOURCE=1  runs the recv-from-any-source tests on ciuic,
+                  which the backend refuses by design (skipped otherwise).
+    CIUIC_SUITE_GPU_FEATURE=0|1  whether ciuic joins backend_feature["gpu"];
+                  default 1 when no CUDA device is visible: those tests then
+                  run their CPU paths for gloo, and so for ciuic.
+"""
+
+import atexit
+import os
+import shutil
+import sys
+import tempfile
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+# (2) the environment, before torch's test modules read it at import. The
+# spawned ranks import this module again and inherit what is set here.
+os.environ.setdefault("BACKEND", "ciuic")
+os.environ.setdefault("WORLD_SIZE", "2")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+if "TEMP_DIR" not in os.environ:
+    os.environ["TEMP_DIR"] = tempfile.mkdtemp(prefix="ciuic_dist_suite_")
+    atexit.register(shutil.rmtree, os.environ["TEMP_DIR"], True)  # this process made it
+for _sub in ("barrier", "test_dir"):
+    os.makedirs(os.path.join(os.environ["TEMP_DIR"], _sub), exist_ok=True)
+os.environ.setdefault("INIT_METHOD", "file://" + os.environ["TEMP_DIR"] + "/")
+
+BACKEND = os.environ["BACKEND"]
+if BACKEND not in ("ciuic", "gloo"):
+    raise RuntimeError(f"torch_dist_suite.py: BACKEND={BACKEND!r}; expected ciuic or gloo")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+torch.backends.cuda.matmul.allow_tf32 = False
+
+# (1) register the backend (here and, by this import, in every spawned rank)
+try:
+    import ciuic.torch  # noqa: F401
+except ImportError:
+    sys.path.insert(0, os.path.join(_HERE, "..", "..", "build", "python"))
+    import ciuic.torch  # noqa: F401
+ciuic.torch.register()
+
+from torch.testing._internal.common_distributed import DistTestCases  # noqa: E402
+
+# (3) what ciuic implements on CPU as gloo does. skip_collective lists what it
+# does not: recv from any source is refused by the backend (documented).
+DistTestCases.backend_feature["plugin"].add("ciuic")
+DistTestCases.backend_feature["ddp"].add("ciuic")
+DistTestCases.backend_feature["subgroup"].add("ciuic")
+_gpu_feature = os.environ.get("CIUIC_SUITE_GPU_FEATURE")
+if (_gpu_feature == "1") if _gpu_feature is not None else not torch.cuda.is_available():
+    DistTestCases.backend_feature["gpu"].add("ciuic")
+# "cuda" (DDP comm hooks on CUDA devices) stays gloo's: ciuic takes CPU tensors.
+if os.environ.get("CIUIC_SUITE_ANYSOURCE") != "1":
+    DistTestCases.skip_collective["sendrecv anysource"].add("ciuic")
+
+# After DistTestCases is set: its decorators read it when the class is made.
+from torch.testing._internal.common_utils import (  # noqa: E402
+    NO_MULTIPROCESSING_SPAWN,
+    TEST_WITH_DEV_DBG_ASAN,
+    run_tests,
+)
+from torch.testing._internal.distributed import distributed_test as _dt  # noqa: E402
+
+if TEST_WITH_DEV_DBG_ASAN or NO_MULTIPROCESSING_SPAWN:
+    raise RuntimeError("torch_dist_suite.py needs multiprocessing spawn (and no dev-asan)")
+
+
+# (4) the test class, as test_distributed_spawn.py makes it
+def make_test_classes():
+    class TestDistBackendWithSpawn(_dt.TestDistBackend, _dt.DistributedTest._DistTestBase):
+        def setUp(self):
+            super().setUp()
+            self._spawn_processes()
+            torch.backends.cudnn.flags(enabled=True, allow_tf32=False).__enter__()
+
+    has_init_method = "NoInitFile" if os.environ.get("INIT_METHOD", "env://") == "env://" else ""
+    TestDistBackendWithSpawn.__name__ = f"TestDistBackendWithSpawn{BACKEND.upper()}{has_init_method}"
+    TestDistBackendWithSpawn.__qualname__ = TestDistBackendWithSpawn.__name__
+    globals()[TestDistBackendWithSpawn.__name__] = TestDistBackendWithSpawn
+    return TestDistBackendWithSpawn
+
+
+make_test_classes()
+
+if __name__ == "__main__":
+    run_tests()
