@@ -11,13 +11,13 @@ namespace ciuic::collectives {
 
 using transport::BackendKind;
 
-namespace {
-
 // Communicators of this process, each under its own store prefix.
-std::string NextPrefix() {
+std::string NextCommPrefix() {
   static std::atomic<int> counter{0};
   return "ciuic/comm" + std::to_string(counter.fetch_add(1));
 }
+
+namespace {
 
 // Calls at least this large send straight from the caller's buffers (tcp,
 // verbs); below it, a registration costs more than the copy it saves.
@@ -112,12 +112,13 @@ Status DivideInPlace(const kernels::Reducer& reducer, void* buf, size_t count,
 
 }  // namespace
 
-CommImpl::CommImpl(int rank, int size, const Config& config, std::shared_ptr<transport::Store> store)
+CommImpl::CommImpl(int rank, int size, const Config& config, std::shared_ptr<transport::Store> store,
+                   std::string prefix)
     : rank_(rank),
       size_(size),
       config_(config),
       store_(std::move(store)),
-      prefix_(NextPrefix()),
+      prefix_(std::move(prefix)),
       queue_(std::make_unique<OpQueue>([this](OpQueue::Batch* b) { return RunBatch(b); })) {}
 
 // The queue first: its progress thread runs on everything else.

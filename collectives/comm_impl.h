@@ -43,11 +43,16 @@
 
 namespace ciuic::collectives {
 
+// "ciuic/commN", N counting this process's communicators (the default
+// store prefix of Communicator::CreateWithStore).
+std::string NextCommPrefix();
+
 class CommImpl {
  public:
   using Clock = std::chrono::steady_clock;
 
-  CommImpl(int rank, int size, const Config& config, std::shared_ptr<transport::Store> store);
+  // Keys under `prefix` in `store` (Communicator::CreateWithStore).
+  CommImpl(int rank, int size, const Config& config, std::shared_ptr<transport::Store> store, std::string prefix);
   ~CommImpl();
   CommImpl(const CommImpl&) = delete;
   CommImpl& operator=(const CommImpl&) = delete;

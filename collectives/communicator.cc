@@ -39,12 +39,18 @@ Communicator::~Communicator() = default;
 
 StatusOr<std::unique_ptr<Communicator>> Communicator::CreateWithStore(
     int rank, int size, std::shared_ptr<transport::Store> store, const Config& config) {
+  return CreateWithStore(rank, size, std::move(store), config, collectives::NextCommPrefix());
+}
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::CreateWithStore(
+    int rank, int size, std::shared_ptr<transport::Store> store, const Config& config, const std::string& prefix) {
+  if (prefix.empty()) return InvalidArgumentError("CreateWithStore: an empty store prefix");
   if (size < 1) return InvalidArgumentError("size must be >= 1 (got " + std::to_string(size) + ")");
   if (rank < 0 || rank >= size) {
     return InvalidArgumentError("rank " + std::to_string(rank) + " outside [0, " + std::to_string(size) + ")");
   }
   if (store == nullptr) return InvalidArgumentError("store is null");
-  auto impl = std::make_shared<CommImpl>(rank, size, config, std::move(store));
+  auto impl = std::make_shared<CommImpl>(rank, size, config, std::move(store), prefix);
   CIUIC_RETURN_IF_ERROR(impl->Init());
   return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
 }

@@ -90,9 +90,17 @@ class Communicator {
                                                            uint16_t port, bool external,
                                                            const std::string& secret,
                                                            const Config& config);
-  // With a store the caller made (tests, embedding frameworks).
+  // With a store the caller made (tests, embedding frameworks). Its keys
+  // go under a per-process count of communicators ("ciuic/commN"), so every
+  // process must create its communicators over one store in the same order.
   static StatusOr<std::unique_ptr<Communicator>> CreateWithStore(
       int rank, int size, std::shared_ptr<transport::Store> store, const Config& config);
+  // The same with the keys under `prefix`, which names this communicator
+  // alike on its ranks and no other in the job: for groups that not every
+  // process makes, or not in the same order (a framework's subgroups, each
+  // on its own store prefix). Errors: kInvalidArgument for an empty prefix.
+  static StatusOr<std::unique_ptr<Communicator>> CreateWithStore(
+      int rank, int size, std::shared_ptr<transport::Store> store, const Config& config, const std::string& prefix);
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;

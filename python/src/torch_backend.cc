@@ -1001,7 +1001,10 @@ c10::intrusive_ptr<c10d::Backend> CreateBackend(const c10::intrusive_ptr<c10d::S
     TORCH_CHECK(s.ok(), "ciuic: ", s.ToString());
   }
   if (timeout.count() > 0) config->timeout_ms = timeout.count();
-  StatusOr<std::unique_ptr<Communicator>> comm = Communicator::CreateWithStore(rank, size, adapter, *config);
+  // The store is the group's own (torch's prefix, then the epoch): a
+  // per-process count of communicators would differ between ranks that
+  // belong to different sets of groups.
+  StatusOr<std::unique_ptr<Communicator>> comm = Communicator::CreateWithStore(rank, size, adapter, *config, "comm");
   if (!comm.ok()) {
     std::rethrow_exception(BackendError("making group '" + group + "' (rank " + std::to_string(rank) + " of " +
                                         std::to_string(size) + "): " + comm.status().ToString()));

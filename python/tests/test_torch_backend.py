@@ -302,15 +302,23 @@ def groups(rank, n, store_dir):
         o = torch.tensor([float(rank)])
         dist.all_reduce(o, group=odd)
         got_odd = o.item()
+    # Subgroups of 2 ([0, 1], [2, 3]) and by enumeration ([0, 2], [1, 3]).
+    sub, _ = dist.new_subgroups(group_size=2)
+    s1 = torch.tensor([float(rank)])
+    dist.all_reduce(s1, group=sub)
+    enum, _ = dist.new_subgroups_by_enumeration([[0, 2], [1, 3]])
+    s2 = torch.tensor([float(rank)])
+    dist.all_reduce(s2, group=enum)
     dist.destroy_process_group()
-    return t[0].item(), sum(r + 1 for r in mine), whole[0].item(), got_odd
+    return t[0].item(), sum(r + 1 for r in mine), whole[0].item(), got_odd, s1.item(), s2.item()
 
 
 def test_groups_run_side_by_side(tmp_path):
     res = ranks.run(4, groups, str(tmp_path), timeout=300)
-    for r, (got, want, whole, odd) in enumerate(res):
+    for r, (got, want, whole, odd, s1, s2) in enumerate(res):
         assert got == want and whole == 4.0
         assert odd == (4.0 if r in (1, 3) else None)
+        assert s1 == (1.0 if r < 2 else 5.0) and s2 == (2.0 if r % 2 == 0 else 4.0), (r, s1, s2)
 
 
 def killed(rank, n, store_dir, victim, sync_dir):

@@ -1376,6 +1376,39 @@ TEST(CollectivesZeroCount, ReturnsAtOnceWithoutThePeers) {
   }
 }
 
+// Communicators over one store under prefixes of the caller's: ranks that
+// belong to different groups make them in different numbers and orders
+// (with the per-process count, rank 1's third would not meet rank 0's
+// second). Groups {0, 1} and {1, 2}; rank 0 first makes a lone one.
+TEST(CollectivesGroups, CallerPrefixesMeetWhateverEachRankMadeBefore) {
+  auto results = RunRanks(3, [](int rank, transport::Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
+    config.transport = "shm";
+    config.timeout_ms = 20000;
+    std::shared_ptr<transport::Store> s(&store, [](transport::Store*) {});
+    if (Communicator::CreateWithStore(0, 1, s, config, "").ok()) return InternalError("an empty prefix was taken");
+    std::unique_ptr<Communicator> lone, a, b;
+    if (rank == 0) {
+      CIUIC_ASSIGN_OR_RETURN(lone, Communicator::CreateWithStore(0, 1, s, config, "lone0"));
+    }
+    if (rank <= 1) {
+      CIUIC_ASSIGN_OR_RETURN(a, Communicator::CreateWithStore(rank, 2, s, config, "group-a"));
+    }
+    if (rank >= 1) {
+      CIUIC_ASSIGN_OR_RETURN(b, Communicator::CreateWithStore(rank - 1, 2, s, config, "group-b"));
+    }
+    for (Communicator* c : {a.get(), b.get()}) {
+      if (c == nullptr) continue;
+      std::vector<float> x(1000, static_cast<float>(rank + 1));
+      CIUIC_RETURN_IF_ERROR(c->AllReduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum));
+      const float want = c == a.get() ? 1 + 2 : 2 + 3;
+      for (float v : x) EXPECT_OR_FAIL(v == want, "group sum");
+    }
+    return Status::Ok();
+  }, milliseconds(60000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+}
+
 TEST(CollectivesErrors, BadInput) {
   auto results = RunRanks(2, [&](int rank, transport::Store& store) -> Status {
     CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, 2, store, "shm", "auto"));
