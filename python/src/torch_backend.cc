@@ -381,6 +381,10 @@ class ProcessGroupCiuic : public c10d::Backend {
   }
   void shutdown() override { Stop(); }
   void abort() override { Stop(); }
+  // Collectives issued so far (as gloo counts them; torch's debug wrapper
+  // compares them across ranks). Every rank starts at 0.
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
 
   // One function both ways: run now on this thread (`out` null: the
   // blocking forms, no hand-off) or post and return the request.
@@ -480,24 +484,33 @@ class ProcessGroupCiuic : public c10d::Backend {
                   std::move(issues), Chain(std::move(afters)));
   }
 
+  // outputLists[r][k]: rank r's input k (torch's layout, as gloo reads it).
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputLists,
                                                      std::vector<at::Tensor>& inputs,
                                                      const c10d::AllgatherOptions& opts) override {
-    TORCH_CHECK(outputLists.size() == inputs.size(), "ciuic: allgather_coalesced: ", outputLists.size(),
-                " output lists for ", inputs.size(), " inputs");
+    TORCH_CHECK(outputLists.size() == static_cast<size_t>(getSize()), "ciuic: allgather_coalesced: ",
+                outputLists.size(), " output lists for ", getSize(), " ranks (one list per rank)");
+    for (size_t r = 0; r < outputLists.size(); ++r) {
+      TORCH_CHECK(outputLists[r].size() == inputs.size(), "ciuic: allgather_coalesced: output list ", r, " has ",
+                  outputLists[r].size(), " tensors for ", inputs.size(), " inputs");
+    }
     std::vector<Issue> issues;
     std::vector<std::function<void()>> afters;
     std::vector<at::Tensor> all_outs;
     for (size_t k = 0; k < inputs.size(); ++k) {
       CheckTensor(inputs[k], "allgather_coalesced");
-      CheckList(outputLists[k], inputs[k], "allgather_coalesced");
+      std::vector<at::Tensor> outs;  // input k of every rank
+      for (auto& list : outputLists) outs.push_back(list[k]);
+      CheckList(outs, inputs[k], "allgather_coalesced");
       at::Tensor src = inputs[k].contiguous();
       at::Tensor flat = at::empty({getSize(), src.numel()}, src.options());
       issues.push_back(AllGatherIssue(src, flat));
-      afters.push_back([outs = outputLists[k], flat]() mutable {
+      afters.push_back([outs, flat]() mutable {
         for (size_t i = 0; i < outs.size(); ++i) outs[i].copy_(flat[static_cast<int64_t>(i)].view_as(outs[i]));
       });
-      for (auto& o : outputLists[k]) all_outs.push_back(o);
+    }
+    for (auto& list : outputLists) {
+      for (auto& o : list) all_outs.push_back(o);
     }
     return Launch(c10d::OpType::ALLGATHER_COALESCED, all_outs, opts.asyncOp, "ciuic:all_gather_coalesced",
                   std::move(issues), Chain(std::move(afters)));
@@ -859,6 +872,7 @@ class ProcessGroupCiuic : public c10d::Backend {
                                         const char* title, std::vector<Issue> issues, std::function<void()> after) {
     auto work = c10::make_intrusive<CiuicWork>(getRank(), type, std::move(outputs), title);
     work->after_ = std::move(after);
+    if (type != c10d::OpType::SEND && type != c10d::OpType::RECV && type != c10d::OpType::RECVANYSOURCE) ++seq_;
     std::unique_lock<std::mutex> lock(issue_mu_);
     if (comm_ == nullptr || stopping_) {
       lock.unlock();
@@ -968,6 +982,7 @@ class ProcessGroupCiuic : public c10d::Backend {
   }
 
   std::unique_ptr<Communicator> comm_;
+  std::atomic<uint64_t> seq_{0};
   std::chrono::milliseconds timeout_;
   std::string group_;
   std::mutex issue_mu_;  // the communicator takes one caller at a time

@@ -187,6 +187,24 @@ def every_collective(rank, n, store_dir):
     m = torch.full((6, 4), float(rank + 1)).t()
     dist.all_reduce(m)
     check("all_reduce non-contiguous", m, torch.full((4, 6), float(n * (n + 1) // 2)), "float32")
+    # The coalesced list forms: output_lists[r][k] is rank r's input k.
+    for dtype in ("float32", "int64"):
+        ins = [value(dtype, rank, 5 + k, salt=k) for k in range(3)]
+        lists = [[torch.empty_like(t) for t in ins] for _ in range(n)]
+        dist.all_gather_coalesced(lists, ins)
+        glists = on_gloo(lambda: ([[torch.empty_like(t) for t in ins] for _ in range(n)]))
+        if glists is not None:
+            dist.all_gather_coalesced(glists, ins, group=gloo)
+        for r in range(n):
+            for k in range(3):
+                check(f"all_gather_coalesced [{r}][{k}]", lists[r][k], value(dtype, r, 5 + k, salt=k), dtype,
+                      glists[r][k] if glists is not None else None)
+        ts = [value(dtype, rank, 7 + k, salt=k) for k in range(3)]
+        gts = [t.clone() for t in ts]
+        dist.all_reduce_coalesced(ts)
+        dist.all_reduce_coalesced(gts, group=gloo)
+        for k in range(3):
+            check(f"all_reduce_coalesced [{k}]", ts[k], reference(dtype, "SUM", n, 7 + k, salt=k), dtype, gts[k])
     # object collectives, barrier, async + future
     objs = [None] * n
     dist.all_gather_object(objs, {"rank": rank})
