@@ -114,7 +114,7 @@ def worker(args):
     dist.destroy_process_group()
 
 
-def run_job(args, backend, n):
+def run_job(args, backend, n, retry=True):
     with tempfile.TemporaryDirectory() as d:
         procs = []
         for r in range(n):
@@ -128,6 +128,10 @@ def run_job(args, backend, n):
         outs = [p.communicate(timeout=900) for p in procs]
     for p, (o, e) in zip(procs, outs):
         if p.returncode != 0:
+            if retry:
+                print(f"# {backend} job on {n} ranks failed (rank exit {p.returncode}: "
+                      f"{(e.strip().splitlines() or ['?'])[-1][:120]}); run again", flush=True)
+                return run_job(args, backend, n, retry=False)
             sys.exit(f"{backend} job on {n} ranks failed:\n{o}\n{e}")
     for line in outs[0][0].splitlines():
         if line.startswith("RESULT "):
