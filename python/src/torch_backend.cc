@@ -500,6 +500,7 @@ class ProcessGroupCiuic : public c10d::Backend {
     for (size_t k = 0; k < inputs.size(); ++k) {
       CheckTensor(inputs[k], "allgather_coalesced");
       std::vector<at::Tensor> outs;  // input k of every rank
+      outs.reserve(outputLists.size());
       for (auto& list : outputLists) outs.push_back(list[k]);
       CheckList(outs, inputs[k], "allgather_coalesced");
       at::Tensor src = inputs[k].contiguous();
