@@ -13,6 +13,32 @@ HAVE_TORCH = importlib.util.find_spec("torch") is not None
 if HAVE_TORCH:
     import torch  # imported before forking: the children inherit it
 
+
+def torch_backend_skip_reason():
+    """Why the torch.distributed backend tests cannot run here, or None."""
+    if not HAVE_TORCH:
+        return "torch is not installed"
+    try:
+        import ciuic.torch  # noqa: F401
+    except ImportError as e:
+        return f"the torch backend is not built: {e}"
+    return None
+
+
+def init_torch_group(rank, n, store_dir, backend="ciuic", timeout=60):
+    """torch.distributed's default group over a file store in store_dir (the
+    ranks' CIUIC_* rendezvous variables dropped: torch's store is used)."""
+    import datetime
+    import os
+
+    import torch.distributed as dist
+
+    for k in ("CIUIC_RANK", "CIUIC_WORLD_SIZE", "CIUIC_STORE_ADDR", "CIUIC_STORE_EXTERNAL"):
+        os.environ.pop(k, None)
+    torch.set_num_threads(1)
+    dist.init_process_group(backend, init_method=f"file://{store_dir}/store", rank=rank, world_size=n,
+                            timeout=datetime.timedelta(seconds=timeout))
+
 DTYPES = ["float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32", "uint32", "int64", "uint64"]
 LIBS = ["numpy", "torch"] if HAVE_TORCH else ["numpy"]
 INTS = {"int8", "uint8", "int32", "uint32", "int64", "uint64"}

@@ -11,34 +11,24 @@ import time
 import pytest
 
 import ranks
-from helpers import HAVE_TORCH
+from helpers import init_torch_group, torch_backend_skip_reason
 
-pytestmark = pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
+SKIP = torch_backend_skip_reason()
+pytestmark = pytest.mark.skipif(SKIP is not None, reason=SKIP or "")
 
-if HAVE_TORCH:
+if SKIP is None:
     import torch
     import torch.distributed as dist
 
     import ciuic
-
-    try:
-        import ciuic.torch  # noqa: F401
-        BUILT = True
-    except ImportError as e:
-        BUILT, WHY = False, str(e)
-    if not BUILT:
-        pytestmark = pytest.mark.skip(reason=f"the torch backend is not built: {WHY}")
+    import ciuic.torch  # noqa: F401
 
 FLOATS = ["float32", "float64", "float16", "bfloat16"]
 INTS = ["int8", "uint8", "int16", "int32", "int64"]
 
 
 def init(rank, n, store_dir, timeout=60, backend="ciuic"):
-    for k in ("CIUIC_RANK", "CIUIC_WORLD_SIZE", "CIUIC_STORE_ADDR", "CIUIC_STORE_EXTERNAL"):
-        os.environ.pop(k, None)
-    torch.set_num_threads(1)
-    dist.init_process_group(backend, init_method=f"file://{store_dir}/store", rank=rank, world_size=n,
-                            timeout=datetime.timedelta(seconds=timeout))
+    init_torch_group(rank, n, store_dir, backend, timeout)
 
 
 def value(dtype, rank, count, salt=0):
@@ -248,7 +238,7 @@ def test_every_collective_matches_gloo_and_the_reference(n, tmp_path):
         assert "BAND" in errors[1] and "any source" in errors[2] and "root" in errors[3], errors
 
 
-if HAVE_TORCH:
+if SKIP is None:
     class Net(torch.nn.Module):
         """An MLP with a BatchNorm buffer and a layer forward never uses."""
 

@@ -4,35 +4,25 @@ that sees every rank's batch; DTensor redistributions and ops; the
 functional collectives (torch.distributed._functional_collectives), called
 on temporaries the way torch.compile'd code and DTensor call them."""
 
-import datetime
-import os
 
 import pytest
 
 import ranks
-from helpers import HAVE_TORCH
+from helpers import init_torch_group, torch_backend_skip_reason
 
-pytestmark = pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
+SKIP = torch_backend_skip_reason()
+pytestmark = pytest.mark.skipif(SKIP is not None, reason=SKIP or "")
 
-if HAVE_TORCH:
+if SKIP is None:
     import torch
     import torch.distributed as dist
 
-    try:
-        import ciuic.torch  # noqa: F401
-        BUILT = True
-    except ImportError as e:
-        BUILT, WHY = False, str(e)
-    if not BUILT:
-        pytestmark = pytest.mark.skip(reason=f"the torch backend is not built: {WHY}")
+    import ciuic
+    import ciuic.torch  # noqa: F401
 
 
 def init(rank, n, store_dir, backend="ciuic"):
-    for k in ("CIUIC_RANK", "CIUIC_WORLD_SIZE", "CIUIC_STORE_ADDR", "CIUIC_STORE_EXTERNAL"):
-        os.environ.pop(k, None)
-    torch.set_num_threads(1)
-    dist.init_process_group(backend, init_method=f"file://{store_dir}/store", rank=rank, world_size=n,
-                            timeout=datetime.timedelta(seconds=120))
+    init_torch_group(rank, n, store_dir, backend, timeout=120)
 
 
 def batches(rank, steps, per_rank=8):
