@@ -69,6 +69,21 @@ ciuic_status_t ciuic_reduce_local(void* dst, const void* const* srcs, int nsrcs,
                              static_cast<ReduceOp>(op)));
 }
 
+ciuic_status_t ciuic_reduce_local_premul_sum(void* dst, const void* const* srcs, int nsrcs,
+                                             size_t count, ciuic_datatype_t dtype, double factor) {
+  const auto& r = EnvReducer();
+  if (!r.ok()) return ToCStatus(r.status());
+  return ToCStatus(r->Reduce(dst, srcs, nsrcs, count, static_cast<DataType>(dtype), ReduceOp::kPremulSum,
+                             factor));
+}
+
+ciuic_status_t ciuic_convert(const void* src, ciuic_datatype_t from, void* dst, ciuic_datatype_t to,
+                             size_t count) {
+  const auto& r = EnvReducer();
+  if (!r.ok()) return ToCStatus(r.status());
+  return ToCStatus(r->Convert(src, static_cast<DataType>(from), dst, static_cast<DataType>(to), count));
+}
+
 ciuic_status_t ciuic_convert_f32_to_bf16(const float* src, uint16_t* dst, size_t count) {
   const auto& r = EnvReducer();
   if (!r.ok()) return ToCStatus(r.status());

@@ -24,6 +24,7 @@ struct ReduceArgs {
   size_t tile_bytes;      // L1 tile for nsrcs > 4
   bool nt;                // non-temporal stores (dst does not alias a source)
   size_t prefetch_bytes;  // 0 = no software prefetch
+  double factor;          // kPremulSum's
 };
 
 using ReduceFn = void (*)(const ReduceArgs& args);
@@ -37,12 +38,17 @@ constexpr int kNumSlots = 9;
 int64_t SlotTarget(int slot);
 
 extern const ReduceFn kReduceFloat[kNumSlots];  // f32, f64
-extern const ReduceFn kReduceInt[kNumSlots];    // i8 u8 i32 u32 i64 u64
+extern const ReduceFn kReduceInt[kNumSlots];    // i8 u8 i16 u16 i32 u32 i64 u64 bool
 extern const ReduceFn kReduceHalf[kNumSlots];   // f16, bf16
+extern const ReduceFn kReduceFp8[kNumSlots];    // e4m3, e5m2
 extern const ConvertFn kF32ToBF16[kNumSlots];
 extern const ConvertFn kBF16ToF32[kNumSlots];
 extern const ConvertFn kF32ToF16[kNumSlots];
 extern const ConvertFn kF16ToF32[kNumSlots];
+extern const ConvertFn kF32ToE4M3[kNumSlots];
+extern const ConvertFn kE4M3ToF32[kNumSlots];
+extern const ConvertFn kF32ToE5M2[kNumSlots];
+extern const ConvertFn kE5M2ToF32[kNumSlots];
 extern const CopyFn kCopy[kNumSlots];
 
 }  // namespace ciuic::kernels::internal

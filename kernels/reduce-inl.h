@@ -136,6 +136,76 @@ HWY_INLINE hn::Vec<hn::Rebind<hwy::float16_t, DF>> DemoteF16(DF df, hn::Vec<DF> 
 #endif
 }
 
+// ---------------------------------------------------------------- fp8 (OCP)
+
+// e4m3 -> f32, exact: normals move the 4+3 bits under f32's exponent and
+// rebias (7 -> 127); subnormals are m * 2^-9 in f32; S.1111.111 is NaN.
+template <class DF>
+HWY_INLINE hn::Vec<DF> PromoteE4M3(DF df, hn::Vec<hn::Rebind<uint8_t, DF>> b) {
+  const hn::RebindToSigned<DF> di;
+  const hn::RebindToUnsigned<DF> du;
+  const auto x = hn::BitCast(di, hn::PromoteTo(du, b));
+  const auto sign = hn::ShiftLeft<24>(hn::And(x, hn::Set(di, 0x80)));
+  const auto mag = hn::And(x, hn::Set(di, 0x7F));
+  const auto normal = hn::Add(hn::ShiftLeft<20>(mag), hn::Set(di, 120 << 23));
+  const auto sub = hn::BitCast(
+      di, hn::Mul(hn::ConvertTo(df, hn::And(x, hn::Set(di, 7))), hn::Set(df, 1.0f / 512)));
+  auto r = hn::IfThenElse(hn::Lt(mag, hn::Set(di, 8)), sub, normal);
+  r = hn::IfThenElse(hn::Eq(mag, hn::Set(di, 0x7F)), hn::Set(di, 0x7FC00000), r);
+  return hn::BitCast(df, hn::Or(r, sign));
+}
+
+// e5m2 -> f32, exact: e5m2 is the high byte of an f16.
+template <class DF>
+HWY_INLINE hn::Vec<DF> PromoteE5M2(DF df, hn::Vec<hn::Rebind<uint8_t, DF>> b) {
+  const hn::Rebind<uint16_t, DF> du16;
+  const auto h = hn::ShiftLeft<8>(hn::PromoteTo(du16, b));
+  return PromoteF16(df, hn::BitCast(hn::Rebind<hwy::float16_t, DF>(), h));
+}
+
+// f32 -> e4m3, round to nearest even, saturating: |v| is clamped to 448
+// (the largest finite value; Inf too, e4m3 has none), NaN gives NaN. Below
+// 2^-6 (subnormal) adding 2^14 makes the FPU round |v| to a multiple of
+// 2^-9 (the subnormal step) and the low bits are the code; otherwise the
+// exponent is rebiased (127 -> 7), 0x7FFFF plus the lowest kept bit added
+// and 20 bits dropped (a carry correctly bumps the exponent).
+template <class DF>
+HWY_INLINE hn::Vec<hn::Rebind<uint8_t, DF>> DemoteE4M3(DF df, hn::Vec<DF> v) {
+  const hn::RebindToSigned<DF> di;
+  const auto bits = hn::BitCast(di, v);
+  const auto sign = hn::And(hn::ShiftRight<24>(bits), hn::Set(di, 0x80));
+  const auto absf = hn::Min(hn::Abs(v), hn::Set(df, 448.0f));
+  const auto a = hn::BitCast(di, absf);
+  const auto small = hn::Sub(hn::BitCast(di, hn::Add(absf, hn::Set(df, 16384.0f))),
+                             hn::Set(di, 0x46800000));
+  const auto odd = hn::And(hn::ShiftRight<20>(a), hn::Set(di, 1));
+  const auto normal = hn::ShiftRight<20>(
+      hn::Add(hn::Add(a, hn::Set(di, static_cast<int32_t>(0xC407FFFFu))), odd));
+  auto r = hn::IfThenElse(hn::Lt(a, hn::Set(di, 0x3C800000)), small, normal);
+  r = hn::IfThenElse(hn::RebindMask(di, hn::IsNaN(v)), hn::Set(di, 0x7F), r);
+  return hn::DemoteTo(hn::Rebind<uint8_t, DF>(), hn::Or(r, sign));
+}
+
+// f32 -> e5m2, round to nearest even, IEEE-like: from 61440 (halfway past
+// the largest finite, 57344) Inf, NaN stays NaN (quiet). Same steps as
+// DemoteE4M3 with the subnormal step 2^-16 (add 2^7) and 21 bits dropped.
+template <class DF>
+HWY_INLINE hn::Vec<hn::Rebind<uint8_t, DF>> DemoteE5M2(DF df, hn::Vec<DF> v) {
+  const hn::RebindToSigned<DF> di;
+  const auto bits = hn::BitCast(di, v);
+  const auto sign = hn::And(hn::ShiftRight<24>(bits), hn::Set(di, 0x80));
+  const auto a = hn::AndNot(hn::Set(di, static_cast<int32_t>(0x80000000u)), bits);
+  const auto small = hn::Sub(hn::BitCast(di, hn::Add(hn::BitCast(df, a), hn::Set(df, 128.0f))),
+                             hn::Set(di, 0x43000000));
+  const auto odd = hn::And(hn::ShiftRight<21>(a), hn::Set(di, 1));
+  const auto normal = hn::ShiftRight<21>(
+      hn::Add(hn::Add(a, hn::Set(di, static_cast<int32_t>(0xC80FFFFFu))), odd));
+  auto r = hn::IfThenElse(hn::Lt(a, hn::Set(di, 0x38800000)), small, normal);
+  r = hn::IfThenElse(hn::Gt(a, hn::Set(di, 0x477FFFFF)), hn::Set(di, 0x7C), r);
+  r = hn::IfThenElse(hn::Gt(a, hn::Set(di, 0x7F800000)), hn::Set(di, 0x7E), r);
+  return hn::DemoteTo(hn::Rebind<uint8_t, DF>(), hn::Or(r, sign));
+}
+
 // --------------------------------------------------------------------- I/O
 
 // How a storage type is loaded into compute vectors and stored back.
@@ -214,6 +284,40 @@ struct HalfIO {
   }
 };
 
+// fp8 stored, f32 computed; rounded once on the way out.
+template <bool kE4M3>
+struct Fp8IO {
+  using TS = uint8_t;
+  using TC = float;
+  using D = hn::ScalableTag<float>;
+  using D8 = hn::Rebind<uint8_t, D>;
+  // Stream writes a whole 16-byte register: only where a quarter vector is one.
+  static constexpr bool kCanStream = HWY_TARGET != HWY_SCALAR && hn::MaxLanes(D8()) >= 16;
+  static constexpr bool kHasPair = false;
+  static HWY_INLINE hn::Vec<D8> Demote(D d, hn::Vec<D> v) {
+    if constexpr (kE4M3) {
+      return DemoteE4M3(d, v);
+    } else {
+      return DemoteE5M2(d, v);
+    }
+  }
+  static HWY_INLINE hn::Vec<D> Load(D d, const uint8_t* HWY_RESTRICT p) {
+    if constexpr (kE4M3) {
+      return PromoteE4M3(d, hn::LoadU(D8(), p));
+    } else {
+      return PromoteE5M2(d, hn::LoadU(D8(), p));
+    }
+  }
+  static HWY_INLINE void Store(D d, hn::Vec<D> v, uint8_t* p) { hn::StoreU(Demote(d, v), D8(), p); }
+  static HWY_INLINE void Stream(D d, hn::Vec<D> v, uint8_t* p) {
+    if constexpr (kCanStream) {
+      hn::Stream(Demote(d, v), D8(), p);
+    } else {
+      Store(d, v, p);
+    }
+  }
+};
+
 // --------------------------------------------------------------------- ops
 
 // Wrapping multiply; 8-bit lanes have no multiply instruction, so the even
@@ -241,16 +345,41 @@ HWY_INLINE V MulWrap(D d, V a, V b) {
   }
 }
 
+// kDivide: AVG's division by n on the way out. kPre: each source is
+// multiplied by the call's factor as it is loaded (premul_sum).
 struct OpSum {
   static constexpr bool kDivide = false;
+  static constexpr bool kPre = false;
   template <class D, class V>
   static HWY_INLINE V Apply(D, V a, V b) { return hn::Add(a, b); }
 };
 struct OpAvg : OpSum {  // floats: sum, then one division by n on the way out
   static constexpr bool kDivide = true;
 };
+struct OpPremulSum : OpSum {
+  static constexpr bool kPre = true;
+};
+struct OpBand {
+  static constexpr bool kDivide = false;
+  static constexpr bool kPre = false;
+  template <class D, class V>
+  static HWY_INLINE V Apply(D, V a, V b) { return hn::And(a, b); }
+};
+struct OpBor {
+  static constexpr bool kDivide = false;
+  static constexpr bool kPre = false;
+  template <class D, class V>
+  static HWY_INLINE V Apply(D, V a, V b) { return hn::Or(a, b); }
+};
+struct OpBxor {
+  static constexpr bool kDivide = false;
+  static constexpr bool kPre = false;
+  template <class D, class V>
+  static HWY_INLINE V Apply(D, V a, V b) { return hn::Xor(a, b); }
+};
 struct OpProd {
   static constexpr bool kDivide = false;
+  static constexpr bool kPre = false;
   template <class D, class V>
   static HWY_INLINE V Apply(D d, V a, V b) { return MulWrap(d, a, b); }
 };
@@ -258,6 +387,7 @@ struct OpProd {
 // operand when either is NaN; a + b is NaN exactly then).
 struct OpMin {
   static constexpr bool kDivide = false;
+  static constexpr bool kPre = false;
   template <class D, class V>
   static HWY_INLINE V Apply(D, V a, V b) {
     if constexpr (hwy::IsFloat<hn::TFromD<D>>()) {
@@ -269,6 +399,7 @@ struct OpMin {
 };
 struct OpMax {
   static constexpr bool kDivide = false;
+  static constexpr bool kPre = false;
   template <class D, class V>
   static HWY_INLINE V Apply(D, V a, V b) {
     if constexpr (hwy::IsFloat<hn::TFromD<D>>()) {
@@ -290,19 +421,29 @@ struct Kernel {
   static constexpr size_t kMaxN = HWY_MAX_BYTES / sizeof(TC);  // >= Lanes(D)
   static constexpr size_t kMaxTileBytes = 64 * 1024;
 
+  // Source element i of p (times the factor for premul_sum).
+  static HWY_INLINE V Src(D d, const TS* p, size_t i, V scale) {
+    if constexpr (Op::kPre) {
+      return hn::Mul(IO::Load(d, p + i), scale);
+    } else {
+      (void)scale;
+      return IO::Load(d, p + i);
+    }
+  }
+
   // acc (if kAcc) combined with sources s[0..K) at element i.
   template <int K, bool kAcc>
-  static HWY_INLINE V Combine(D d, const TS* const* s, const TC* acc, size_t i) {
+  static HWY_INLINE V Combine(D d, const TS* const* s, const TC* acc, size_t i, V scale) {
     V v;
     if constexpr (kAcc) {
       v = hn::LoadU(d, acc + i);
-      v = Op::Apply(d, v, IO::Load(d, s[0] + i));
+      v = Op::Apply(d, v, Src(d, s[0], i, scale));
     } else {
-      v = IO::Load(d, s[0] + i);
+      v = Src(d, s[0], i, scale);
     }
-    if constexpr (K > 1) v = Op::Apply(d, v, IO::Load(d, s[1] + i));
-    if constexpr (K > 2) v = Op::Apply(d, v, IO::Load(d, s[2] + i));
-    if constexpr (K > 3) v = Op::Apply(d, v, IO::Load(d, s[3] + i));
+    if constexpr (K > 1) v = Op::Apply(d, v, Src(d, s[1], i, scale));
+    if constexpr (K > 2) v = Op::Apply(d, v, Src(d, s[2], i, scale));
+    if constexpr (K > 3) v = Op::Apply(d, v, Src(d, s[3], i, scale));
     return v;
   }
 
@@ -360,9 +501,10 @@ struct Kernel {
   // out <- (acc op) s[0] op ... op s[K-1] over elements [0, n).
   template <int K, bool kAcc, class Out>
   static HWY_NOINLINE void Group(const void* const* s_in, size_t off, const TC* acc, size_t n,
-                                 size_t pf, Out& out_in) {
+                                 size_t pf, TC factor, Out& out_in) {
     const D d;
     const size_t N = hn::Lanes(d);
+    const V scale = hn::Set(d, factor);
     // Vector stores are may_alias: keep the pointers in locals so that they
     // stay in registers instead of being reloaded after every store.
     const TS* s[K];
@@ -376,18 +518,18 @@ struct Kernel {
           hwy::Prefetch(s[k] + i + pf);
           if (two_lines) hwy::Prefetch(s[k] + i + pf + N);
         }
-        const V a0 = Combine<K, kAcc>(d, s, acc, i);
-        const V a1 = Combine<K, kAcc>(d, s, acc, i + N);
+        const V a0 = Combine<K, kAcc>(d, s, acc, i, scale);
+        const V a1 = Combine<K, kAcc>(d, s, acc, i + N, scale);
         out.Put2(d, a0, a1, i);
       }
     } else {
       for (; i + 2 * N <= n; i += 2 * N) {
-        const V a0 = Combine<K, kAcc>(d, s, acc, i);
-        const V a1 = Combine<K, kAcc>(d, s, acc, i + N);
+        const V a0 = Combine<K, kAcc>(d, s, acc, i, scale);
+        const V a1 = Combine<K, kAcc>(d, s, acc, i + N, scale);
         out.Put2(d, a0, a1, i);
       }
     }
-    for (; i + N <= n; i += N) out.Put(d, Combine<K, kAcc>(d, s, acc, i), i);
+    for (; i + N <= n; i += N) out.Put(d, Combine<K, kAcc>(d, s, acc, i, scale), i);
     if (i == n) return;
     // Tail: copy the last partial vector of each input into zeroed stack
     // buffers and run the same vector code on them.
@@ -404,17 +546,25 @@ struct Kernel {
       std::memset(abuf, 0, sizeof(abuf));
       std::memcpy(abuf, acc + i, rem * sizeof(TC));
     }
-    out.PutTail(d, Combine<K, kAcc>(d, tp, abuf, 0), i, rem);
+    out.PutTail(d, Combine<K, kAcc>(d, tp, abuf, 0, scale), i, rem);
   }
 
   template <bool kAcc, class Out>
   static HWY_INLINE void GroupK(int k, const void* const* s, size_t off, const TC* acc, size_t n,
-                                size_t pf, Out& out) {
+                                size_t pf, TC f, Out& out) {
     switch (k) {
-      case 1: Group<1, kAcc>(s, off, acc, n, pf, out); break;
-      case 2: Group<2, kAcc>(s, off, acc, n, pf, out); break;
-      case 3: Group<3, kAcc>(s, off, acc, n, pf, out); break;
-      default: Group<4, kAcc>(s, off, acc, n, pf, out); break;
+      case 1: Group<1, kAcc>(s, off, acc, n, pf, f, out); break;
+      case 2: Group<2, kAcc>(s, off, acc, n, pf, f, out); break;
+      case 3: Group<3, kAcc>(s, off, acc, n, pf, f, out); break;
+      default: Group<4, kAcc>(s, off, acc, n, pf, f, out); break;
+    }
+  }
+
+  static TC Factor(const ReduceArgs& a) {
+    if constexpr (Op::kPre) {
+      return static_cast<TC>(a.factor);
+    } else {
+      return TC(1);
     }
   }
 
@@ -424,7 +574,7 @@ struct Kernel {
     const TC divisor = static_cast<TC>(a.nsrcs);
     if (a.nsrcs <= 4) {
       DstOut<kNT> out{dst, divisor};
-      GroupK<false>(a.nsrcs, a.srcs, off, nullptr, n, pf, out);
+      GroupK<false>(a.nsrcs, a.srcs, off, nullptr, n, pf, Factor(a), out);
       return;
     }
     RunTiled<kNT>(a, off, dst, n, pf, divisor);
@@ -442,17 +592,18 @@ struct Kernel {
     if (tile * sizeof(TC) > kMaxTileBytes) tile = kMaxTileBytes / sizeof(TC);
     tile -= tile % N;
     HWY_ALIGN TC scratch[kMaxTileBytes / sizeof(TC) + kMaxN];
+    const TC f = Factor(a);
     for (size_t t = 0; t < n; t += tile) {
       const size_t len = n - t < tile ? n - t : tile;
       ScratchOut so{scratch};
-      Group<4, false>(a.srcs, off + t, nullptr, len, pf, so);
+      Group<4, false>(a.srcs, off + t, nullptr, len, pf, f, so);
       int k = 4;
       while (a.nsrcs - k > 4) {
-        Group<4, true>(a.srcs + k, off + t, scratch, len, pf, so);
+        Group<4, true>(a.srcs + k, off + t, scratch, len, pf, f, so);
         k += 4;
       }
       DstOut<kNT> out{dst + t, divisor};
-      GroupK<true>(a.nsrcs - k, a.srcs + k, off + t, scratch, len, pf, out);
+      GroupK<true>(a.nsrcs - k, a.srcs + k, off + t, scratch, len, pf, f, out);
     }
   }
 
@@ -485,6 +636,8 @@ HWY_INLINE void RunFloatOp(const ReduceArgs& a) {
     case ReduceOp::kMin: Kernel<IO, OpMin>::Run(a); break;
     case ReduceOp::kMax: Kernel<IO, OpMax>::Run(a); break;
     case ReduceOp::kAvg: Kernel<IO, OpAvg>::Run(a); break;
+    case ReduceOp::kPremulSum: Kernel<IO, OpPremulSum>::Run(a); break;
+    default: break;  // bitwise: refused by Reducer::Reduce
   }
 }
 
@@ -506,6 +659,24 @@ HWY_INLINE void RunIntOp(const ReduceArgs& a) {
       for (size_t i = 0; i < a.count; ++i) dst[i] = static_cast<T>(dst[i] / n);
       break;
     }
+    case ReduceOp::kBand: Kernel<PlainIO<U>, OpBand>::Run(a); break;
+    case ReduceOp::kBor: Kernel<PlainIO<U>, OpBor>::Run(a); break;
+    case ReduceOp::kBxor: Kernel<PlainIO<U>, OpBxor>::Run(a); break;
+    case ReduceOp::kPremulSum: break;  // refused by Reducer::Reduce
+  }
+}
+
+// bool as bytes: sum is max (or), prod is min (and), as torch maps them.
+HWY_INLINE void RunBoolOp(const ReduceArgs& a) {
+  switch (a.op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kMax: Kernel<PlainIO<uint8_t>, OpMax>::Run(a); break;
+    case ReduceOp::kProd:
+    case ReduceOp::kMin: Kernel<PlainIO<uint8_t>, OpMin>::Run(a); break;
+    case ReduceOp::kBand: Kernel<PlainIO<uint8_t>, OpBand>::Run(a); break;
+    case ReduceOp::kBor: Kernel<PlainIO<uint8_t>, OpBor>::Run(a); break;
+    case ReduceOp::kBxor: Kernel<PlainIO<uint8_t>, OpBxor>::Run(a); break;
+    default: break;  // avg, premul_sum: refused by Reducer::Reduce
   }
 }
 
@@ -534,6 +705,35 @@ struct FromHalf {
   template <class DF>
   static HWY_INLINE void Step(DF df, const TI* s, TO* o) {
     hn::StoreU(PromoteHalf(df, hn::LoadU(hn::Rebind<H, DF>(), s)), df, o);
+  }
+};
+
+template <bool kE4M3>
+struct ToFp8 {
+  using TI = float;
+  using TO = uint8_t;
+  template <class DF>
+  static HWY_INLINE void Step(DF df, const TI* s, TO* o) {
+    const hn::Vec<DF> v = hn::LoadU(df, s);
+    if constexpr (kE4M3) {
+      hn::StoreU(DemoteE4M3(df, v), hn::Rebind<TO, DF>(), o);
+    } else {
+      hn::StoreU(DemoteE5M2(df, v), hn::Rebind<TO, DF>(), o);
+    }
+  }
+};
+template <bool kE4M3>
+struct FromFp8 {
+  using TI = uint8_t;
+  using TO = float;
+  template <class DF>
+  static HWY_INLINE void Step(DF df, const TI* s, TO* o) {
+    const auto b = hn::LoadU(hn::Rebind<TI, DF>(), s);
+    if constexpr (kE4M3) {
+      hn::StoreU(PromoteE4M3(df, b), df, o);
+    } else {
+      hn::StoreU(PromoteE5M2(df, b), df, o);
+    }
   }
 };
 

@@ -174,12 +174,29 @@ const char* Reducer::target_name() const {
 
 Status Reducer::Reduce(void* dst, const void* const* srcs, int nsrcs, size_t count,
                        DataType dtype, ReduceOp op) const {
+  return Reduce(dst, srcs, nsrcs, count, dtype, op, 1.0);
+}
+
+Status CheckReduction(DataType dtype, ReduceOp op) {
   if (!IsValid(dtype)) {
     return InvalidArgumentError("dtype: unknown datatype " + std::to_string(static_cast<int>(dtype)));
   }
   if (!IsValid(op)) {
     return InvalidArgumentError("op: unknown reduction op " + std::to_string(static_cast<int>(op)));
   }
+  if (!Supports(dtype, op)) {
+    const char* why = IsFloatType(dtype)  ? "the bitwise ops are for integer and bool dtypes"
+                      : op == ReduceOp::kPremulSum ? "premul_sum is for floating-point dtypes"
+                                                   : "avg is not defined on bool";
+    return InvalidArgumentError(std::string("op: ") + ReduceOpName(op) + " on dtype " +
+                                DataTypeName(dtype) + ": " + why);
+  }
+  return Status::Ok();
+}
+
+Status Reducer::Reduce(void* dst, const void* const* srcs, int nsrcs, size_t count,
+                       DataType dtype, ReduceOp op, double factor) const {
+  CIUIC_RETURN_IF_ERROR(CheckReduction(dtype, op));
   if (nsrcs < 1 || nsrcs > kMaxSources) {
     return InvalidArgumentError("nsrcs: " + std::to_string(nsrcs) + " is outside 1.." +
                                 std::to_string(kMaxSources));
@@ -216,11 +233,14 @@ Status Reducer::Reduce(void* dst, const void* const* srcs, int nsrcs, size_t cou
   const bool beyond_l2 = working_set > prefetch_min_bytes_;
   a.tile_bytes = beyond_l2 ? tile_large_bytes_ : tile_bytes_;
   a.prefetch_bytes = beyond_l2 ? prefetch_bytes_ : 0;
+  a.factor = factor;
   switch (dtype) {
     case DataType::kFloat32:
     case DataType::kFloat64: internal::kReduceFloat[slot_](a); break;
     case DataType::kFloat16:
     case DataType::kBFloat16: internal::kReduceHalf[slot_](a); break;
+    case DataType::kFloat8E4M3:
+    case DataType::kFloat8E5M2: internal::kReduceFp8[slot_](a); break;
     default: internal::kReduceInt[slot_](a); break;
   }
   return Status::Ok();
@@ -258,6 +278,26 @@ Status Reducer::ConvertF32ToF16(const float* src, uint16_t* dst, size_t count) c
 Status Reducer::ConvertF16ToF32(const uint16_t* src, float* dst, size_t count) const {
   CIUIC_RETURN_IF_ERROR(CheckConvert(src, 2, dst, 4, count));
   if (count) internal::kF16ToF32[slot_](src, dst, count);
+  return Status::Ok();
+}
+
+Status Reducer::Convert(const void* src, DataType from, void* dst, DataType to, size_t count) const {
+  const bool narrow_from = IsNarrowFloat(from), narrow_to = IsNarrowFloat(to);
+  if (!(from == DataType::kFloat32 && narrow_to) && !(narrow_from && to == DataType::kFloat32)) {
+    return InvalidArgumentError(std::string("Convert: ") + DataTypeName(from) + " -> " + DataTypeName(to) +
+                                " is not one of f32 <-> f16, bf16, e4m3, e5m2");
+  }
+  CIUIC_RETURN_IF_ERROR(CheckConvert(src, DataTypeSize(from), dst, DataTypeSize(to), count));
+  if (count == 0) return Status::Ok();
+  const DataType narrow = narrow_to ? to : from;
+  const internal::ConvertFn* table = nullptr;
+  switch (narrow) {
+    case DataType::kFloat16: table = narrow_to ? internal::kF32ToF16 : internal::kF16ToF32; break;
+    case DataType::kBFloat16: table = narrow_to ? internal::kF32ToBF16 : internal::kBF16ToF32; break;
+    case DataType::kFloat8E4M3: table = narrow_to ? internal::kF32ToE4M3 : internal::kE4M3ToF32; break;
+    default: table = narrow_to ? internal::kF32ToE5M2 : internal::kE5M2ToF32; break;
+  }
+  table[slot_](src, dst, count);
   return Status::Ok();
 }
 

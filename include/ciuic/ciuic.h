@@ -25,16 +25,34 @@ typedef enum {
   CIUIC_BFLOAT16 = 7, /* bfloat16; computed in f32, rounded once (RNE) */
   CIUIC_FLOAT32 = 8,
   CIUIC_FLOAT64 = 9,
-  CIUIC_NUM_DATATYPES = 10
+  CIUIC_INT16 = 10,
+  CIUIC_UINT16 = 11,
+  CIUIC_BOOL = 12,        /* one byte, 0 = false; reduced as bytes */
+  CIUIC_FLOAT8_E4M3 = 13, /* OCP FP8 E4M3: no Inf, NaN = S.1111.111, max 448;
+                             computed in f32, rounded once (RNE, saturating) */
+  CIUIC_FLOAT8_E5M2 = 14, /* OCP FP8 E5M2: IEEE-like, max 57344; computed in
+                             f32, rounded once (RNE, overflow to Inf) */
+  CIUIC_NUM_DATATYPES = 15
 } ciuic_datatype_t;
 
+/* Which op is defined on which dtype: the bitwise ops on integers and
+ * bool; PREMUL_SUM on floating-point types; bool takes MIN, MAX, SUM (= or),
+ * PROD (= and) and the bitwise ops. Anything else is
+ * CIUIC_ERROR_INVALID_ARGUMENT naming op and dtype. */
 typedef enum {
   CIUIC_SUM = 0,  /* integers wrap like C unsigned arithmetic */
   CIUIC_PROD = 1, /* integers wrap */
   CIUIC_MIN = 2,  /* floats: a NaN in any input gives NaN */
   CIUIC_MAX = 3,  /* floats: a NaN in any input gives NaN */
   CIUIC_AVG = 4,  /* sum / n; integers: wrapped sum / n, truncated toward 0 */
-  CIUIC_NUM_REDOPS = 5
+  CIUIC_BAND = 5, /* bitwise and */
+  CIUIC_BOR = 6,  /* bitwise or */
+  CIUIC_BXOR = 7, /* bitwise xor */
+  CIUIC_PREMUL_SUM = 8, /* sum of factor x input, the factor applied to each
+                           input first (as NCCL's ncclRedOpCreatePreMulSum):
+                           in collectives, through an op made by
+                           ciuic_redop_create_premul_sum; plain, a factor of 1 */
+  CIUIC_NUM_REDOPS = 9
 } ciuic_redop_t;
 
 /* The same codes as ciuic::StatusCode. */
@@ -73,6 +91,12 @@ size_t ciuic_datatype_size(ciuic_datatype_t dtype);
  * out of range, unknown dtype/op, overlapping ranges, bad CIUIC_* value). */
 ciuic_status_t ciuic_reduce_local(void* dst, const void* const* srcs, int nsrcs, size_t count,
                                   ciuic_datatype_t dtype, ciuic_redop_t op);
+/* The same for CIUIC_PREMUL_SUM with `factor`: dst = factor x srcs[0] +
+ * factor x srcs[1] + ... (computed in f32 for the 8- and 16-bit floats, in
+ * f64 for f64). Errors: as ciuic_reduce_local, and a dtype that is not a
+ * floating-point type. */
+ciuic_status_t ciuic_reduce_local_premul_sum(void* dst, const void* const* srcs, int nsrcs,
+                                             size_t count, ciuic_datatype_t dtype, double factor);
 
 /* Rebuilds the local calls' kernels from the environment now (after a
  * change to CIUIC_SIMD_TARGET or CIUIC_KERNEL_*). Thread-safe; calls in
@@ -87,6 +111,13 @@ ciuic_status_t ciuic_convert_f32_to_bf16(const float* src, uint16_t* dst, size_t
 ciuic_status_t ciuic_convert_bf16_to_f32(const uint16_t* src, float* dst, size_t count);
 ciuic_status_t ciuic_convert_f32_to_f16(const float* src, uint16_t* dst, size_t count);
 ciuic_status_t ciuic_convert_f16_to_f32(const uint16_t* src, float* dst, size_t count);
+/* Between CIUIC_FLOAT32 and a narrow float (CIUIC_FLOAT16, CIUIC_BFLOAT16,
+ * CIUIC_FLOAT8_E4M3, CIUIC_FLOAT8_E5M2), either way: round to nearest even;
+ * NaN stays NaN; overflow gives Inf, except e4m3 (no Inf), which saturates
+ * to +-448 (Inf too). Errors: CIUIC_ERROR_INVALID_ARGUMENT (another pair of
+ * types, null or overlapping buffers). */
+ciuic_status_t ciuic_convert(const void* src, ciuic_datatype_t from, void* dst, ciuic_datatype_t to,
+                             size_t count);
 
 /* ciuic_reduce_local on device memory (CUDA): enqueued on `cuda_stream`
  * (a cudaStream_t, NULL = the default stream); returns once enqueued.

@@ -21,39 +21,55 @@ namespace ciuic {
 enum class DataType : int {
   kInt8 = 0, kUint8 = 1, kInt32 = 2, kUint32 = 3, kInt64 = 4, kUint64 = 5,
   kFloat16 = 6, kBFloat16 = 7, kFloat32 = 8, kFloat64 = 9,
+  kInt16 = 10, kUint16 = 11,
+  kBool = 12,         // one byte, 0 = false; reduced as bytes (see Supports)
+  kFloat8E4M3 = 13,   // OCP FP8 E4M3: no Inf, one NaN (S.1111.111), max 448
+  kFloat8E5M2 = 14,   // OCP FP8 E5M2: IEEE-like (Inf, NaN), max 57344
 };
-constexpr int kNumDataTypes = 10;
-enum class ReduceOp : int { kSum = 0, kProd = 1, kMin = 2, kMax = 3, kAvg = 4 };
-constexpr int kNumReduceOps = 5;
+constexpr int kNumDataTypes = 15;
+// kBand/kBor/kBxor: bitwise, on integers and bool. kPremulSum: sum of
+// factor * input (the factor applied to each input before the sum, as NCCL
+// and torch define it), on floating-point types; the factor is a call
+// argument (Reducer::Reduce) or part of a communicator's premul op.
+enum class ReduceOp : int {
+  kSum = 0, kProd = 1, kMin = 2, kMax = 3, kAvg = 4, kBand = 5, kBor = 6, kBxor = 7, kPremulSum = 8,
+};
+constexpr int kNumReduceOps = 9;
 
 // Bytes per element; 0 for an invalid value.
 constexpr size_t DataTypeSize(DataType dtype) {
   switch (dtype) {
-    case DataType::kInt8: case DataType::kUint8: return 1;
-    case DataType::kFloat16: case DataType::kBFloat16: return 2;
+    case DataType::kInt8: case DataType::kUint8: case DataType::kBool:
+    case DataType::kFloat8E4M3: case DataType::kFloat8E5M2: return 1;
+    case DataType::kFloat16: case DataType::kBFloat16: case DataType::kInt16: case DataType::kUint16: return 2;
     case DataType::kInt32: case DataType::kUint32: case DataType::kFloat32: return 4;
     case DataType::kInt64: case DataType::kUint64: case DataType::kFloat64: return 8;
   }
   return 0;
 }
-// "f32", "bf16", "i8", ...
+// "f32", "bf16", "i8", "e4m3", ...
 constexpr const char* DataTypeName(DataType dtype) {
   switch (dtype) {
     case DataType::kInt8: return "i8";
     case DataType::kUint8: return "u8";
+    case DataType::kInt16: return "i16";
+    case DataType::kUint16: return "u16";
     case DataType::kInt32: return "i32";
     case DataType::kUint32: return "u32";
     case DataType::kInt64: return "i64";
     case DataType::kUint64: return "u64";
+    case DataType::kBool: return "bool";
     case DataType::kFloat16: return "f16";
     case DataType::kBFloat16: return "bf16";
     case DataType::kFloat32: return "f32";
     case DataType::kFloat64: return "f64";
+    case DataType::kFloat8E4M3: return "e4m3";
+    case DataType::kFloat8E5M2: return "e5m2";
   }
   return "invalid";
 }
 
-// "sum", "prod", ...
+// "sum", "prod", ..., "band", "bor", "bxor", "premul_sum"
 constexpr const char* ReduceOpName(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum: return "sum";
@@ -61,15 +77,50 @@ constexpr const char* ReduceOpName(ReduceOp op) {
     case ReduceOp::kMin: return "min";
     case ReduceOp::kMax: return "max";
     case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kBand: return "band";
+    case ReduceOp::kBor: return "bor";
+    case ReduceOp::kBxor: return "bxor";
+    case ReduceOp::kPremulSum: return "premul_sum";
   }
   return "invalid";
 }
 constexpr bool IsValid(DataType dtype) { return static_cast<unsigned>(dtype) < kNumDataTypes; }
 constexpr bool IsValid(ReduceOp op) { return static_cast<unsigned>(op) < kNumReduceOps; }
 
+constexpr bool IsFloatType(DataType dtype) {
+  switch (dtype) {
+    case DataType::kFloat16: case DataType::kBFloat16: case DataType::kFloat32:
+    case DataType::kFloat64: case DataType::kFloat8E4M3: case DataType::kFloat8E5M2: return true;
+    default: return false;
+  }
+}
+// Types narrower than f32 that every kernel computes in f32 and rounds once
+// per call (f16, bf16, e4m3, e5m2): the ones CIUIC_ACCUMULATE is about.
+constexpr bool IsNarrowFloat(DataType dtype) {
+  return IsFloatType(dtype) && DataTypeSize(dtype) < 4;
+}
+
+// Whether `op` is defined on `dtype`: the bitwise ops on integers and bool
+// only; premul_sum on floating-point types only; bool takes min, max
+// (= and, or on 0/1), sum (= or, as torch maps it), prod (= and) and the
+// bitwise ops, not avg.
+constexpr bool Supports(DataType dtype, ReduceOp op) {
+  if (!IsValid(dtype) || !IsValid(op)) return false;
+  const bool bitwise = op == ReduceOp::kBand || op == ReduceOp::kBor || op == ReduceOp::kBxor;
+  if (IsFloatType(dtype)) return !bitwise;
+  if (op == ReduceOp::kPremulSum) return false;
+  if (dtype == DataType::kBool) return op != ReduceOp::kAvg;
+  return true;
+}
+
 namespace kernels {
 
 constexpr int kMaxSources = 16;
+
+// Ok when `op` is defined on `dtype` (Supports); else kInvalidArgument
+// naming both and why ("op: band on dtype f32: the bitwise ops are for
+// integer and bool dtypes").
+Status CheckReduction(DataType dtype, ReduceOp op);
 
 // Cache sizes the kernels size their tiles and thresholds from. A
 // communicator takes them from its topology plan (topology/, hwloc or /sys);
@@ -110,16 +161,27 @@ class Reducer {
   // Create(Config::FromEnv(), CacheSizes::FromSystem()).
   static StatusOr<Reducer> FromEnv();
 
-  // dst = op over srcs[0..nsrcs) elementwise (see ciuic_reduce_local).
-  // Errors: kInvalidArgument naming the bad argument.
+  // dst = op over srcs[0..nsrcs) elementwise (see ciuic_reduce_local);
+  // kPremulSum with a factor of 1. Errors: kInvalidArgument naming the bad
+  // argument, or the op a dtype does not support (Supports()).
   Status Reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType dtype,
                 ReduceOp op) const;
+  // The same; kPremulSum computes factor * srcs[0] + factor * srcs[1] + ...
+  // (in f32 for the narrow types, f64 for f64), other ops ignore `factor`.
+  Status Reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType dtype,
+                ReduceOp op, double factor) const;
 
   // Round-to-nearest-even conversions. Errors: kInvalidArgument.
   Status ConvertF32ToBF16(const float* src, uint16_t* dst, size_t count) const;
   Status ConvertBF16ToF32(const uint16_t* src, float* dst, size_t count) const;
   Status ConvertF32ToF16(const float* src, uint16_t* dst, size_t count) const;
   Status ConvertF16ToF32(const uint16_t* src, float* dst, size_t count) const;
+  // Between f32 and a narrow float type (f16, bf16, e4m3, e5m2), either
+  // way: round to nearest even; NaN stays NaN; f16, bf16 and e5m2 overflow
+  // to Inf, e4m3 (no Inf) saturates to +-448 (Inf too). Exact the other way.
+  // Errors: kInvalidArgument (another pair of types, null or overlapping
+  // buffers).
+  Status Convert(const void* src, DataType from, void* dst, DataType to, size_t count) const;
 
   // dst = src, `bytes` bytes (the ranges may overlap), with vector loads and
   // stores of this Reducer's target, non-temporal from nt_threshold_bytes().

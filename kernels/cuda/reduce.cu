@@ -26,7 +26,56 @@ constexpr int kMaxSrc = 16;
 
 struct Ptrs {
   const void* p[kMaxSrc];
+  double factor;  // premul_sum's
 };
+
+// OCP fp8 storage types, one byte each.
+struct E4M3 { uint8_t bits; };
+struct E5M2 { uint8_t bits; };
+
+// The same integer steps as the CPU kernels (kernels/reduce-inl.h), so both
+// round alike: e4m3 saturates to +-448, e5m2 overflows to Inf.
+__device__ __forceinline__ float DecodeE4M3(uint8_t b) {
+  const uint32_t mag = b & 0x7Fu;
+  uint32_t r;
+  if (mag == 0x7Fu) {
+    r = 0x7FC00000u;
+  } else if (mag < 8u) {
+    r = __float_as_uint(__fmul_rn(static_cast<float>(b & 7u), 1.0f / 512));
+  } else {
+    r = (mag << 20) + (120u << 23);
+  }
+  return __uint_as_float(r | (static_cast<uint32_t>(b & 0x80u) << 24));
+}
+__device__ __forceinline__ float DecodeE5M2(uint8_t b) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(b << 8)));
+}
+__device__ __forceinline__ uint8_t EncodeE4M3(float v) {
+  const uint32_t bits = __float_as_uint(v);
+  const uint32_t sign = (bits >> 24) & 0x80u;
+  if (isnan(v)) return static_cast<uint8_t>(sign | 0x7Fu);
+  const float absf = fminf(fabsf(v), 448.0f);
+  const uint32_t a = __float_as_uint(absf);
+  const uint32_t r = a < 0x3C800000u ? __float_as_uint(__fadd_rn(absf, 16384.0f)) - 0x46800000u
+                                     : (a - 0x3C000000u + 0x7FFFFu + ((a >> 20) & 1u)) >> 20;
+  return static_cast<uint8_t>(sign | r);
+}
+__device__ __forceinline__ uint8_t EncodeE5M2(float v) {
+  const uint32_t bits = __float_as_uint(v);
+  const uint32_t sign = (bits >> 24) & 0x80u;
+  const uint32_t a = bits & 0x7FFFFFFFu;
+  uint32_t r;
+  if (a > 0x7F800000u) {
+    r = 0x7Eu;
+  } else if (a > 0x477FFFFFu) {
+    r = 0x7Cu;
+  } else if (a < 0x38800000u) {
+    r = __float_as_uint(__fadd_rn(__uint_as_float(a), 128.0f)) - 0x43000000u;
+  } else {
+    r = (a - 0x38000000u + 0xFFFFFu + ((a >> 21) & 1u)) >> 21;
+  }
+  return static_cast<uint8_t>(sign | r);
+}
 
 // Storage <-> compute conversions.
 template <typename S> struct Conv {
@@ -44,6 +93,33 @@ template <> struct Conv<__nv_bfloat16> {
   __device__ static float In(__nv_bfloat16 v) { return __bfloat162float(v); }
   __device__ static __nv_bfloat16 Out(float v) { return __float2bfloat16_rn(v); }
 };
+template <> struct Conv<E4M3> {
+  using C = float;
+  __device__ static float In(E4M3 v) { return DecodeE4M3(v.bits); }
+  __device__ static E4M3 Out(float v) { return E4M3{EncodeE4M3(v)}; }
+};
+template <> struct Conv<E5M2> {
+  using C = float;
+  __device__ static float In(E5M2 v) { return DecodeE5M2(v.bits); }
+  __device__ static E5M2 Out(float v) { return E5M2{EncodeE5M2(v)}; }
+};
+
+// premul_sum's factor times a loaded input; _rn: never fused with the sum
+// (nvcc contracts a * b + c by default), so it rounds like the CPU.
+__device__ __forceinline__ float Scale(float v, double f) { return __fmul_rn(v, static_cast<float>(f)); }
+__device__ __forceinline__ double Scale(double v, double f) { return __dmul_rn(v, f); }
+template <typename C>
+__device__ __forceinline__ C Scale(C v, double) { return v; }
+
+template <typename S>
+__device__ __forceinline__ typename Conv<S>::C Load(S v, int op, double f) {
+  using C = typename Conv<S>::C;
+  const C x = Conv<S>::In(v);
+  if constexpr (std::is_floating_point_v<C>) {
+    if (op == CIUIC_PREMUL_SUM) return Scale(x, f);
+  }
+  return x;
+}
 
 template <typename C>
 __device__ __forceinline__ C Apply(int op, C a, C b) {
@@ -52,7 +128,7 @@ __device__ __forceinline__ C Apply(int op, C a, C b) {
       case CIUIC_PROD: return a * b;
       case CIUIC_MIN: return (isnan(a) || isnan(b)) ? a + b : (a < b ? a : b);
       case CIUIC_MAX: return (isnan(a) || isnan(b)) ? a + b : (a > b ? a : b);
-      default: return a + b;  // SUM, AVG
+      default: return a + b;  // SUM, AVG, PREMUL_SUM
     }
   } else {
     using U = std::make_unsigned_t<C>;
@@ -62,6 +138,9 @@ __device__ __forceinline__ C Apply(int op, C a, C b) {
                                              static_cast<unsigned long long>(static_cast<U>(b))));
       case CIUIC_MIN: return a < b ? a : b;
       case CIUIC_MAX: return a > b ? a : b;
+      case CIUIC_BAND: return static_cast<C>(a & b);
+      case CIUIC_BOR: return static_cast<C>(a | b);
+      case CIUIC_BXOR: return static_cast<C>(a ^ b);
       default: return static_cast<C>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
     }
   }
@@ -70,8 +149,8 @@ __device__ __forceinline__ C Apply(int op, C a, C b) {
 template <typename S>
 __device__ __forceinline__ S ReduceOne(const Ptrs& src, int n, size_t i, int op) {
   using C = typename Conv<S>::C;
-  C acc = Conv<S>::In(static_cast<const S*>(src.p[0])[i]);
-  for (int k = 1; k < n; ++k) acc = Apply<C>(op, acc, Conv<S>::In(static_cast<const S*>(src.p[k])[i]));
+  C acc = Load<S>(static_cast<const S*>(src.p[0])[i], op, src.factor);
+  for (int k = 1; k < n; ++k) acc = Apply<C>(op, acc, Load<S>(static_cast<const S*>(src.p[k])[i], op, src.factor));
   if (op == CIUIC_AVG) acc = static_cast<C>(acc / static_cast<C>(n));
   return Conv<S>::Out(acc);
 }
@@ -106,7 +185,7 @@ __global__ void VectorKernel(S* dst, Ptrs src, int n, size_t nvec, int op) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) acc[u][j] = Conv<S>::In(in[u].e[j]);
+      for (int j = 0; j < kVec; ++j) acc[u][j] = Load<S>(in[u].e[j], op, src.factor);
     }
     for (int k = 1; k < n; ++k) {
 #pragma unroll
@@ -117,7 +196,7 @@ __global__ void VectorKernel(S* dst, Ptrs src, int n, size_t nvec, int op) {
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
 #pragma unroll
-        for (int j = 0; j < kVec; ++j) acc[u][j] = Apply<C>(op, acc[u][j], Conv<S>::In(in[u].e[j]));
+        for (int j = 0; j < kVec; ++j) acc[u][j] = Apply<C>(op, acc[u][j], Load<S>(in[u].e[j], op, src.factor));
       }
     }
 #pragma unroll
@@ -246,9 +325,8 @@ void SetVectorUnrollForBenchmark(int unroll) { g_unroll_override.store(unroll, s
 void SetGridForBenchmark(int mode) { g_grid_override.store(mode, std::memory_order_relaxed); }
 
 Status Reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType dtype,
-              ReduceOp op, cudaStream_t stream) {
-  if (!IsValid(dtype)) return InvalidArgumentError("dtype: unknown datatype");
-  if (!IsValid(op)) return InvalidArgumentError("op: unknown reduction op");
+              ReduceOp op, cudaStream_t stream, double factor) {
+  CIUIC_RETURN_IF_ERROR(CheckReduction(dtype, op));
   if (nsrcs < 1 || nsrcs > kMaxSrc) {
     return InvalidArgumentError("nsrcs: " + std::to_string(nsrcs) + " is outside 1..16");
   }
@@ -258,6 +336,7 @@ Status Reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataT
   const size_t bytes = count * DataTypeSize(dtype);
   CIUIC_RETURN_IF_ERROR(CheckDevicePointer(dst, "dst"));
   Ptrs p{};
+  p.factor = factor;
   for (int k = 0; k < nsrcs; ++k) {
     const std::string name = "srcs[" + std::to_string(k) + "]";
     if (srcs[k] == nullptr) return InvalidArgumentError(name + " is null with count > 0");
@@ -269,11 +348,20 @@ Status Reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataT
     }
     p.p[k] = srcs[k];
   }
-  const int o = static_cast<int>(op);
+  int o = static_cast<int>(op);
   cudaError_t e = cudaSuccess;
   switch (dtype) {
     case DataType::kInt8: e = Launch<int8_t>(dst, p, nsrcs, count, o, stream); break;
     case DataType::kUint8: e = Launch<uint8_t>(dst, p, nsrcs, count, o, stream); break;
+    case DataType::kInt16: e = Launch<int16_t>(dst, p, nsrcs, count, o, stream); break;
+    case DataType::kUint16: e = Launch<uint16_t>(dst, p, nsrcs, count, o, stream); break;
+    case DataType::kBool:  // bytes; sum is or (max), prod is and (min)
+      if (o == CIUIC_SUM) o = CIUIC_MAX;
+      if (o == CIUIC_PROD) o = CIUIC_MIN;
+      e = Launch<uint8_t>(dst, p, nsrcs, count, o, stream);
+      break;
+    case DataType::kFloat8E4M3: e = Launch<E4M3>(dst, p, nsrcs, count, o, stream); break;
+    case DataType::kFloat8E5M2: e = Launch<E5M2>(dst, p, nsrcs, count, o, stream); break;
     case DataType::kInt32: e = Launch<int32_t>(dst, p, nsrcs, count, o, stream); break;
     case DataType::kUint32: e = Launch<uint32_t>(dst, p, nsrcs, count, o, stream); break;
     case DataType::kInt64: e = Launch<int64_t>(dst, p, nsrcs, count, o, stream); break;
@@ -296,5 +384,5 @@ extern "C" ciuic_status_t ciuic_reduce_local_cuda(void* dst, const void* const* 
                                                   ciuic_redop_t op, void* cuda_stream) {
   return ciuic::ToCStatus(ciuic::kernels::cuda::Reduce(
       dst, srcs, nsrcs, count, static_cast<ciuic::DataType>(dtype), static_cast<ciuic::ReduceOp>(op),
-      static_cast<cudaStream_t>(cuda_stream)));
+      static_cast<cudaStream_t>(cuda_stream), 1.0));
 }

@@ -12,7 +12,7 @@ namespace ciuic::kernels::cuda {
 // Errors: kInvalidArgument (bad argument, host pointer, overlap),
 // kUnavailable (no device, launch failure).
 Status Reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType dtype,
-              ReduceOp op, cudaStream_t stream);
+              ReduceOp op, cudaStream_t stream, double factor = 1.0);
 
 // Benchmarks only: vectors per thread and pass of the aligned kernel (1, 2
 // or 4; 0 = chosen by the input count). Not thread-safe with running calls.

@@ -97,6 +97,43 @@ TEST(CApiTest, ConversionsRoundTrip) {
   EXPECT_EQ(back[1], -2.25f);
 }
 
+TEST(CApiTest, Fp8ConversionsPremulSumAndNewTypes) {
+  const float in[4] = {1.0f, -448.0f, 1000.0f, 0.001953125f};  // 0.0019.. = 2^-9
+  uint8_t e4[4], e5[4];
+  float back[4];
+  ASSERT_EQ(ciuic_convert(in, CIUIC_FLOAT32, e4, CIUIC_FLOAT8_E4M3, 4), CIUIC_SUCCESS);
+  EXPECT_EQ(e4[0], 0x38);
+  EXPECT_EQ(e4[1], 0xFE);
+  EXPECT_EQ(e4[2], 0x7E);  // saturated
+  EXPECT_EQ(e4[3], 0x01);
+  ASSERT_EQ(ciuic_convert(e4, CIUIC_FLOAT8_E4M3, back, CIUIC_FLOAT32, 4), CIUIC_SUCCESS);
+  EXPECT_EQ(back[2], 448.0f);
+  ASSERT_EQ(ciuic_convert(in, CIUIC_FLOAT32, e5, CIUIC_FLOAT8_E5M2, 3), CIUIC_SUCCESS);
+  EXPECT_EQ(e5[0], 0x3C);
+  EXPECT_EQ(e5[2], 0x64);  // 1000 rounds to 1024 (e=25, m=0)
+  EXPECT_EQ(ciuic_convert(in, CIUIC_FLOAT32, e5, CIUIC_INT8, 1), CIUIC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(ciuic_last_error()).find("i8"), std::string::npos) << ciuic_last_error();
+  EXPECT_EQ(ciuic_datatype_size(CIUIC_FLOAT8_E5M2), 1u);
+  EXPECT_EQ(ciuic_datatype_size(CIUIC_INT16), 2u);
+  EXPECT_EQ(ciuic_datatype_size(CIUIC_BOOL), 1u);
+
+  const float a[2] = {2, 8}, b[2] = {4, -8};
+  const void* srcs[2] = {a, b};
+  float out[2];
+  ASSERT_EQ(ciuic_reduce_local_premul_sum(out, srcs, 2, 2, CIUIC_FLOAT32, 0.25), CIUIC_SUCCESS);
+  EXPECT_EQ(out[0], 1.5f);
+  EXPECT_EQ(out[1], 0.0f);
+  const int16_t i[2] = {0x0F0F, 3}, j[2] = {0x00FF, 5};
+  const void* is[2] = {i, j};
+  int16_t io[2];
+  ASSERT_EQ(ciuic_reduce_local(io, is, 2, 2, CIUIC_INT16, CIUIC_BXOR), CIUIC_SUCCESS);
+  EXPECT_EQ(io[0], 0x0FF0);
+  EXPECT_EQ(io[1], 6);
+  EXPECT_EQ(ciuic_reduce_local_premul_sum(io, is, 2, 2, CIUIC_INT16, 2.0), CIUIC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(ciuic_last_error()).find("premul_sum on dtype i16"), std::string::npos);
+  EXPECT_EQ(ciuic_reduce_local(out, srcs, 2, 2, CIUIC_FLOAT32, CIUIC_BOR), CIUIC_ERROR_INVALID_ARGUMENT);
+}
+
 TEST(CApiTest, CudaEntryPointWithoutCudaOrGpuIsAClearError) {
   float a[4] = {}, out[4];
   const void* srcs[1] = {a};

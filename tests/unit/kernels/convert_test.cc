@@ -122,6 +122,76 @@ TEST_P(ConvertTest, OddSizesAndUnalignedPointers) {
             StatusCode::kInvalidArgument);  // overlapping
 }
 
+// Inputs for fp8: every code's value, the midpoints between neighbours and
+// their neighbouring floats (ties and near-ties), past the largest values,
+// subnormal edges, specials and random bits.
+std::vector<float> Fp8Inputs(bool e4m3) {
+  std::vector<float> v = Inputs();
+  auto dec = [e4m3](uint32_t c) {
+    return e4m3 ? ref::DecodeE4M3(static_cast<uint8_t>(c)) : ref::DecodeE5M2(static_cast<uint8_t>(c));
+  };
+  const uint32_t last = e4m3 ? 0x7E : 0x7B;
+  for (uint32_t c = 0; c <= last; ++c) {
+    const double lo = dec(c), hi = c < last ? dec(c + 1) : 2 * dec(c) - dec(c - 1);
+    const float mid = static_cast<float>((lo + hi) / 2);
+    for (float x : {static_cast<float>(lo), mid, std::nextafter(mid, 0.f), std::nextafter(mid, 1e30f),
+                    static_cast<float>(hi) * 1.5f}) {
+      v.push_back(x);
+      v.push_back(-x);
+    }
+  }
+  for (float x : {448.f, 449.f, 463.99f, 464.f, 465.f, 1e6f, 57344.f, 61439.f, 61440.f, 65536.f}) {
+    v.push_back(x);
+    v.push_back(-x);
+  }
+  return v;
+}
+
+TEST_P(ConvertTest, F32ToFp8MatchesReferenceBitExactly) {
+  for (bool e4m3 : {true, false}) {
+    const DataType dt = e4m3 ? DataType::kFloat8E4M3 : DataType::kFloat8E5M2;
+    const std::vector<float> in = Fp8Inputs(e4m3);
+    std::vector<uint8_t> out(in.size());
+    ASSERT_TRUE(r_.Convert(in.data(), DataType::kFloat32, out.data(), dt, in.size()).ok());
+    size_t bad = 0;
+    for (size_t i = 0; i < in.size(); ++i) {
+      const uint8_t want = ref::RoundTo8(in[i], e4m3);
+      const bool ok = std::isnan(in[i]) ? ref::IsNaN8(out[i], e4m3) : out[i] == want;
+      if (!ok && bad++ < 3) {
+        ADD_FAILURE() << DataTypeName(dt) << " of " << std::hexfloat << in[i] << ": got 0x" << std::hex
+                      << int{out[i]} << " want 0x" << int{want};
+      }
+    }
+    EXPECT_EQ(bad, 0u) << DataTypeName(dt);
+  }
+}
+
+TEST_P(ConvertTest, Fp8ToF32IsExactForEveryCode) {
+  for (bool e4m3 : {true, false}) {
+    const DataType dt = e4m3 ? DataType::kFloat8E4M3 : DataType::kFloat8E5M2;
+    std::vector<uint8_t> all(256 + 7), back(256 + 7, 0xEE);
+    for (uint32_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint8_t>(i);
+    std::vector<float> f(all.size());
+    ASSERT_TRUE(r_.Convert(all.data(), dt, f.data(), DataType::kFloat32, all.size()).ok());
+    ASSERT_TRUE(r_.Convert(f.data(), DataType::kFloat32, back.data(), dt, 256).ok());
+    for (uint32_t i = 0; i < 256; ++i) {
+      const double want = e4m3 ? ref::DecodeE4M3(static_cast<uint8_t>(i)) : ref::DecodeE5M2(static_cast<uint8_t>(i));
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(f[i])) << DataTypeName(dt) << " 0x" << std::hex << i;
+        ASSERT_TRUE(ref::IsNaN8(back[i], e4m3)) << i;
+      } else {
+        ASSERT_EQ(static_cast<double>(f[i]), want) << DataTypeName(dt) << " 0x" << std::hex << i;
+        ASSERT_EQ(std::signbit(f[i]), (i & 0x80) != 0) << i;
+        ASSERT_EQ(back[i], i) << DataTypeName(dt) << " round trip 0x" << std::hex << i;
+      }
+    }
+    EXPECT_EQ(back[256], 0xEE) << "wrote past the end";
+  }
+  float f[4] = {};
+  EXPECT_EQ(r_.Convert(f, DataType::kFloat32, f + 1, DataType::kFloat64, 2).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r_.Convert(f, DataType::kInt8, f + 1, DataType::kFloat32, 2).code(), StatusCode::kInvalidArgument);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTargets, ConvertTest,
                          ::testing::ValuesIn(testing::RunnableTargets()),
                          [](const auto& info) { return info.param; });
@@ -141,6 +211,28 @@ TEST(ReferenceRoundingTest, KnownValues) {
   EXPECT_EQ(ref::F32ToBF16(FromBits(0x3F818000)), 0x3F82);  // tie -> even (up)
   EXPECT_EQ(ref::F32ToBF16(FromBits(0x3F808001)), 0x3F81);
   EXPECT_EQ(ref::F32ToBF16(FromBits(0x7F7FFFFF)), 0x7F80);  // rounds to Inf
+}
+
+// The fp8 reference against the OCP spec's own numbers.
+TEST(ReferenceRoundingTest, Fp8KnownValues) {
+  EXPECT_EQ(ref::DecodeE4M3(0x7E), 448.0);             // largest finite
+  EXPECT_TRUE(std::isnan(ref::DecodeE4M3(0x7F)));      // the one NaN (and 0xFF)
+  EXPECT_EQ(ref::DecodeE4M3(0x08), std::ldexp(1, -6));  // smallest normal
+  EXPECT_EQ(ref::DecodeE4M3(0x01), std::ldexp(1, -9));  // smallest subnormal
+  EXPECT_EQ(ref::DecodeE4M3(0x38), 1.0);
+  EXPECT_EQ(ref::F32ToE4M3(1000.f), 0x7E);              // saturates
+  EXPECT_EQ(ref::F32ToE4M3(-INFINITY), 0xFE);
+  EXPECT_EQ(ref::F32ToE4M3(1.0625f), 0x38);             // tie -> even (1.0)
+  EXPECT_EQ(ref::F32ToE4M3(1.1875f), 0x3A);             // tie -> even (1.25)
+  EXPECT_EQ(ref::F32ToE4M3(std::ldexp(1.f, -10)), 0x00);  // half the smallest: tie -> 0
+  EXPECT_EQ(ref::DecodeE5M2(0x7B), 57344.0);
+  EXPECT_TRUE(std::isinf(ref::DecodeE5M2(0x7C)));
+  EXPECT_TRUE(std::isnan(ref::DecodeE5M2(0x7D)));
+  EXPECT_EQ(ref::DecodeE5M2(0x01), std::ldexp(1, -16));
+  EXPECT_EQ(ref::DecodeE5M2(0x3C), 1.0);
+  EXPECT_EQ(ref::F32ToE5M2(61439.f), 0x7B);
+  EXPECT_EQ(ref::F32ToE5M2(61440.f), 0x7C);  // halfway past 57344 -> Inf
+  EXPECT_EQ(ref::F32ToE5M2(-1e9f), 0xFC);
 }
 
 }  // namespace

@@ -85,6 +85,7 @@ TEST_F(CudaTest, EveryTypeOpAritySizeAlignment) {
   uint64_t seed = 1;
   for (int d = 0; d < kNumDataTypes; ++d) {
     for (int o = 0; o < kNumReduceOps; ++o) {
+      if (!Supports(static_cast<DataType>(d), static_cast<ReduceOp>(o))) continue;
       for (int n : {1, 2, 3, 8, 16}) {
         // Several MiB only for two inputs: the host-side reference dominates
         // the run time and the device code path is the same for every n.
@@ -98,6 +99,34 @@ TEST_F(CudaTest, EveryTypeOpAritySizeAlignment) {
           }
         }
       }
+    }
+  }
+}
+
+// Every pair of fp8 codes under every float op, as on the CPU.
+TEST_F(CudaTest, Fp8EveryPairOfCodes) {
+  std::vector<uint8_t> a(65536), b(65536), got(65536), want(65536);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = static_cast<uint8_t>(i >> 8);
+    b[i] = static_cast<uint8_t>(i & 0xFF);
+  }
+  DevBuf da(a.size()), db(b.size()), dout(a.size());
+  ASSERT_EQ(cudaMemcpy(da.p, a.data(), a.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(db.p, b.data(), b.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  const void* hs[2] = {a.data(), b.data()};
+  const void* ds[2] = {da.p, db.p};
+  for (DataType dt : {DataType::kFloat8E4M3, DataType::kFloat8E5M2}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg,
+                        ReduceOp::kPremulSum}) {
+      ASSERT_EQ(ciuic_reduce_local_cuda(dout.p, ds, 2, a.size(), static_cast<ciuic_datatype_t>(dt),
+                                        static_cast<ciuic_redop_t>(op), nullptr),
+                CIUIC_SUCCESS)
+          << ciuic_last_error();
+      ASSERT_EQ(cudaMemcpy(got.data(), dout.p, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+      ref::Reduce(want.data(), hs, 2, want.size(), dt, op);
+      size_t wrong = 0;
+      for (size_t i = 0; i < got.size(); ++i) wrong += !ref::SameElement(got.data(), want.data(), i, dt);
+      EXPECT_EQ(wrong, 0u) << DataTypeName(dt) << " " << ReduceOpName(op);
     }
   }
 }

@@ -26,6 +26,7 @@ struct Case {
   size_t count;
   size_t misalign = 0;  // bytes added to every pointer
   int alias = -1;       // -1: dst separate; else dst == srcs[alias]
+  double factor = 0.375;  // premul_sum's (others ignore it)
 };
 
 std::string Describe(const Case& c) {
@@ -57,14 +58,14 @@ size_t RunCase(const Reducer& r, const Case& c, uint64_t seed) {
     srcs[k] = p;
   }
   std::vector<unsigned char> want(c.count * es + 1);
-  ref::Reduce(want.data(), srcs.data(), c.nsrcs, c.count, c.dt, c.op);
+  ref::Reduce(want.data(), srcs.data(), c.nsrcs, c.count, c.dt, c.op, c.factor);
   std::vector<unsigned char> out(bytes, 0xAB);
   void* dst = c.alias >= 0 ? const_cast<void*>(srcs[c.alias]) : out.data() + c.misalign;
   // Guard bytes after dst must stay untouched.
   unsigned char* dst_bytes = static_cast<unsigned char*>(dst);
   const std::vector<unsigned char> guard_before(dst_bytes + c.count * es,
                                                 dst_bytes + c.count * es + 32);
-  Status s = r.Reduce(dst, srcs.data(), c.nsrcs, c.count, c.dt, c.op);
+  Status s = r.Reduce(dst, srcs.data(), c.nsrcs, c.count, c.dt, c.op, c.factor);
   EXPECT_TRUE(s.ok()) << s.ToString() << " " << Describe(c);
   size_t wrong = 0;
   for (size_t i = 0; i < c.count; ++i) {
@@ -88,12 +89,17 @@ class ReduceTest : public ::testing::TestWithParam<std::string> {
   Reducer r_ = MakeReducer(GetParam());
 };
 
-constexpr DataType kAllTypes[] = {DataType::kInt8,    DataType::kUint8,   DataType::kInt32,
-                                  DataType::kUint32,  DataType::kInt64,   DataType::kUint64,
-                                  DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
-                                  DataType::kFloat64};
-constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax,
-                                ReduceOp::kAvg};
+constexpr DataType kAllTypes[] = {
+    DataType::kInt8,     DataType::kUint8,   DataType::kInt16,      DataType::kUint16,
+    DataType::kInt32,    DataType::kUint32,  DataType::kInt64,      DataType::kUint64,
+    DataType::kBool,     DataType::kFloat16, DataType::kBFloat16,   DataType::kFloat32,
+    DataType::kFloat64,  DataType::kFloat8E4M3, DataType::kFloat8E5M2};
+constexpr ReduceOp kAllOps[] = {ReduceOp::kSum,  ReduceOp::kProd, ReduceOp::kMin,
+                                ReduceOp::kMax,  ReduceOp::kAvg,  ReduceOp::kBand,
+                                ReduceOp::kBor,  ReduceOp::kBxor, ReduceOp::kPremulSum};
+// The float ops, for the NaN/Inf cases.
+constexpr ReduceOp kFloatOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax,
+                                  ReduceOp::kAvg, ReduceOp::kPremulSum};
 
 TEST_P(ReduceTest, EveryTypeOpArityAndSmallSize) {
   EXPECT_STREQ(r_.target_name(), [&] {
@@ -109,6 +115,7 @@ TEST_P(ReduceTest, EveryTypeOpArityAndSmallSize) {
   uint64_t seed = 1;
   for (DataType dt : kAllTypes) {
     for (ReduceOp op : kAllOps) {
+      if (!Supports(dt, op)) continue;
       for (int n : arities) {
         for (size_t count : sizes) {
           ASSERT_EQ(RunCase(r_, Case{dt, op, n, count}, seed++), 0u);
@@ -125,6 +132,7 @@ TEST_P(ReduceTest, MisalignedPointersAndAliasing) {
   uint64_t seed = 100;
   for (DataType dt : kAllTypes) {
     for (ReduceOp op : kAllOps) {
+      if (!Supports(dt, op)) continue;
       for (int n : {2, 3, 6, 16}) {
         for (size_t mis : {1, 3, 5}) {
           for (int alias : {-1, 0, n - 1}) {
@@ -143,7 +151,8 @@ TEST_P(ReduceTest, LargeWithNonTemporalStores) {
   uint64_t seed = 1000;
   for (DataType dt : kAllTypes) {
     const size_t count = (3u << 20) / DataTypeSize(dt) + 13;  // 3 MiB, odd tail
-    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kBxor}) {
+      if (!Supports(dt, op)) continue;
       for (int n : {2, 7}) {
         ASSERT_EQ(RunCase(nt, Case{dt, op, n, count, n == 2 ? 0u : 2u, -1}, seed++), 0u);
         ASSERT_EQ(RunCase(plain, Case{dt, op, n, count, 0, 0}, seed++), 0u);
@@ -160,7 +169,7 @@ void NanInfCase(const Reducer& r, DataType dt) {
   std::vector<T> b = {nan, 1, -inf, -inf, 1, 3, nan, -0.0};
   const void* srcs[2] = {a.data(), b.data()};
   std::vector<T> out(a.size());
-  for (ReduceOp op : kAllOps) {
+  for (ReduceOp op : kFloatOps) {
     ASSERT_TRUE(r.Reduce(out.data(), srcs, 2, a.size(), dt, op).ok());
     for (size_t i = 0; i < a.size(); ++i) {
       const bool any_nan = std::isnan(a[i]) || std::isnan(b[i]);
@@ -230,6 +239,102 @@ TEST_P(ReduceTest, IntegersWrapAndAvgTruncates) {
   EXPECT_EQ(o64[0], ~0ull * 3);
 }
 
+TEST_P(ReduceTest, NarrowIntegersBoolAndBitwiseOps) {
+  const int16_t a[4] = {32767, -32768, 300, -7};
+  const int16_t b[4] = {1, -1, 300, 2};
+  const void* srcs[2] = {a, b};
+  int16_t out[4];
+  ASSERT_TRUE(r_.Reduce(out, srcs, 2, 4, DataType::kInt16, ReduceOp::kSum).ok());
+  EXPECT_EQ(out[0], -32768);  // wraps
+  EXPECT_EQ(out[1], 32767);
+  ASSERT_TRUE(r_.Reduce(out, srcs, 2, 4, DataType::kInt16, ReduceOp::kProd).ok());
+  EXPECT_EQ(out[2], static_cast<int16_t>(90000 & 0xFFFF));
+  ASSERT_TRUE(r_.Reduce(out, srcs, 2, 4, DataType::kInt16, ReduceOp::kMin).ok());
+  EXPECT_EQ(out[0], 1);
+  EXPECT_EQ(out[1], -32768);
+  ASSERT_TRUE(r_.Reduce(out, srcs, 2, 4, DataType::kInt16, ReduceOp::kAvg).ok());
+  EXPECT_EQ(out[3], -2);
+  const uint16_t ua[3] = {0xF0F0, 0xFFFF, 40000}, ub[3] = {0x0FF0, 0x00FF, 50000};
+  const void* us[2] = {ua, ub};
+  uint16_t uo[3];
+  ASSERT_TRUE(r_.Reduce(uo, us, 2, 3, DataType::kUint16, ReduceOp::kBand).ok());
+  EXPECT_EQ(uo[0], 0x00F0);
+  EXPECT_EQ(uo[1], 0x00FF);
+  ASSERT_TRUE(r_.Reduce(uo, us, 2, 3, DataType::kUint16, ReduceOp::kBor).ok());
+  EXPECT_EQ(uo[0], 0xFFF0);
+  ASSERT_TRUE(r_.Reduce(uo, us, 2, 3, DataType::kUint16, ReduceOp::kBxor).ok());
+  EXPECT_EQ(uo[0], 0xFF00);
+  EXPECT_EQ(uo[1], 0xFF00);
+  ASSERT_TRUE(r_.Reduce(uo, us, 2, 3, DataType::kUint16, ReduceOp::kMax).ok());
+  EXPECT_EQ(uo[2], 50000);  // unsigned compare
+  const int64_t x[1] = {-1}, y[1] = {0x0123456789ABCDEF};
+  const void* s64[2] = {x, y};
+  int64_t o64[1];
+  ASSERT_TRUE(r_.Reduce(o64, s64, 2, 1, DataType::kInt64, ReduceOp::kBxor).ok());
+  EXPECT_EQ(o64[0], ~0x0123456789ABCDEF);
+  // bool: sum is or, prod is and (torch's mapping); the bitwise ops too.
+  const uint8_t p[4] = {0, 0, 1, 1}, q[4] = {0, 1, 0, 1};
+  const void* bs[2] = {p, q};
+  uint8_t bo[4];
+  const struct { ReduceOp op; uint8_t want[4]; } bool_cases[] = {
+      {ReduceOp::kSum, {0, 1, 1, 1}},  {ReduceOp::kProd, {0, 0, 0, 1}}, {ReduceOp::kMin, {0, 0, 0, 1}},
+      {ReduceOp::kMax, {0, 1, 1, 1}},  {ReduceOp::kBand, {0, 0, 0, 1}}, {ReduceOp::kBor, {0, 1, 1, 1}},
+      {ReduceOp::kBxor, {0, 1, 1, 0}}};
+  for (const auto& bc : bool_cases) {
+    ASSERT_TRUE(r_.Reduce(bo, bs, 2, 4, DataType::kBool, bc.op).ok());
+    EXPECT_EQ(std::vector<uint8_t>(bo, bo + 4), std::vector<uint8_t>(bc.want, bc.want + 4))
+        << ReduceOpName(bc.op);
+  }
+}
+
+TEST_P(ReduceTest, PremulSumScalesEachInputBeforeTheSum) {
+  const float a[3] = {2, 4, 1e30f}, b[3] = {6, -4, 1e30f};
+  const void* srcs[2] = {a, b};
+  float out[3];
+  ASSERT_TRUE(r_.Reduce(out, srcs, 2, 3, DataType::kFloat32, ReduceOp::kPremulSum, 0.5).ok());
+  EXPECT_EQ(out[0], 4.0f);
+  EXPECT_EQ(out[1], 0.0f);
+  EXPECT_EQ(out[2], 1e30f);  // scaled first: no overflow on the way
+  // f16 near its top: 60000 + 60000 overflows, 0.5 * each does not.
+  const uint16_t h[1] = {ref::F32ToF16(60000.0f)};
+  const void* hs[2] = {h, h};
+  uint16_t ho[1];
+  ASSERT_TRUE(r_.Reduce(ho, hs, 2, 1, DataType::kFloat16, ReduceOp::kPremulSum, 0.5).ok());
+  EXPECT_EQ(ref::F16ToF32(ho[0]), ref::F16ToF32(h[0]));
+  // Without a factor premul_sum is the sum.
+  ASSERT_TRUE(r_.Reduce(out, srcs, 2, 2, DataType::kFloat32, ReduceOp::kPremulSum).ok());
+  EXPECT_EQ(out[0], 8.0f);
+}
+
+// Every pair of fp8 codes (256 x 256, NaN, zeros, subnormals, the largest
+// values) under every float op, against the scalar reference.
+TEST_P(ReduceTest, Fp8EveryPairOfCodes) {
+  std::vector<uint8_t> a(65536), b(65536), out(65536), want(65536);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = static_cast<uint8_t>(i >> 8);
+    b[i] = static_cast<uint8_t>(i & 0xFF);
+  }
+  const void* srcs[2] = {a.data(), b.data()};
+  for (DataType dt : {DataType::kFloat8E4M3, DataType::kFloat8E5M2}) {
+    for (ReduceOp op : kFloatOps) {
+      for (double factor : {1.0, 0.125, 3.0}) {
+        if (op != ReduceOp::kPremulSum && factor != 1.0) continue;
+        ASSERT_TRUE(r_.Reduce(out.data(), srcs, 2, out.size(), dt, op, factor).ok());
+        ref::Reduce(want.data(), srcs, 2, want.size(), dt, op, factor);
+        size_t wrong = 0;
+        for (size_t i = 0; i < out.size(); ++i) {
+          if (!ref::SameElement(out.data(), want.data(), i, dt) && wrong++ < 3) {
+            ADD_FAILURE() << DataTypeName(dt) << " " << ReduceOpName(op) << " x" << factor << " codes 0x"
+                          << std::hex << int{a[i]} << ", 0x" << int{b[i]} << ": got 0x" << int{out[i]}
+                          << " want 0x" << int{want[i]};
+          }
+        }
+        EXPECT_EQ(wrong, 0u) << DataTypeName(dt) << " " << ReduceOpName(op);
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTargets, ReduceTest, ::testing::ValuesIn(testing::RunnableTargets()),
                          [](const auto& info) { return info.param; });
 
@@ -290,6 +395,14 @@ TEST(ReducerTest, BadArgumentsAreNamedErrors) {
   const void* overl[2] = {a, a + 1};
   s = r->Reduce(a, overl, 2, 4, DataType::kFloat32, ReduceOp::kSum);
   EXPECT_NE(msg(s).find("srcs[1] overlaps dst"), std::string::npos) << msg(s);
+  // Ops a dtype does not define are named with the dtype.
+  s = r->Reduce(out, srcs, 2, 8, DataType::kFloat32, ReduceOp::kBand);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(msg(s).find("band on dtype f32"), std::string::npos) << msg(s);
+  s = r->Reduce(out, srcs, 2, 8, DataType::kInt32, ReduceOp::kPremulSum, 2.0);
+  EXPECT_NE(msg(s).find("premul_sum on dtype i32"), std::string::npos) << msg(s);
+  s = r->Reduce(out, srcs, 2, 8, DataType::kBool, ReduceOp::kAvg);
+  EXPECT_NE(msg(s).find("avg on dtype bool"), std::string::npos) << msg(s);
   // Null pointers are fine with count == 0.
   EXPECT_TRUE(r->Reduce(nullptr, srcs, 2, 0, DataType::kFloat32, ReduceOp::kSum).ok());
 }

@@ -56,6 +56,14 @@ inline void Fill(void* p, size_t count, DataType dt, ReduceOp op, std::mt19937_6
         std::memcpy(static_cast<uint16_t*>(p) + i, &h, 2);
         break;
       }
+      case DataType::kFloat8E4M3:
+      case DataType::kFloat8E5M2: {
+        // Within e4m3's range (448), tiny values becoming subnormals.
+        const float f = static_cast<float>(prod ? v : v * 2.0);
+        static_cast<uint8_t*>(p)[i] = dt == DataType::kFloat8E4M3 ? ref::F32ToE4M3(f) : ref::F32ToE5M2(f);
+        break;
+      }
+      case DataType::kBool: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(rng() & 1); break;
       default: {
         const uint64_t r = rng();
         std::memcpy(static_cast<char*>(p) + i * DataTypeSize(dt), &r, DataTypeSize(dt));
