@@ -76,12 +76,12 @@ StatusOr<HostRecord> HostRecord::Decode(const std::string& text) {
 
 std::string CommDecision::Encode() const {
   return std::string(transport::BackendName(transport)) + " " + job_id + " " + (ranks_outnumber_cpus ? "1" : "0") +
-         " " + tuning_id;
+         " " + tuning_id + " " + accumulate;
 }
 
 StatusOr<CommDecision> CommDecision::Decode(const std::string& text) {
   const std::vector<std::string> f = Fields(text);
-  if (f.size() != 4 || (f[2] != "0" && f[2] != "1")) {
+  if (f.size() != 5 || (f[2] != "0" && f[2] != "1")) {
     return DataLossError("malformed decision of rank 0: '" + text + "'");
   }
   CommDecision d;
@@ -91,6 +91,7 @@ StatusOr<CommDecision> CommDecision::Decode(const std::string& text) {
   d.job_id = f[1];
   d.ranks_outnumber_cpus = f[2] == "1";
   d.tuning_id = f[3];
+  d.accumulate = f[4];
   return d;
 }
 
@@ -103,6 +104,7 @@ CommDecision Decide(const std::vector<HostRecord>& hosts, const Config& config, 
   CommDecision d;
   d.job_id = RandomHex(8);
   d.tuning_id = tuning_id;
+  d.accumulate = config.accumulate;
   // Ranks and the union of their CPUs per host.
   std::map<std::string, std::pair<int, std::set<int>>> per_host;
   bool one_host = true;
@@ -170,6 +172,11 @@ StatusOr<CommDecision> AgreeOnCommunicator(transport::Store& store, const std::s
     return InvalidArgumentError("rank " + std::to_string(rank) + ": CIUIC_TUNING_FILE (" +
                                 (config.tuning_file.empty() ? std::string("unset") : "'" + config.tuning_file + "'") +
                                 ") differs from rank 0's: every rank must use the same tuning file");
+  }
+  if (d->accumulate != config.accumulate) {
+    // Ranks that widen differently would send each other different types.
+    return InvalidArgumentError("rank " + std::to_string(rank) + ": CIUIC_ACCUMULATE=" + config.accumulate +
+                                " differs from rank 0's " + d->accumulate + ": every rank must use the same");
   }
   if (local != nullptr) {
     CIUIC_ASSIGN_OR_RETURN(std::string l, store.Get(prefix + "/local/" + mine.host, timeout));

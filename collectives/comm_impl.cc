@@ -58,9 +58,22 @@ size_t PipelineChunkBytes(const OpDesc& d, int nranks) {
 }
 
 
-// AVG = sum over ranks, then divide once here.
+// AVG = sum over ranks, then divide once here (the narrow floats through
+// f32: one rounding).
 Status DivideInPlace(const kernels::Reducer& reducer, void* buf, size_t count,
                      DataType dtype, int n) {
+  if (IsNarrowFloat(dtype)) {
+    const size_t es = DataTypeSize(dtype);
+    auto* p = static_cast<char*>(buf);
+    std::vector<float> tmp(std::min<size_t>(count, 4096));
+    for (size_t at = 0; at < count; at += tmp.size()) {
+      const size_t m = std::min(tmp.size(), count - at);
+      CIUIC_RETURN_IF_ERROR(reducer.Convert(p + at * es, dtype, tmp.data(), DataType::kFloat32, m));
+      for (size_t i = 0; i < m; ++i) tmp[i] /= static_cast<float>(n);
+      CIUIC_RETURN_IF_ERROR(reducer.Convert(tmp.data(), DataType::kFloat32, p + at * es, dtype, m));
+    }
+    return Status::Ok();
+  }
   switch (dtype) {
     case DataType::kFloat32: {
       auto* p = static_cast<float*>(buf);
@@ -72,26 +85,6 @@ Status DivideInPlace(const kernels::Reducer& reducer, void* buf, size_t count,
       for (size_t i = 0; i < count; ++i) p[i] /= n;
       return Status::Ok();
     }
-    case DataType::kFloat16:
-    case DataType::kBFloat16: {
-      auto* p = static_cast<uint16_t*>(buf);
-      std::vector<float> tmp(std::min<size_t>(count, 4096));
-      for (size_t at = 0; at < count; at += tmp.size()) {
-        const size_t m = std::min(tmp.size(), count - at);
-        if (dtype == DataType::kFloat16) {
-          CIUIC_RETURN_IF_ERROR(reducer.ConvertF16ToF32(p + at, tmp.data(), m));
-        } else {
-          CIUIC_RETURN_IF_ERROR(reducer.ConvertBF16ToF32(p + at, tmp.data(), m));
-        }
-        for (size_t i = 0; i < m; ++i) tmp[i] /= static_cast<float>(n);
-        if (dtype == DataType::kFloat16) {
-          CIUIC_RETURN_IF_ERROR(reducer.ConvertF32ToF16(tmp.data(), p + at, m));
-        } else {
-          CIUIC_RETURN_IF_ERROR(reducer.ConvertF32ToBF16(tmp.data(), p + at, m));
-        }
-      }
-      return Status::Ok();
-    }
 #define CIUIC_DIV_INT(T)                                      \
   {                                                           \
     auto* p = static_cast<T*>(buf);                           \
@@ -100,15 +93,22 @@ Status DivideInPlace(const kernels::Reducer& reducer, void* buf, size_t count,
   }
     case DataType::kInt8: CIUIC_DIV_INT(int8_t)
     case DataType::kUint8: CIUIC_DIV_INT(uint8_t)
+    case DataType::kInt16: CIUIC_DIV_INT(int16_t)
+    case DataType::kUint16: CIUIC_DIV_INT(uint16_t)
     case DataType::kInt32: CIUIC_DIV_INT(int32_t)
     case DataType::kUint32: CIUIC_DIV_INT(uint32_t)
     case DataType::kInt64: CIUIC_DIV_INT(int64_t)
     case DataType::kUint64: CIUIC_DIV_INT(uint64_t)
 #undef CIUIC_DIV_INT
+    default: break;
   }
-  return InvalidArgumentError("unknown datatype");
+  return InvalidArgumentError(std::string("avg on dtype ") + DataTypeName(dtype));
 }
 
+bool IsReduction(Collective c) {
+  return c == Collective::kAllReduce || c == Collective::kReduce || c == Collective::kReduceScatter ||
+         c == Collective::kReduceScatterv;
+}
 
 }  // namespace
 
@@ -373,6 +373,57 @@ Status CommImpl::RunDirect(const OpDesc& d, Clock::time_point deadline) {
   return Finish(d);
 }
 
+StatusOr<bool> CommImpl::WidenFor(const OpDesc& d) {
+  if (decision_.accumulate != "f32" || !IsNarrowFloat(d.dtype)) return false;
+  if (d.op == ReduceOp::kMin || d.op == ReduceOp::kMax) return false;  // exact in any type
+  // avg divides the rounded sum, premul_sum rounds each scaled input, and
+  // beyond kMaxSources ranks the n-ary kernel is called more than once:
+  // each is a second rounding.
+  if (d.op == ReduceOp::kAvg || d.op == ReduceOp::kPremulSum || size_ > kernels::kMaxSources) return true;
+  // Otherwise the shared-memory family reduces every rank's input in one
+  // n-ary pass: it rounds once already.
+  CIUIC_ASSIGN_OR_RETURN(const CallPlan* plan, PlanFor(d));
+  return plan->algorithm->kind == AlgorithmKind::kSchedule;
+}
+
+Status CommImpl::RunWorking(const OpDesc& d, bool widen, Clock::time_point deadline) {
+  const DataType wt = widen ? DataType::kFloat32 : d.dtype;
+  const size_t es = DataTypeSize(d.dtype), wes = DataTypeSize(wt);
+  size_t in_n = d.count, out_n = d.recv != nullptr ? d.count : 0;
+  if (d.coll == Collective::kReduceScatter) in_n = d.count * static_cast<size_t>(size_);
+  if (d.coll == Collective::kReduceScatterv) {
+    in_n = 0;
+    for (size_t c : d.counts) in_n += c;
+  }
+  const bool has_result = d.coll != Collective::kReduce || rank_ == d.root;
+  // An output inside the input (in place) keeps its place in the copy.
+  const auto sb = reinterpret_cast<uintptr_t>(d.send), rb = reinterpret_cast<uintptr_t>(d.recv);
+  const bool inside = out_n > 0 && rb >= sb && rb < sb + in_n * es && (rb - sb) % es == 0;
+  const size_t need = (in_n + (inside ? 0 : out_n)) * wes;
+  if (working_.size() < need) working_.resize(need);
+  char* win = working_.data();
+  char* wout = inside ? win + (rb - sb) / es * wes : win + in_n * wes;
+  const void* first[1] = {d.send};
+  if (widen) {
+    CIUIC_RETURN_IF_ERROR(reducer_->Convert(d.send, d.dtype, win, wt, in_n));
+    first[0] = win;
+  }
+  if (d.op == ReduceOp::kPremulSum) {
+    CIUIC_RETURN_IF_ERROR(reducer_->Reduce(win, first, 1, in_n, wt, ReduceOp::kPremulSum, d.factor));
+  }
+  OpDesc w = d;
+  w.send = win;
+  w.recv = out_n > 0 ? wout : nullptr;
+  w.dtype = wt;
+  w.op = d.op == ReduceOp::kPremulSum ? ReduceOp::kSum : d.op;
+  w.factor = 1.0;
+  CIUIC_RETURN_IF_ERROR(ExecuteCollective(w, deadline));
+  if (!has_result || out_n == 0) return Status::Ok();
+  if (widen) return reducer_->Convert(wout, wt, d.recv, d.dtype, out_n);
+  reducer_->Copy(d.recv, wout, out_n * es);
+  return Status::Ok();
+}
+
 Status CommImpl::ExecuteCollective(const OpDesc& d, Clock::time_point deadline) {
   // Nothing to move (count 0; the v-forms and barrier aside): done, as in
   // MPI, without a plan or a look at any link.
@@ -387,6 +438,10 @@ Status CommImpl::ExecuteCollective(const OpDesc& d, Clock::time_point deadline) 
                              [this](const OpDesc& h, Clock::time_point dl) { return ExecuteCollective(h, dl); }, &ran);
     if (!ran.empty()) Ran(nullptr, &ran);
     return s;
+  }
+  if (IsReduction(d.coll)) {
+    CIUIC_ASSIGN_OR_RETURN(const bool widen, WidenFor(d));
+    if (widen || d.op == ReduceOp::kPremulSum) return RunWorking(d, widen, deadline);
   }
   CIUIC_ASSIGN_OR_RETURN(const CallPlan* plan, PlanFor(d));
   Ran(plan, nullptr);

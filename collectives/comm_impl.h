@@ -114,6 +114,14 @@ class CommImpl {
   StatusOr<ExecJob> JobFor(const OpDesc& d, const CallPlan& plan);
   // AVG: the sum was computed; divide once.
   Status Finish(const OpDesc& d);
+  // Whether a reduction of a narrow float runs on an f32 working copy
+  // (CIUIC_ACCUMULATE=f32 and a network algorithm, which rounds per hop).
+  StatusOr<bool> WidenFor(const OpDesc& d);
+  // A reduction on a working copy of the input: widened to f32 (`widen`:
+  // partial sums stay f32 across hops, rounded once at the end) and/or
+  // scaled by premul_sum's factor, then summed; the result converted or
+  // copied back.
+  Status RunWorking(const OpDesc& d, bool widen, Clock::time_point deadline);
   // Says what ran (last_algorithm()).
   void Ran(const CallPlan* plan, const std::string* text);
 
@@ -168,6 +176,7 @@ class CommImpl {
   std::unique_ptr<GpuRoute> gpu_;      // null: buffers are not looked at
   std::vector<char> scratch_;          // schedules' scratch, reused
   std::vector<char> staging_;          // input copy for unsupported overlaps
+  std::vector<char> working_;          // RunWorking's copies, reused
 
   // Execution state.
   mutable std::mutex exec_mu_;  // one operation runs at a time

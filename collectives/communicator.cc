@@ -3,6 +3,7 @@
 // communicator's implementation (comm_impl.h) to run now (blocking) or to
 // queue (the I-forms).
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "ciuic/collectives.h"
@@ -167,7 +168,7 @@ Status CheckBuf(const void* p, size_t count, const char* name) {
 Status CheckType(DataType dtype, ReduceOp op) {
   if (!IsValid(dtype)) return InvalidArgumentError("dtype: unknown datatype " + std::to_string(static_cast<int>(dtype)));
   if (!IsValid(op)) return InvalidArgumentError("op: unknown reduction " + std::to_string(static_cast<int>(op)));
-  return Status::Ok();
+  return kernels::CheckReduction(dtype, op);
 }
 Status CheckRank(int r, int size, const char* what) {
   if (r < 0 || r >= size) {
@@ -183,13 +184,48 @@ size_t Sum(const std::vector<size_t>& counts) {
 
 }  // namespace
 
+StatusOr<ReduceOp> Communicator::CreatePremulSum(double factor) {
+  if (!std::isfinite(factor)) return InvalidArgumentError("factor: " + std::to_string(factor) + " is not finite");
+  if (premul_ops_.size() >= 65536) {
+    return ResourceExhaustedError("65536 premul_sum ops are live: DestroyReduceOp the ones no longer used");
+  }
+  while (premul_ops_.count(next_premul_op_) != 0 || next_premul_op_ < 256) {
+    next_premul_op_ = next_premul_op_ >= (1 << 30) ? 256 : next_premul_op_ + 1;
+  }
+  const int op = next_premul_op_++;
+  premul_ops_[op] = factor;
+  return static_cast<ReduceOp>(op);
+}
+
+Status Communicator::DestroyReduceOp(ReduceOp op) {
+  if (premul_ops_.erase(static_cast<int>(op)) == 0) {
+    return InvalidArgumentError("op " + std::to_string(static_cast<int>(op)) +
+                                ": not a live op of CreatePremulSum on this communicator");
+  }
+  return Status::Ok();
+}
+
+Status Communicator::ResolveOp(DataType dtype, ReduceOp op, OpDesc* desc) const {
+  auto it = premul_ops_.find(static_cast<int>(op));
+  if (it != premul_ops_.end()) {
+    CIUIC_RETURN_IF_ERROR(CheckType(dtype, ReduceOp::kPremulSum));
+    desc->op = ReduceOp::kPremulSum;
+    desc->factor = it->second;
+    return Status::Ok();
+  }
+  CIUIC_RETURN_IF_ERROR(CheckType(dtype, op));
+  desc->op = op;
+  return Status::Ok();
+}
+
 // The operations, each once: what its arguments must be and how it is
 // described to the implementation.
 StatusOr<OpDesc> Communicator::AllReduceCall(const void* s, void* r, size_t n, DataType t, ReduceOp o) const {
-  CIUIC_RETURN_IF_ERROR(CheckType(t, o));
+  OpDesc d{Collective::kAllReduce, s, r, n, {}, t, o, 0};
+  CIUIC_RETURN_IF_ERROR(ResolveOp(t, o, &d));
   CIUIC_RETURN_IF_ERROR(CheckBuf(s, n, "sendbuf"));
   CIUIC_RETURN_IF_ERROR(CheckBuf(r, n, "recvbuf"));
-  return OpDesc{Collective::kAllReduce, s, r, n, {}, t, o, 0};
+  return d;
 }
 
 StatusOr<OpDesc> Communicator::BroadcastCall(void* b, size_t n, DataType t, int root) const {
@@ -200,11 +236,12 @@ StatusOr<OpDesc> Communicator::BroadcastCall(void* b, size_t n, DataType t, int 
 }
 
 StatusOr<OpDesc> Communicator::ReduceCall(const void* s, void* r, size_t n, DataType t, ReduceOp o, int root) const {
-  CIUIC_RETURN_IF_ERROR(CheckType(t, o));
+  OpDesc d{Collective::kReduce, s, r, n, {}, t, o, root};
+  CIUIC_RETURN_IF_ERROR(ResolveOp(t, o, &d));
   CIUIC_RETURN_IF_ERROR(CheckRank(root, size(), "root"));
   CIUIC_RETURN_IF_ERROR(CheckBuf(s, n, "sendbuf"));
   if (rank() == root) CIUIC_RETURN_IF_ERROR(CheckBuf(r, n, "recvbuf (at the root)"));
-  return OpDesc{Collective::kReduce, s, r, n, {}, t, o, root};
+  return d;
 }
 
 StatusOr<OpDesc> Communicator::AllGatherCall(const void* s, void* r, size_t n, DataType t) const {
@@ -225,21 +262,24 @@ StatusOr<OpDesc> Communicator::AllGatherVCall(const void* s, void* r, const size
 }
 
 StatusOr<OpDesc> Communicator::ReduceScatterCall(const void* s, void* r, size_t n, DataType t, ReduceOp o) const {
-  CIUIC_RETURN_IF_ERROR(CheckType(t, o));
+  OpDesc d{Collective::kReduceScatter, s, r, n, {}, t, o, 0};
+  CIUIC_RETURN_IF_ERROR(ResolveOp(t, o, &d));
   CIUIC_RETURN_IF_ERROR(CheckBuf(s, n, "sendbuf"));
   CIUIC_RETURN_IF_ERROR(CheckBuf(r, n, "recvbuf"));
-  return OpDesc{Collective::kReduceScatter, s, r, n, {}, t, o, 0};
+  return d;
 }
 
 StatusOr<OpDesc> Communicator::ReduceScatterVCall(const void* s, void* r, const size_t* c, DataType t,
                                                  ReduceOp o) const {
-  CIUIC_RETURN_IF_ERROR(CheckType(t, o));
+  OpDesc d{Collective::kReduceScatterv, s, r, 0, {}, t, o, 0};
+  CIUIC_RETURN_IF_ERROR(ResolveOp(t, o, &d));
   if (c == nullptr) return InvalidArgumentError("recvcounts is null");
   std::vector<size_t> counts(c, c + size());
   CIUIC_RETURN_IF_ERROR(CheckBuf(s, Sum(counts), "sendbuf"));
   CIUIC_RETURN_IF_ERROR(CheckBuf(r, counts[rank()], "recvbuf"));
-  const size_t mine = counts[rank()];
-  return OpDesc{Collective::kReduceScatterv, s, r, mine, std::move(counts), t, o, 0};
+  d.count = counts[rank()];
+  d.counts = std::move(counts);
+  return d;
 }
 
 StatusOr<OpDesc> Communicator::AllToAllCall(const void* s, void* r, size_t n, DataType t) const {

@@ -82,17 +82,22 @@ ncclDataType_t NcclType(DataType t) {
     case DataType::kBFloat16: return ncclBfloat16;
     case DataType::kFloat32: return ncclFloat32;
     case DataType::kFloat64: return ncclFloat64;
+    case DataType::kBool: return ncclUint8;  // bytes: sum -> max, prod -> min (NcclOp)
+    default: break;  // int16, uint16, fp8: not offered to NCCL (NcclComm::Supports)
   }
   return ncclFloat32;
 }
 
-ncclRedOp_t NcclOp(ReduceOp op) {
+ncclRedOp_t NcclOp(ReduceOp op, DataType t) {
+  if (t == DataType::kBool && op == ReduceOp::kSum) return ncclMax;
+  if (t == DataType::kBool && op == ReduceOp::kProd) return ncclMin;
   switch (op) {
     case ReduceOp::kSum: return ncclSum;
     case ReduceOp::kProd: return ncclProd;
     case ReduceOp::kMin: return ncclMin;
     case ReduceOp::kMax: return ncclMax;
     case ReduceOp::kAvg: return ncclAvg;
+    default: break;  // bitwise, premul_sum: not offered to NCCL
   }
   return ncclSum;
 }
@@ -243,6 +248,23 @@ bool NcclComm::Supports(const OpDesc& d) const {
     default:
       break;
   }
+  // Types and ops NCCL has no exact counterpart for run on host copies
+  // with ciuic's kernels (int16, uint16; fp8 rounded as ciuic rounds it;
+  // bitwise ops; premul_sum's factor).
+  switch (d.dtype) {
+    case DataType::kInt16:
+    case DataType::kUint16:
+    case DataType::kFloat8E4M3:
+    case DataType::kFloat8E5M2: return false;
+    default: break;
+  }
+  switch (d.op) {
+    case ReduceOp::kBand:
+    case ReduceOp::kBor:
+    case ReduceOp::kBxor:
+    case ReduceOp::kPremulSum: return false;
+    default: break;
+  }
   // Both buffers on our device (a buffer a rank does not use, reduce's
   // output off the root, counts as such).
   const bool send_ok = d.send_device == device_ || d.send == nullptr;
@@ -257,7 +279,7 @@ Status NcclComm::Run(const OpDesc& d, int rank, int nranks, Clock::time_point de
   CudaDriver::Scope scope(*im.cuda, device_);
   CIUIC_RETURN_IF_ERROR(scope.status());
   const ncclDataType_t t = NcclType(d.dtype);
-  const ncclRedOp_t op = NcclOp(d.op);
+  const ncclRedOp_t op = NcclOp(d.op, d.dtype);
   const size_t es = DataTypeSize(d.dtype);
   auto* s = static_cast<cudaStream_t>(static_cast<void*>(im.stream));
   const char* send = static_cast<const char*>(d.send);

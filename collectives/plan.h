@@ -35,6 +35,7 @@ struct OpDesc {
   // (collectives/device.h).
   int send_device = -1;
   int recv_device = -1;
+  double factor = 1.0;  // kPremulSum: each input times this before the sum
   bool on_device() const { return send_device >= 0 || recv_device >= 0; }
 };
 

@@ -80,10 +80,12 @@ std::string Names(const Enum (&all)[N], const char* (*name_of)(Enum)) {
   return s;
 }
 
-const DataType kAllDataTypes[] = {DataType::kInt8,    DataType::kUint8,    DataType::kInt32,   DataType::kUint32,
-                                  DataType::kInt64,   DataType::kUint64,   DataType::kFloat16, DataType::kBFloat16,
-                                  DataType::kFloat32, DataType::kFloat64};
-const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg};
+const DataType kAllDataTypes[] = {DataType::kInt8,       DataType::kUint8,      DataType::kInt16,   DataType::kUint16,
+                                  DataType::kInt32,      DataType::kUint32,     DataType::kInt64,   DataType::kUint64,
+                                  DataType::kBool,       DataType::kFloat16,    DataType::kBFloat16, DataType::kFloat32,
+                                  DataType::kFloat64,    DataType::kFloat8E4M3, DataType::kFloat8E5M2};
+const ReduceOp kAllOps[] = {ReduceOp::kSum,  ReduceOp::kProd, ReduceOp::kMin,  ReduceOp::kMax,      ReduceOp::kAvg,
+                            ReduceOp::kBand, ReduceOp::kBor,  ReduceOp::kBxor, ReduceOp::kPremulSum};
 
 // Whether `name` may be the algorithm of a rule for (collective, backend):
 // a registry entry of that collective that runs on that backend; otherwise

@@ -177,23 +177,6 @@ Status Reducer::Reduce(void* dst, const void* const* srcs, int nsrcs, size_t cou
   return Reduce(dst, srcs, nsrcs, count, dtype, op, 1.0);
 }
 
-Status CheckReduction(DataType dtype, ReduceOp op) {
-  if (!IsValid(dtype)) {
-    return InvalidArgumentError("dtype: unknown datatype " + std::to_string(static_cast<int>(dtype)));
-  }
-  if (!IsValid(op)) {
-    return InvalidArgumentError("op: unknown reduction op " + std::to_string(static_cast<int>(op)));
-  }
-  if (!Supports(dtype, op)) {
-    const char* why = IsFloatType(dtype)  ? "the bitwise ops are for integer and bool dtypes"
-                      : op == ReduceOp::kPremulSum ? "premul_sum is for floating-point dtypes"
-                                                   : "avg is not defined on bool";
-    return InvalidArgumentError(std::string("op: ") + ReduceOpName(op) + " on dtype " +
-                                DataTypeName(dtype) + ": " + why);
-  }
-  return Status::Ok();
-}
-
 Status Reducer::Reduce(void* dst, const void* const* srcs, int nsrcs, size_t count,
                        DataType dtype, ReduceOp op, double factor) const {
   CIUIC_RETURN_IF_ERROR(CheckReduction(dtype, op));

@@ -30,6 +30,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -164,6 +165,19 @@ class Communicator {
   StatusOr<Request> ISend(const void* buf, size_t count, DataType dtype, int peer, int tag = 0);
   StatusOr<Request> IRecv(void* buf, size_t count, DataType dtype, int peer, int tag = 0);
 
+  // A premul_sum op of this communicator (as NCCL's ncclRedOpCreatePreMulSum):
+  // pass it wherever a ReduceOp goes (all-reduce, reduce, reduce-scatter,
+  // fusion buckets) on floating-point dtypes; each rank's input is multiplied
+  // by `factor` before the sum (in f32 for the 8- and 16-bit floats under
+  // CIUIC_ACCUMULATE=f32, in the dtype under wire). The op is a value of 256
+  // or more, valid on this communicator until DestroyReduceOp.
+  // Errors: kInvalidArgument (factor not finite), kResourceExhausted (65536
+  // live ops).
+  StatusOr<ReduceOp> CreatePremulSum(double factor);
+  // Errors: kInvalidArgument naming an op that CreatePremulSum did not
+  // return here or that was destroyed.
+  Status DestroyReduceOp(ReduceOp op);
+
   // Fails every pending and later operation with kAborted; returns at once.
   void Abort();
 
@@ -195,8 +209,13 @@ class Communicator {
                                                  int tag) const;
   Status Run(collectives::OpDesc&& desc);
   StatusOr<Request> Post(collectives::OpDesc&& desc);
+  // The op a call names, checked against `dtype`: a built-in one, or a
+  // premul_sum of CreatePremulSum (kPremulSum and its factor).
+  Status ResolveOp(DataType dtype, ReduceOp op, collectives::OpDesc* desc) const;
 
   std::shared_ptr<collectives::CommImpl> impl_;
+  std::map<int, double> premul_ops_;  // CreatePremulSum's ops and factors
+  int next_premul_op_ = 256;
 };
 
 // Fusion: many small tensors of one dtype packed into few all-reduces.

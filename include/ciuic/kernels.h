@@ -120,7 +120,22 @@ constexpr int kMaxSources = 16;
 // Ok when `op` is defined on `dtype` (Supports); else kInvalidArgument
 // naming both and why ("op: band on dtype f32: the bitwise ops are for
 // integer and bool dtypes").
-Status CheckReduction(DataType dtype, ReduceOp op);
+inline Status CheckReduction(DataType dtype, ReduceOp op) {
+  if (!IsValid(dtype)) {
+    return InvalidArgumentError("dtype: unknown datatype " + std::to_string(static_cast<int>(dtype)));
+  }
+  if (!IsValid(op)) {
+    return InvalidArgumentError("op: unknown reduction op " + std::to_string(static_cast<int>(op)));
+  }
+  if (!Supports(dtype, op)) {
+    const char* why = IsFloatType(dtype)  ? "the bitwise ops are for integer and bool dtypes"
+                      : op == ReduceOp::kPremulSum ? "premul_sum is for floating-point dtypes"
+                                                   : "avg is not defined on bool";
+    return InvalidArgumentError(std::string("op: ") + ReduceOpName(op) + " on dtype " +
+                                DataTypeName(dtype) + ": " + why);
+  }
+  return Status::Ok();
+}
 
 // Cache sizes the kernels size their tiles and thresholds from. A
 // communicator takes them from its topology plan (topology/, hwloc or /sys);

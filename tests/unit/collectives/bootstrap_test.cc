@@ -29,14 +29,17 @@ TEST(BootstrapTest, RecordsRoundTripAndMalformedOnesAreNamed) {
   d.job_id = "abcd";
   d.ranks_outnumber_cpus = true;
   d.tuning_id = "123";
-  EXPECT_EQ(d.Encode(), "tcp abcd 1 123");
+  d.accumulate = "wire";
+  EXPECT_EQ(d.Encode(), "tcp abcd 1 123 wire");
   auto e = CommDecision::Decode(d.Encode());
   ASSERT_TRUE(e.ok());
   EXPECT_EQ(e->transport, BackendKind::kTcp);
   EXPECT_EQ(e->job_id, "abcd");
   EXPECT_TRUE(e->ranks_outnumber_cpus);
   EXPECT_EQ(e->tuning_id, "123");
-  for (const char* bad : {"", "tcp abcd 1", "tcp abcd 2 x", "rdma abcd 0 none", "tcp a 0 none extra"}) {
+  EXPECT_EQ(e->accumulate, "wire");
+  for (const char* bad : {"", "tcp abcd 1", "tcp abcd 2 x f32", "rdma abcd 0 none f32", "tcp a 0 none f32 extra",
+                          "tcp abcd 1 123"}) {
     auto s = CommDecision::Decode(bad);
     EXPECT_EQ(s.status().code(), StatusCode::kDataLoss) << bad;
     EXPECT_NE(s.status().message().find("rank 0"), std::string::npos) << s.status().ToString();
