@@ -91,6 +91,20 @@ ciuic_status_t ciuic_comm_abort(ciuic_comm_t comm) {
   return ToCStatus(Status::Ok());
 }
 
+ciuic_status_t ciuic_redop_create_premul_sum(ciuic_redop_t* op, double factor, ciuic_comm_t comm) {
+  CIUIC_COMM_OR_FAIL(comm);
+  if (op == nullptr) return ToCStatus(InvalidArgumentError("op is null"));
+  ciuic::StatusOr<ReduceOp> made = comm->comm->CreatePremulSum(factor);
+  if (!made.ok()) return ToCStatus(made.status());
+  *op = static_cast<ciuic_redop_t>(*made);
+  return ToCStatus(Status::Ok());
+}
+
+ciuic_status_t ciuic_redop_destroy(ciuic_redop_t op, ciuic_comm_t comm) {
+  CIUIC_COMM_OR_FAIL(comm);
+  return ToCStatus(comm->comm->DestroyReduceOp(static_cast<ReduceOp>(op)));
+}
+
 ciuic_status_t ciuic_iallreduce(const void* s, void* r, size_t n, ciuic_datatype_t t, ciuic_redop_t o,
                                 ciuic_comm_t comm, ciuic_request_t* req) {
   CIUIC_COMM_OR_FAIL(comm);

@@ -163,6 +163,17 @@ ciuic_status_t ciuic_comm_destroy(ciuic_comm_t comm);
  * once (then destroy it). */
 ciuic_status_t ciuic_comm_abort(ciuic_comm_t comm);
 
+/* A premul_sum op of `comm` (as NCCL's ncclRedOpCreatePreMulSum): wherever a
+ * ciuic_redop_t goes on this communicator (allreduce, reduce,
+ * reduce_scatter(v), buckets), on floating-point dtypes, each rank's input
+ * is multiplied by `factor` before the sum. *op is 256 or more.
+ * Errors: CIUIC_ERROR_INVALID_ARGUMENT (factor not finite, null op),
+ * CIUIC_ERROR_RESOURCE_EXHAUSTED (65536 live ops). */
+ciuic_status_t ciuic_redop_create_premul_sum(ciuic_redop_t* op, double factor, ciuic_comm_t comm);
+/* Errors: CIUIC_ERROR_INVALID_ARGUMENT naming an op that is not a live op of
+ * ciuic_redop_create_premul_sum on `comm`. */
+ciuic_status_t ciuic_redop_destroy(ciuic_redop_t op, ciuic_comm_t comm);
+
 ciuic_status_t ciuic_allreduce(const void* sendbuf, void* recvbuf, size_t count,
                                ciuic_datatype_t dtype, ciuic_redop_t op, ciuic_comm_t comm);
 ciuic_status_t ciuic_broadcast(void* buf, size_t count, ciuic_datatype_t dtype, int root,

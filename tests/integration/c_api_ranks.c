@@ -4,6 +4,7 @@
  * communicator still usable after it. Prints "c api: ok" and exits 0 when
  * everything holds; otherwise names the first call that went wrong. */
 #include <ciuic/ciuic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -296,6 +297,32 @@ int main(void) {
   const size_t counts[] = {1, 1009, 131073, 262144};
   for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); ++k) {
     if (Collectives(comm, rank, n, counts[k]) != 0) return 1;
+  }
+
+  /* premul_sum ops, the 16-bit integers with a bitwise op, fp8 moved and
+   * summed (small integers: exact in e4m3 at these rank counts). */
+  {
+    ciuic_redop_t quarter;
+    CHECK(ciuic_redop_create_premul_sum(&quarter, 0.25, comm));
+    EXPECT((int)quarter >= 256, "premul op %d below 256", (int)quarter);
+    float p[3] = {4.0f * (rank + 1), 8, -4}, q[3];
+    CHECK(ciuic_allreduce(p, q, 3, CIUIC_FLOAT32, quarter, comm));
+    EXPECT(q[0] == (float)(n * (n + 1) / 2) && q[1] == 2.0f * n && q[2] == -1.0f * n, "premul_sum: %g %g %g", q[0],
+           q[1], q[2]);
+    CHECK(ciuic_redop_destroy(quarter, comm));
+    EXPECT_REFUSED(ciuic_redop_destroy(quarter, comm), "not a live op");
+    EXPECT_REFUSED(ciuic_allreduce(p, q, 3, CIUIC_FLOAT32, quarter, comm), "op");
+    int16_t a[2] = {(int16_t)(1 << rank), -1}, b[2];
+    CHECK(ciuic_allreduce(a, b, 2, CIUIC_INT16, CIUIC_BOR, comm));
+    EXPECT(b[0] == (int16_t)((1 << n) - 1) && b[1] == -1, "int16 bor: %d %d", b[0], b[1]);
+    EXPECT_REFUSED(ciuic_allreduce(a, b, 2, CIUIC_INT16, quarter, comm), "op");
+    const float one[2] = {1.0f, (float)rank};
+    uint8_t e[2], sum[2];
+    CHECK(ciuic_convert(one, CIUIC_FLOAT32, e, CIUIC_FLOAT8_E4M3, 2));
+    CHECK(ciuic_allreduce(e, sum, 2, CIUIC_FLOAT8_E4M3, CIUIC_SUM, comm));
+    float back[2];
+    CHECK(ciuic_convert(sum, CIUIC_FLOAT8_E4M3, back, CIUIC_FLOAT32, 2));
+    EXPECT(back[0] == (float)n && back[1] == (float)(n * (n - 1) / 2), "e4m3 sum: %g %g", back[0], back[1]);
   }
 
   /* Bad input: refused, named, and the communicator stays usable. */

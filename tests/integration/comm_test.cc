@@ -118,6 +118,7 @@ double Combine(ReduceOp op, double a, double b) {
     case ReduceOp::kProd: return a * b;
     case ReduceOp::kMin: return std::min(a, b);
     case ReduceOp::kMax: return std::max(a, b);
+    default: break;  // not used by these checks
   }
   return 0;
 }
@@ -147,6 +148,7 @@ T Expected(ReduceOp op, int n, size_t i, int salt) {
         break;
       case ReduceOp::kMin: acc = std::min(acc, v); break;
       case ReduceOp::kMax: acc = std::max(acc, v); break;
+      default: break;  // not used by these checks
     }
   }
   if (op == ReduceOp::kAvg) acc = static_cast<T>(acc / static_cast<T>(n));
