@@ -11,8 +11,12 @@ Run N ranks with `ciuic-run -n N python3 train.py` (or mpirun, srun), or
 inside a torch.distributed job (the context then uses torch's rank, size
 and store). Arrays and tensors go to the library as their own memory (no
 copies); they must be contiguous. Types: float32 float64 float16 bfloat16
-int8 uint8 int32 uint32 int64 uint64 (numpy bfloat16: ml_dtypes', or a
-uint16 array with dtype="bfloat16"). Every blocking call releases the GIL.
+float8_e4m3fn float8_e5m2 int8 uint8 int16 uint16 int32 uint32 int64 uint64
+bool (numpy bfloat16 and fp8: ml_dtypes', or a uint16 / uint8 array with
+dtype="bfloat16" / "float8_e4m3fn"). Ops: SUM PROD MIN MAX AVG, BAND BOR BXOR
+(integers, bool), and ctx.premul_sum(factor). f16/bf16/fp8 partial sums stay
+f32 between ranks unless accumulate="wire". Every blocking call releases the
+GIL.
 
 The context's methods: all_reduce, all_gather, all_gather_into, reduce,
 broadcast, reduce_scatter, all_to_all (with splits: all-to-all-v), gather,
@@ -27,7 +31,8 @@ from ._errors import (AbortedError, CiuicError, DataLossError, DeadlineExceededE
                       InternalError, InvalidArgumentError, NotFoundError, PeerError, ResourceExhaustedError,
                       UnavailableError, UnimplementedError)
 from ._errors import BY_CODE as _BY_CODE
-from .context import AVG, MAX, MIN, PROD, SUM, Bucket, CiuicContext, ReduceOp, Request, default_context
+from .context import (AVG, BAND, BOR, BXOR, MAX, MIN, PREMUL_SUM, PROD, SUM, Bucket, CiuicContext, ReduceOp, Request,
+                      default_context)
 from .partition import DataPartitioner, partition
 
 _ciuic._set_error_classes(_BY_CODE)
@@ -131,7 +136,8 @@ def info():
 
 
 __all__ = [
-    "CiuicContext", "ReduceOp", "Request", "Bucket", "SUM", "PROD", "MIN", "MAX", "AVG",
+    "CiuicContext", "ReduceOp", "Request", "Bucket", "SUM", "PROD", "MIN", "MAX", "AVG", "BAND", "BOR", "BXOR",
+    "PREMUL_SUM",
     "all_reduce", "all_reduce_async", "all_reduce_wait", "all_gather", "broadcast", "reduce", "barrier",
     "partition", "DataPartitioner", "default_context",
     "CiuicError", "InvalidArgumentError", "NotFoundError", "FailedPreconditionError", "ResourceExhaustedError",

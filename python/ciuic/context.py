@@ -28,9 +28,14 @@ class ReduceOp(enum.IntEnum):
     MIN = 2
     MAX = 3
     AVG = 4  # the sum divided by the number of ranks
+    BAND = 5  # bitwise and (integers, bool)
+    BOR = 6  # bitwise or (integers, bool)
+    BXOR = 7  # bitwise xor (integers, bool)
+    PREMUL_SUM = 8  # with a factor: CiuicContext.premul_sum(factor); alone, a factor of 1
 
 
 SUM, PROD, MIN, MAX, AVG = ReduceOp.SUM, ReduceOp.PROD, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.AVG
+BAND, BOR, BXOR, PREMUL_SUM = ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR, ReduceOp.PREMUL_SUM
 
 BACKENDS = ("auto", "shm", "tcp", "verbs", "nccl", "mpi")
 
@@ -270,9 +275,10 @@ class CiuicContext:
     """
 
     SUM, PROD, MIN, MAX, AVG = ReduceOp.SUM, ReduceOp.PROD, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.AVG
+    BAND, BOR, BXOR, PREMUL_SUM = ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR, ReduceOp.PREMUL_SUM
 
     def __init__(self, world_size=None, rank=None, backend="auto", buffer_size=None, timeout=None, *, store=None,
-                 knobs=None):
+                 knobs=None, accumulate=None):
         global _default, _created
         if not isinstance(backend, str) or backend.lower() not in BACKENDS:
             raise ValueError(f"backend={backend!r}: expected one of {', '.join(BACKENDS)}")
@@ -289,6 +295,10 @@ class CiuicContext:
             settings[str(k)] = str(v)
         if backend in ("shm", "tcp", "verbs"):
             settings["CIUIC_TRANSPORT"] = backend
+        if accumulate is not None:
+            if accumulate not in ("f32", "wire"):
+                raise ValueError(f"accumulate={accumulate!r}: expected 'f32' or 'wire'")
+            settings["CIUIC_ACCUMULATE"] = accumulate
         if buffer_size is not None:
             if not isinstance(buffer_size, (int, np.integer)) or isinstance(buffer_size, bool) or buffer_size <= 0:
                 raise ValueError(f"buffer_size={buffer_size!r}: expected a positive number of bytes")
@@ -386,6 +396,20 @@ class CiuicContext:
     def abort(self):
         """Fails every pending and later operation at once (AbortedError)."""
         self._c.abort()
+
+    def premul_sum(self, factor):
+        """An op for all_reduce, reduce, reduce_scatter and buckets on float
+        types (as NCCL's ncclRedOpCreatePreMulSum): each rank's input is
+        multiplied by `factor` before the sum, e.g. 1 / world_size to average
+        fp16 gradients without overflowing on the way. Returns an int (256 or
+        more) valid on this context until destroy_op."""
+        if isinstance(factor, bool) or not isinstance(factor, (int, float, np.floating, np.integer)):
+            raise TypeError(f"factor={factor!r}: expected a number")
+        return self._c.premul_sum(float(factor))
+
+    def destroy_op(self, op):
+        """Releases an op of premul_sum (ValueError: not a live one)."""
+        self._c.destroy_op(int(op))
 
     def __enter__(self):
         return self

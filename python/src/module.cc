@@ -100,8 +100,12 @@ void Check(const Status& s, int self) {
 }
 
 // numpy's names, as Python users write them.
-constexpr const char* kTypeNames[ciuic::kNumDataTypes] = {"int8",    "uint8",    "int32",   "uint32",  "int64",
-                                                          "uint64",  "float16",  "bfloat16", "float32", "float64"};
+constexpr const char* kTypeNames[ciuic::kNumDataTypes] = {
+    "int8",    "uint8",   "int32",   "uint32", "int64",         "uint64",     "float16", "bfloat16",
+    "float32", "float64", "int16",   "uint16", "bool",          "float8_e4m3fn", "float8_e5m2"};
+constexpr const char* kTakes =
+    "ciuic takes float32 float64 float16 bfloat16 float8_e4m3fn float8_e5m2 int8 uint8 int16 uint16 int32 uint32 "
+    "int64 uint64 bool";
 const char* TypeName(DataType t) { return kTypeNames[static_cast<int>(t)]; }
 
 // ---------------------------------------------------------------------------
@@ -126,7 +130,8 @@ const TorchTypes* Torch() {
       {"float32", DataType::kFloat32}, {"float64", DataType::kFloat64}, {"float16", DataType::kFloat16},
       {"bfloat16", DataType::kBFloat16}, {"int8", DataType::kInt8}, {"uint8", DataType::kUint8},
       {"int32", DataType::kInt32}, {"int64", DataType::kInt64}, {"uint32", DataType::kUint32},
-      {"uint64", DataType::kUint64}};
+      {"uint64", DataType::kUint64}, {"int16", DataType::kInt16}, {"uint16", DataType::kUint16},
+      {"bool", DataType::kBool}, {"float8_e4m3fn", DataType::kFloat8E4M3}, {"float8_e5m2", DataType::kFloat8E5M2}};
   for (const auto& [name, dt] : names) {
     if (py::hasattr(t, name)) types.dtypes.emplace_back(py::object(t.attr(name)).release().ptr(), dt);
   }
@@ -145,6 +150,8 @@ std::optional<DataType> DataTypeByName(const std::string& name) {
   if (name == "fp16" || name == "half") return DataType::kFloat16;
   if (name == "float" || name == "fp32") return DataType::kFloat32;
   if (name == "double" || name == "fp64") return DataType::kFloat64;
+  if (name == "fp8_e4m3" || name == "float8_e4m3") return DataType::kFloat8E4M3;
+  if (name == "fp8_e5m2") return DataType::kFloat8E5M2;
   return std::nullopt;
 }
 
@@ -157,6 +164,9 @@ std::optional<DataType> FromFormat(const char* f, Py_ssize_t itemsize) {
   switch (*f) {
     case 'b': return DataType::kInt8;
     case 'B': return DataType::kUint8;
+    case '?': return DataType::kBool;
+    case 'h': return itemsize == 2 ? std::optional<DataType>(DataType::kInt16) : std::nullopt;
+    case 'H': return itemsize == 2 ? std::optional<DataType>(DataType::kUint16) : std::nullopt;
     case 'e': return DataType::kFloat16;
     case 'f': return DataType::kFloat32;
     case 'd': return DataType::kFloat64;
@@ -214,14 +224,18 @@ Buf Buf::Of(py::handle obj, const char* arg, bool writable, const std::string& d
   if (PyObject_CheckBuffer(obj.ptr())) {
     int flags = PyBUF_STRIDES | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj.ptr(), &b.view_, flags) != 0) {
-      // numpy cannot export extension dtypes (ml_dtypes' bfloat16) as a
-      // buffer: read such an array as uint16 and take its type by name.
+      // numpy cannot export extension dtypes (ml_dtypes' bfloat16 and fp8)
+      // as a buffer: read such an array as unsigned integers of its width
+      // and take its type by name.
       py::error_already_set failure;
       if (py::hasattr(obj, "dtype") && py::hasattr(obj, "view")) {
         const std::string name = py::str(obj.attr("dtype").attr("name"));
-        if (name == "bfloat16" && (dtype_name.empty() || dtype_name == "bfloat16")) {
-          py::object as_u16 = obj.attr("view")("uint16");
-          Buf inner = Of(as_u16, arg, writable, "bfloat16");
+        const std::optional<DataType> ext = DataTypeByName(name);
+        const bool extension = ext == DataType::kBFloat16 || ext == DataType::kFloat8E4M3 ||
+                               ext == DataType::kFloat8E5M2;
+        if (extension && (dtype_name.empty() || dtype_name == name)) {
+          py::object as_uint = obj.attr("view")(SizeOf(*ext) == 2 ? "uint16" : "uint8");
+          Buf inner = Of(as_uint, arg, writable, name);
           return inner;
         }
       }
@@ -248,7 +262,7 @@ Buf Buf::Of(py::handle obj, const char* arg, bool writable, const std::string& d
     if (!t) {
       Throw(PyExc_TypeError, std::string(arg) + ": unsupported element type '" +
                                  (b.view_.format != nullptr ? b.view_.format : "?") +
-                                 "' (ciuic takes float32 float64 float16 bfloat16 int8 uint8 int32 uint32 int64 uint64)");
+                                 "' (" + kTakes + ")");
     }
     b.ptr = b.view_.buf;
     b.dtype = *t;
@@ -271,8 +285,8 @@ Buf Buf::Of(py::handle obj, const char* arg, bool writable, const std::string& d
       t = named;
     }
     if (!t) {
-      Throw(PyExc_TypeError, std::string(arg) + ": unsupported dtype " + py::str(dt).cast<std::string>() +
-                                 " (ciuic takes float32 float64 float16 bfloat16 int8 uint8 int32 uint32 int64 uint64)");
+      Throw(PyExc_TypeError, std::string(arg) + ": unsupported dtype " + py::str(dt).cast<std::string>() + " (" +
+                                 kTakes + ")");
     }
     const size_t bytes = obj.attr("numel")().cast<size_t>() * obj.attr("element_size")().cast<size_t>();
     if (bytes % SizeOf(*t) != 0) {
@@ -303,9 +317,13 @@ void CountIs(const Buf& b, const char* name, size_t want, const std::string& why
   }
 }
 
+// A built-in op, or (from 256) a premul_sum op of the communicator, which
+// the call itself checks.
 ReduceOp OpOf(int op) {
-  if (op < 0 || op >= ciuic::kNumReduceOps) {
-    Throw(PyExc_ValueError, "op=" + std::to_string(op) + ": expected SUM, PROD, MIN, MAX or AVG");
+  if (op < 0 || (op >= ciuic::kNumReduceOps && op < 256)) {
+    Throw(PyExc_ValueError, "op=" + std::to_string(op) +
+                                ": expected SUM, PROD, MIN, MAX, AVG, BAND, BOR, BXOR, PREMUL_SUM or an op of "
+                                "premul_sum(factor)");
   }
   return static_cast<ReduceOp>(op);
 }
@@ -477,6 +495,13 @@ class PyComm {
     }
   }
   void Abort() { Get().Abort(); }
+  // A premul_sum op (an int from 256) and its release.
+  int PremulSum(double factor) {
+    StatusOr<ReduceOp> op = Get().CreatePremulSum(factor);
+    if (!op.ok()) Raise(op.status(), rank_);
+    return static_cast<int>(*op);
+  }
+  void DestroyOp(int op) { Check(Get().DestroyReduceOp(static_cast<ReduceOp>(op)), rank_); }
   // Keeps `obj` (a store server) alive as long as the communicator.
   void Keep(py::object obj) { kept_.push_back(std::move(obj)); }
 
@@ -982,6 +1007,8 @@ PYBIND11_MODULE(_ciuic, m) {
       .def_property_readonly("last_algorithm", &PyComm::last_algorithm)
       .def("close", &PyComm::Close)
       .def("abort", &PyComm::Abort)
+      .def("premul_sum", &PyComm::PremulSum, py::arg("factor"))
+      .def("destroy_op", &PyComm::DestroyOp, py::arg("op"))
       .def("keep", &PyComm::Keep)
       .def("all_reduce", &AllReduce, py::arg("x"), py::arg("op"), py::arg("out"), py::arg("dtype"), py::arg("async_"))
       .def("broadcast", &Broadcast, py::arg("x"), py::arg("root"), py::arg("dtype"), py::arg("async_"))
