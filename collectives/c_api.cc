@@ -288,7 +288,10 @@ ciuic_status_t ciuic_bucket_create(ciuic_comm_t comm, ciuic_datatype_t dtype, ci
   CIUIC_COMM_OR_FAIL(comm);
   if (bucket == nullptr) return ToCStatus(InvalidArgumentError("bucket is null"));
   if (static_cast<int>(dtype) < 0 || dtype >= CIUIC_NUM_DATATYPES) return ToCStatus(InvalidArgumentError("dtype: unknown datatype"));
-  if (static_cast<int>(op) < 0 || op >= CIUIC_NUM_REDOPS) return ToCStatus(InvalidArgumentError("op: unknown reduction"));
+  // Built-in ops, or a premul_sum op of the communicator (checked by Add).
+  if (static_cast<int>(op) < 0 || (op >= CIUIC_NUM_REDOPS && static_cast<int>(op) < 256)) {
+    return ToCStatus(InvalidArgumentError("op: unknown reduction"));
+  }
   *bucket = new ciuic_bucket{std::make_unique<ciuic::FusionBucket>(*comm->comm, T(dtype), O(op), capacity_bytes)};
   return ToCStatus(Status::Ok());
 }

@@ -381,24 +381,29 @@ StatusOr<bool> CommImpl::WidenFor(const OpDesc& d) {
   // each is a second rounding.
   if (d.op == ReduceOp::kAvg || d.op == ReduceOp::kPremulSum || size_ > kernels::kMaxSources) return true;
   // Otherwise the shared-memory family reduces every rank's input in one
-  // n-ary pass: it rounds once already.
-  CIUIC_ASSIGN_OR_RETURN(const CallPlan* plan, PlanFor(d));
-  return plan->algorithm->kind == AlgorithmKind::kSchedule;
+  // n-ary pass: it rounds once already. Decided on what every rank shares
+  // (not this rank's buffer overlap), so that all send the same type.
+  CallShape shape = ShapeOf(d, size_, selection_.backend);
+  shape.partial_overlap = false;
+  CIUIC_ASSIGN_OR_RETURN(const Selection sel, Select(shape, d.dtype, d.op, selection_, &selections_));
+  return sel.algorithm->kind == AlgorithmKind::kSchedule;
 }
 
 Status CommImpl::RunWorking(const OpDesc& d, bool widen, Clock::time_point deadline) {
   const DataType wt = widen ? DataType::kFloat32 : d.dtype;
   const size_t es = DataTypeSize(d.dtype), wes = DataTypeSize(wt);
-  size_t in_n = d.count, out_n = d.recv != nullptr ? d.count : 0;
+  const bool has_result = d.coll != Collective::kReduce || rank_ == d.root;
+  size_t in_n = d.count, out_n = d.recv != nullptr && has_result ? d.count : 0;
   if (d.coll == Collective::kReduceScatter) in_n = d.count * static_cast<size_t>(size_);
   if (d.coll == Collective::kReduceScatterv) {
     in_n = 0;
     for (size_t c : d.counts) in_n += c;
   }
-  const bool has_result = d.coll != Collective::kReduce || rank_ == d.root;
-  // An output inside the input (in place) keeps its place in the copy.
+  // An output wholly inside the input (in place) keeps its place in the
+  // copy; any other overlap gets an output of its own (the working copies
+  // never overlap partly).
   const auto sb = reinterpret_cast<uintptr_t>(d.send), rb = reinterpret_cast<uintptr_t>(d.recv);
-  const bool inside = out_n > 0 && rb >= sb && rb < sb + in_n * es && (rb - sb) % es == 0;
+  const bool inside = out_n > 0 && rb >= sb && rb + out_n * es <= sb + in_n * es && (rb - sb) % es == 0;
   const size_t need = (in_n + (inside ? 0 : out_n)) * wes;
   if (working_.size() < need) working_.resize(need);
   char* win = working_.data();
@@ -418,7 +423,7 @@ Status CommImpl::RunWorking(const OpDesc& d, bool widen, Clock::time_point deadl
   w.op = d.op == ReduceOp::kPremulSum ? ReduceOp::kSum : d.op;
   w.factor = 1.0;
   CIUIC_RETURN_IF_ERROR(ExecuteCollective(w, deadline));
-  if (!has_result || out_n == 0) return Status::Ok();
+  if (out_n == 0) return Status::Ok();
   if (widen) return reducer_->Convert(wout, wt, d.recv, d.dtype, out_n);
   reducer_->Copy(d.recv, wout, out_n * es);
   return Status::Ok();

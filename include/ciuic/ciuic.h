@@ -52,7 +52,8 @@ typedef enum {
                            input first (as NCCL's ncclRedOpCreatePreMulSum):
                            in collectives, through an op made by
                            ciuic_redop_create_premul_sum; plain, a factor of 1 */
-  CIUIC_NUM_REDOPS = 9
+  CIUIC_NUM_REDOPS = 9,
+  CIUIC_REDOP_MAX_ = 0x7fffffff /* the range ciuic_redop_create_premul_sum's ops take */
 } ciuic_redop_t;
 
 /* The same codes as ciuic::StatusCode. */

@@ -234,9 +234,13 @@ std::optional<DataType> NativeType(at::ScalarType t) {
     case at::kDouble: return DataType::kFloat64;
     case at::kHalf: return DataType::kFloat16;
     case at::kBFloat16: return DataType::kBFloat16;
+    case at::kFloat8_e4m3fn: return DataType::kFloat8E4M3;
+    case at::kFloat8_e5m2: return DataType::kFloat8E5M2;
     case at::kChar: return DataType::kInt8;
-    case at::kByte:
-    case at::kBool: return DataType::kUint8;  // bool: 0/1 bytes
+    case at::kByte: return DataType::kUint8;
+    case at::kBool: return DataType::kBool;
+    case at::kShort: return DataType::kInt16;
+    case at::kUInt16: return DataType::kUint16;
     case at::kInt: return DataType::kInt32;
     case at::kLong: return DataType::kInt64;
     case at::kUInt32: return DataType::kUint32;
@@ -262,73 +266,37 @@ const char* OpName(RedOp::RedOpType op) {
   }
 }
 
-// How one (dtype, op) is reduced: by the library's kernels (`native`), or,
-// for what they lack (int16, the bitwise ops), by gathering every rank's
-// input and reducing with torch here: slower, never wrong.
+// How one (dtype, op) is reduced by the library's kernels. bool: SUM is
+// logical or, PRODUCT logical and (torch's own meaning, the library's too).
+// PREMUL_SUM: the input is scaled first (PreMultiply), then summed.
 struct Reduction {
-  bool native = false;
   DataType dtype = DataType::kUint8;
   ciuic::ReduceOp op = ciuic::ReduceOp::kSum;
-  RedOp::RedOpType torch_op = RedOp::SUM;
-  at::ScalarType type = at::kFloat;
 };
 
 Reduction Classify(at::ScalarType t, const RedOp& rop, const char* what) {
   Reduction r;
-  r.type = t;
-  r.torch_op = rop.op_;
-  RedOp::RedOpType op = rop.op_ == RedOp::PREMUL_SUM ? RedOp::SUM : rop.op_;
   const std::string name = std::string(what) + ": ReduceOp." + OpName(rop.op_) + " on " + c10::toString(t);
   TORCH_CHECK(!at::isComplexType(t), "ciuic: ", name, " is not supported (complex tensors: reduce a view_as_real)");
   if (rop.op_ == RedOp::PREMUL_SUM) TORCH_CHECK(IsFloating(t), "ciuic: ", name, ": PREMUL_SUM needs a floating dtype");
-  if (t == at::kBool) {
-    // bool: SUM is logical or, PRODUCT logical and (torch's own meaning).
-    TORCH_CHECK(op != RedOp::AVG && op != RedOp::BXOR, "ciuic: ", name, " is not defined");
-    r.native = true;
-    r.dtype = DataType::kUint8;
-    r.op = (op == RedOp::SUM || op == RedOp::MAX || op == RedOp::BOR) ? ciuic::ReduceOp::kMax : ciuic::ReduceOp::kMin;
-    return r;
-  }
-  const bool bitwise = op == RedOp::BAND || op == RedOp::BOR || op == RedOp::BXOR;
-  TORCH_CHECK(!(bitwise && IsFloating(t)), "ciuic: ", name, ": bitwise reductions need an integer dtype");
-  TORCH_CHECK(op != RedOp::UNUSED, "ciuic: ", name, " is not a reduction");
   std::optional<DataType> nt = NativeType(t);
-  if (nt && !bitwise) {
-    r.native = true;
-    r.dtype = *nt;
-    switch (op) {
-      case RedOp::SUM: r.op = ciuic::ReduceOp::kSum; break;
-      case RedOp::AVG: r.op = ciuic::ReduceOp::kAvg; break;
-      case RedOp::PRODUCT: r.op = ciuic::ReduceOp::kProd; break;
-      case RedOp::MIN: r.op = ciuic::ReduceOp::kMin; break;
-      case RedOp::MAX: r.op = ciuic::ReduceOp::kMax; break;
-      default: break;
-    }
-    return r;
+  TORCH_CHECK(nt.has_value(), "ciuic: ", name, " is not supported");
+  r.dtype = *nt;
+  switch (rop.op_) {
+    case RedOp::SUM:
+    case RedOp::PREMUL_SUM: r.op = ciuic::ReduceOp::kSum; break;
+    case RedOp::AVG: r.op = ciuic::ReduceOp::kAvg; break;
+    case RedOp::PRODUCT: r.op = ciuic::ReduceOp::kProd; break;
+    case RedOp::MIN: r.op = ciuic::ReduceOp::kMin; break;
+    case RedOp::MAX: r.op = ciuic::ReduceOp::kMax; break;
+    case RedOp::BAND: r.op = ciuic::ReduceOp::kBand; break;
+    case RedOp::BOR: r.op = ciuic::ReduceOp::kBor; break;
+    case RedOp::BXOR: r.op = ciuic::ReduceOp::kBxor; break;
+    default: TORCH_CHECK(false, "ciuic: ", name, " is not a reduction");
   }
-  TORCH_CHECK(at::isIntegralType(t, /*includeBool=*/false), "ciuic: ", name, " is not supported");
-  return r;  // gathered and reduced with torch
-}
-
-// The reduction over dim 0 of `g` ([world, n]) with torch, for the types
-// and ops the library's kernels lack.
-at::Tensor ReduceRows(const at::Tensor& g, RedOp::RedOpType op) {
-  switch (op) {
-    case RedOp::SUM: return g.sum(at::IntArrayRef{0}, false, g.scalar_type());
-    case RedOp::PRODUCT: return g.prod(0, false, g.scalar_type());
-    case RedOp::MIN: return g.amin(at::IntArrayRef{0});
-    case RedOp::MAX: return g.amax(at::IntArrayRef{0});
-    case RedOp::AVG:
-      return at::div(g.sum(at::IntArrayRef{0}, false, at::kLong), g.size(0), "trunc").to(g.scalar_type());
-    default: break;
-  }
-  at::Tensor acc = g[0].clone();
-  for (int64_t i = 1; i < g.size(0); ++i) {
-    if (op == RedOp::BAND) acc.bitwise_and_(g[i]);
-    else if (op == RedOp::BOR) acc.bitwise_or_(g[i]);
-    else acc.bitwise_xor_(g[i]);
-  }
-  return acc;
+  const Status ok = ciuic::kernels::CheckReduction(r.dtype, r.op);
+  TORCH_CHECK(ok.ok(), "ciuic: ", name, ": ", ok.message());
+  return r;
 }
 
 void PreMultiply(at::Tensor& t, const RedOp& rop) {
@@ -408,7 +376,6 @@ class ProcessGroupCiuic : public c10d::Backend {
     Reduction r = Classify(t.scalar_type(), opts.reduceOp, "allreduce");
     Staged s = Stage(t);
     PreMultiply(s.buf, opts.reduceOp);
-    if (!r.native) return Gathered(c10d::OpType::ALLREDUCE, t, s.buf, r, opts.asyncOp, -1);
     return Launch(c10d::OpType::ALLREDUCE, {t}, opts.asyncOp, "ciuic:all_reduce", {AllReduceIssue(s.buf, r)},
                   WriteBack(s, t));
   }
@@ -421,8 +388,6 @@ class ProcessGroupCiuic : public c10d::Backend {
     for (auto& t : tensors) {
       CheckTensor(t, "allreduce_coalesced");
       Reduction r = Classify(t.scalar_type(), opts.reduceOp, "allreduce_coalesced");
-      TORCH_CHECK(r.native, "ciuic: allreduce_coalesced: ", c10::toString(t.scalar_type()),
-                  " needs the gathered path; all-reduce it on its own");
       Staged s = Stage(t);
       PreMultiply(s.buf, opts.reduceOp);
       issues.push_back(AllReduceIssue(s.buf, r));
@@ -438,7 +403,6 @@ class ProcessGroupCiuic : public c10d::Backend {
     Reduction r = Classify(t.scalar_type(), opts.reduceOp, "reduce");
     Staged s = Stage(t);
     PreMultiply(s.buf, opts.reduceOp);
-    if (!r.native) return Gathered(c10d::OpType::REDUCE, t, s.buf, r, opts.asyncOp, root);
     const size_t n = static_cast<size_t>(s.buf.numel());
     return Launch(c10d::OpType::REDUCE, {t}, opts.asyncOp, "ciuic:reduce",
                   {[this, b = s.buf, n, r, root](Request* out) {
@@ -607,8 +571,6 @@ class ProcessGroupCiuic : public c10d::Backend {
       TORCH_CHECK(inputs[i].numel() == outputs[i].numel() * getSize(), "ciuic: reduce_scatter_tensor_coalesced: input ",
                   i, " has ", inputs[i].numel(), " elements, expected ", outputs[i].numel(), " x ", getSize());
       Reduction r = Classify(inputs[i].scalar_type(), opts.reduceOp, "reduce_scatter_tensor_coalesced");
-      TORCH_CHECK(r.native, "ciuic: reduce_scatter_tensor_coalesced: ", c10::toString(inputs[i].scalar_type()),
-                  " needs the gathered path; reduce-scatter it on its own");
       at::Tensor flat = inputs[i].contiguous().reshape({-1});
       if (opts.reduceOp.op_ == RedOp::PREMUL_SUM) flat = flat.clone();
       PreMultiply(flat, opts.reduceOp);
@@ -838,31 +800,9 @@ class ProcessGroupCiuic : public c10d::Backend {
                 c10::toString(flat.scalar_type()), ", output ", c10::toString(output.scalar_type()));
     Reduction r = Classify(output.scalar_type(), opts.reduceOp, what);
     PreMultiply(flat, opts.reduceOp);
-    if (!r.native) {
-      // Every rank's whole input gathered, reduced here; this rank keeps its slice.
-      at::Tensor g = at::empty({getSize(), flat.numel()}, flat.options());
-      const int64_t n = output.numel();
-      const int64_t me = getRank();
-      return Launch(type, {output}, opts.asyncOp, "ciuic:reduce_scatter", {AllGatherIssue(flat, g)},
-                    [g, output, n, me, op = r.torch_op]() mutable {
-                      output.copy_(ReduceRows(g.narrow(1, me * n, n), op).view_as(output));
-                    });
-    }
     Staged s = Stage(output);
     return Launch(type, {output}, opts.asyncOp, "ciuic:reduce_scatter", {ReduceScatterIssue(flat, s.buf, r)},
                   WriteBack(s, output));
-  }
-
-  // The (dtype, op) pairs the kernels lack: all-gather, then reduce here.
-  c10::intrusive_ptr<c10d::Work> Gathered(c10d::OpType type, const at::Tensor& t, const at::Tensor& b,
-                                          const Reduction& r, bool async, int root) {
-    at::Tensor src = b.reshape({-1});
-    at::Tensor g = at::empty({getSize(), src.numel()}, src.options());
-    const bool keep = root < 0 || root == getRank();
-    return Launch(type, {t}, async, "ciuic:reduce_gathered", {AllGatherIssue(src, g)},
-                  [g, t, keep, op = r.torch_op]() mutable {
-                    if (keep) t.copy_(ReduceRows(g, op).view_as(t));
-                  });
   }
 
   // Runs or posts `issues` in order. A blocking call (async_op=False in

@@ -24,7 +24,7 @@ if SKIP is None:
     import ciuic.torch  # noqa: F401
 
 FLOATS = ["float32", "float64", "float16", "bfloat16"]
-INTS = ["int8", "uint8", "int16", "int32", "int64"]
+INTS = ["int8", "uint8", "int16", "uint16", "int32", "int64"]
 
 
 def init(rank, n, store_dir, timeout=60, backend="ciuic"):
@@ -44,7 +44,7 @@ def reference(dtype, op, n, count, salt=0):
                         else value(dtype, r, count, salt) for r in range(n)])
     if dtype == "bool":
         return {"SUM": rows.any(0), "MAX": rows.any(0), "MIN": rows.all(0), "PRODUCT": rows.all(0),
-                "BAND": rows.all(0), "BOR": rows.any(0)}[op]
+                "BAND": rows.all(0), "BOR": rows.any(0), "BXOR": rows.sum(0) % 2 == 1}[op]
     out = {"SUM": rows.sum(0), "PRODUCT": rows.prod(0), "MIN": rows.amin(0), "MAX": rows.amax(0),
            "AVG": rows.sum(0) / n}
     if op in ("BAND", "BOR", "BXOR"):
@@ -91,7 +91,7 @@ def every_collective(rank, n, store_dir):
 
     ops = {d: ["SUM", "PRODUCT", "MIN", "MAX", "AVG"] + (["BAND", "BOR", "BXOR"] if d in INTS else [])
            for d in FLOATS + INTS}
-    ops["bool"] = ["SUM", "MIN", "MAX", "PRODUCT", "BAND", "BOR"]
+    ops["bool"] = ["SUM", "MIN", "MAX", "PRODUCT", "BAND", "BOR", "BXOR"]
     for dtype, names in ops.items():
         for op in names:
             rop = getattr(dist.ReduceOp, op)
@@ -195,6 +195,23 @@ def every_collective(rank, n, store_dir):
         dist.all_reduce_coalesced(gts, group=gloo)
         for k in range(3):
             check(f"all_reduce_coalesced [{k}]", ts[k], reference(dtype, "SUM", n, 7 + k, salt=k), dtype, gts[k])
+    # fp8: small integers, their sums rounded once to the format (the
+    # library keeps the partial sums in f32), on all-reduce and reduce-scatter
+    for name in ("float8_e4m3fn", "float8_e5m2"):
+        fp8 = getattr(torch, name)
+        for op in ("SUM", "MAX", "AVG"):
+            x = value("float32", rank, 33).to(fp8)
+            dist.all_reduce(x, op=getattr(dist.ReduceOp, op))
+            want = reference("float64", op, n, 33).to(torch.float32).to(fp8)
+            checked += 1
+            if not torch.equal(x.view(torch.uint8), want.view(torch.uint8)):
+                bad.append(f"all_reduce {op} {name}: got {x.float()[:6].tolist()} want {want.float()[:6].tolist()}")
+        inp = torch.cat([value("float32", rank, 9, salt=b) for b in range(n)]).to(fp8)
+        out = torch.empty(9, dtype=fp8)
+        dist.reduce_scatter_tensor(out, inp)
+        want = reference("float64", "SUM", n, 9, salt=rank).to(torch.float32).to(fp8)
+        if not torch.equal(out.view(torch.uint8), want.view(torch.uint8)):
+            bad.append(f"reduce_scatter_tensor {name}: got {out.float().tolist()} want {want.float().tolist()}")
     # object collectives, barrier, async + future
     objs = [None] * n
     dist.all_gather_object(objs, {"rank": rank})

@@ -380,6 +380,46 @@ INSTANTIATE_TEST_SUITE_P(Matrix, NewTypesTest,
                                            Param{"tcp", "ring", 3, "wire"}, Param{"tcp", "tree", 5, "f32"}),
                          ParamName);
 
+// The working copies (f32 widening, premul_sum) with an output that
+// overlaps the input partly, and a reduce whose non-roots pass a recvbuf
+// inside their sendbuf: exact results, nothing written outside.
+TEST(Numerics, WorkingCopiesWithPartlyOverlappingBuffers) {
+  for (const char* transport : {"tcp", "shm"}) {
+    auto results = RunRanks(3, [&](int rank, transport::Store& store) -> Status {
+      CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, 3, store, transport, "ring", "f32"));
+      Communicator& c = *comm;
+      CIUIC_ASSIGN_OR_RETURN(ReduceOp half, c.CreatePremulSum(0.5));
+      const size_t count = 3000, shift = 5;
+      for (ReduceOp op : {ReduceOp::kSum, half}) {
+        std::vector<uint16_t> buf(count + shift + 8);
+        std::vector<float> vals(count + shift + 8, 7.0f);
+        for (size_t i = 0; i < count; ++i) vals[i] = static_cast<float>(i % 17 + rank);
+        for (size_t i = 0; i < buf.size(); ++i) buf[i] = kernels::ref::F32ToBF16(vals[i]);
+        const uint16_t guard = buf[count + shift];
+        CIUIC_RETURN_IF_ERROR(c.AllReduce(buf.data(), buf.data() + shift, count, DataType::kBFloat16, op));
+        const float f = op == ReduceOp::kSum ? 1.0f : 0.5f;
+        for (size_t i = 0; i < count; ++i) {
+          const float want = f * static_cast<float>(3 * (i % 17) + 3);
+          CHECK_OR_FAIL(kernels::ref::BF16ToF32(buf[shift + i]) == want,
+                        std::string(transport) + " overlapping all-reduce element " + std::to_string(i));
+        }
+        CHECK_OR_FAIL(buf[count + shift] == guard, "wrote past the output");
+        // reduce: the non-roots' recvbuf runs past the end of their sendbuf.
+        std::vector<uint16_t> in(count), out(count + 16);
+        for (size_t i = 0; i < count; ++i) in[i] = kernels::ref::F32ToBF16(static_cast<float>(i % 5 + rank));
+        void* recv = rank == 0 ? out.data() : static_cast<void*>(in.data() + count / 2);
+        CIUIC_RETURN_IF_ERROR(c.Reduce(in.data(), recv, count, DataType::kBFloat16, op, 0));
+        for (size_t i = 0; rank == 0 && i < count; ++i) {
+          CHECK_OR_FAIL(kernels::ref::BF16ToF32(out[i]) == f * static_cast<float>(3 * (i % 5) + 3),
+                        std::string(transport) + " reduce element " + std::to_string(i));
+        }
+      }
+      return Status::Ok();
+    }, milliseconds(120000));
+    for (const auto& r : results) EXPECT_TRUE(r.ok()) << transport << "\n" << ResultsText(results);
+  }
+}
+
 TEST(Numerics, PremulOpsAndTypeChecksAreNamedErrors) {
   auto results = RunRanks(1, [&](int rank, transport::Store& store) -> Status {
     CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, 1, store, "shm", "auto", "f32"));
