@@ -48,7 +48,7 @@ struct CommDecision {
   // The id of rank 0's tuning file ("none" without one): every rank must
   // load the same, or ranks would pick different algorithms for one call.
   std::string tuning_id = "none";
-  std::string accumulate = "f32";  // rank 0's CIUIC_ACCUMULATE (all must match)
+  std::string accumulate = "wire";  // rank 0's CIUIC_ACCUMULATE (all must match)
 
   // "<transport> <job id> <0|1> <tuning id> <accumulate>".
   std::string Encode() const;

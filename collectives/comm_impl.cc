@@ -382,11 +382,16 @@ StatusOr<bool> CommImpl::WidenFor(const OpDesc& d) {
   if (d.op == ReduceOp::kAvg || d.op == ReduceOp::kPremulSum || size_ > kernels::kMaxSources) return true;
   // Otherwise the shared-memory family reduces every rank's input in one
   // n-ary pass: it rounds once already. Decided on what every rank shares
-  // (not this rank's buffer overlap), so that all send the same type.
+  // (not this rank's buffer overlap), so that all send the same type; the
+  // last call's answer is kept (the small-message path asks every call).
+  WidenKey key{d.coll, d.count, d.dtype, d.op, d.root, d.counts};
+  if (last_widen_.has_value() && last_widen_->first == key) return last_widen_->second;
   CallShape shape = ShapeOf(d, size_, selection_.backend);
   shape.partial_overlap = false;
   CIUIC_ASSIGN_OR_RETURN(const Selection sel, Select(shape, d.dtype, d.op, selection_, &selections_));
-  return sel.algorithm->kind == AlgorithmKind::kSchedule;
+  const bool widen = sel.algorithm->kind == AlgorithmKind::kSchedule;
+  last_widen_.emplace(std::move(key), widen);
+  return widen;
 }
 
 Status CommImpl::RunWorking(const OpDesc& d, bool widen, Clock::time_point deadline) {

@@ -177,6 +177,20 @@ class CommImpl {
   std::vector<char> scratch_;          // schedules' scratch, reused
   std::vector<char> staging_;          // input copy for unsupported overlaps
   std::vector<char> working_;          // RunWorking's copies, reused
+  // WidenFor's last call and answer.
+  struct WidenKey {
+    Collective coll;
+    size_t count;
+    DataType dtype;
+    ReduceOp op;
+    int root;
+    std::vector<size_t> counts;
+    bool operator==(const WidenKey& o) const {
+      return coll == o.coll && count == o.count && dtype == o.dtype && op == o.op && root == o.root &&
+             counts == o.counts;
+    }
+  };
+  std::optional<std::pair<WidenKey, bool>> last_widen_;
 
   // Execution state.
   mutable std::mutex exec_mu_;  // one operation runs at a time

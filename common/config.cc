@@ -352,8 +352,8 @@ const Knob kKnobs[] = {
        return Status::Ok();
      },
      [](const Config& c) { return c.progress; }},
-    {"CIUIC_ACCUMULATE", "f32",
-     "partial sums of f16/bf16/e4m3/e5m2 reductions between hops: f32 (rounded once at the end, partials sent in f32) or wire (rounded at every hop, half/quarter the bytes)",
+    {"CIUIC_ACCUMULATE", "wire",
+     "partial sums of f16/bf16/e4m3/e5m2 reductions between the hops of network algorithms: wire (rounded at every hop, as NCCL) or f32 (rounded once at the end; partials sent in f32, 2x/4x the bytes)",
      [](const std::string& t, Config* c) {
        const std::string v = Lower(t);
        if (v != "f32" && v != "wire") return InvalidArgumentError("expected f32 or wire");

@@ -53,8 +53,9 @@ struct Options {
 void Usage() {
   std::printf(
       "usage: kernel_perf [options]\n"
-      "  -t, --dtype LIST   f32,bf16,f16,f64,i8,u8,i32,u32,i64,u64 (default f32,bf16,f16)\n"
-      "  -o, --op LIST      sum,prod,min,max,avg (default sum)\n"
+      "  -t, --dtype LIST   f32,bf16,f16,e4m3,e5m2,f64,i8,u8,i16,u16,i32,u32,i64,u64,bool\n"
+      "                     (default f32,bf16,f16)\n"
+      "  -o, --op LIST      sum,prod,min,max,avg,band,bor,bxor,premul_sum (default sum)\n"
       "  -n, --nsrcs LIST   inputs per reduction, 1..16 (default 2)\n"
       "  -s, --sizes LIST   bytes per array, e.g. 8K,128K,4M,64M (the default)\n"
       "  -r, --reps N       timed repetitions, the median is reported (default 5)\n"
@@ -188,6 +189,10 @@ void FillValues(void* p, size_t count, DataType dt, int salt) {
       case DataType::kFloat64: static_cast<double*>(p)[i] = v; break;
       case DataType::kFloat16: static_cast<uint16_t*>(p)[i] = kernels::ref::F32ToF16(v); break;
       case DataType::kBFloat16: static_cast<uint16_t*>(p)[i] = kernels::ref::F32ToBF16(v); break;
+      case DataType::kFloat8E4M3:
+      case DataType::kFloat8E5M2:
+        static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(kernels::ref::F32ToNarrow(dt, v));
+        break;
       default: {
         const uint64_t r = i * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(salt);
         std::memcpy(static_cast<char*>(p) + i * DataTypeSize(dt), &r, DataTypeSize(dt));
@@ -302,6 +307,10 @@ int Main(int argc, char** argv) {
   std::vector<Row> rows;
   for (DataType dt : o.dtypes) {
     for (ReduceOp op : o.ops) {
+      if (!Supports(dt, op)) {
+        std::fprintf(stderr, "kernel_perf: %s on %s is not defined: skipped\n", ReduceOpName(op), DataTypeName(dt));
+        continue;
+      }
       for (int n : o.nsrcs) {
         for (size_t bytes : o.sizes) {
           const size_t es = DataTypeSize(dt);
@@ -363,6 +372,15 @@ int Main(int argc, char** argv) {
             } else if (dt == DataType::kFloat16) {
               scalar = static_cast<int>(fns.size());
               fns.push_back([=] { ScalarSumF16(d16, s16, n, count); });
+            } else if (dt == DataType::kFloat8E4M3 || dt == DataType::kFloat8E5M2) {
+              auto* d8 = reinterpret_cast<uint8_t*>(tmp.p);
+              const auto* s8 = reinterpret_cast<const uint8_t* const*>(srcs.data());
+              scalar = static_cast<int>(fns.size());
+              if (dt == DataType::kFloat8E4M3) {
+                fns.push_back([=] { ScalarSumE4M3(d8, s8, n, count); });
+              } else {
+                fns.push_back([=] { ScalarSumE5M2(d8, s8, n, count); });
+              }
             }
           }
           // The same reduction through the C ABI (its process-wide reducer).

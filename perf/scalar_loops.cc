@@ -57,7 +57,83 @@ inline uint16_t F32ToF16(float f) {
   return static_cast<uint16_t>(r | sign);
 }
 
+// fp8 the way a scalar converting loop does it (branches per element).
+inline float E4M3ToF32(uint8_t b) {
+  const uint32_t sign = static_cast<uint32_t>(b & 0x80) << 24;
+  const uint32_t e = (b >> 3) & 0xF, m = b & 7;
+  uint32_t u;
+  if (e == 15 && m == 7) {
+    u = 0x7FC00000u;
+  } else if (e == 0) {
+    const float f = static_cast<float>(m) * 0.001953125f;
+    std::memcpy(&u, &f, 4);
+  } else {
+    u = ((e + 120) << 23) | (m << 20);
+  }
+  u |= sign;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint8_t F32ToE4M3(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t sign = (u >> 24) & 0x80;
+  uint32_t a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return static_cast<uint8_t>(sign | 0x7F);
+  if (a >= 0x43E00000u) return static_cast<uint8_t>(sign | 0x7E);  // >= 448: saturate
+  uint32_t r;
+  if (a < 0x3C800000u) {
+    float x;
+    std::memcpy(&x, &a, 4);
+    x += 16384.0f;
+    std::memcpy(&r, &x, 4);
+    r -= 0x46800000u;
+  } else {
+    r = (a - 0x3C000000u + 0x7FFFFu + ((a >> 20) & 1)) >> 20;
+  }
+  return static_cast<uint8_t>(r | sign);
+}
+inline float E5M2ToF32(uint8_t b) { return F16ToF32(static_cast<uint16_t>(b << 8)); }
+inline uint8_t F32ToE5M2(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t sign = (u >> 24) & 0x80;
+  const uint32_t a = u & 0x7FFFFFFFu;
+  uint32_t r;
+  if (a > 0x7F800000u) {
+    r = 0x7E;
+  } else if (a >= 0x47800000u) {
+    r = 0x7C;
+  } else if (a < 0x38800000u) {
+    float x;
+    std::memcpy(&x, &a, 4);
+    x += 128.0f;
+    std::memcpy(&r, &x, 4);
+    r -= 0x43000000u;
+  } else {
+    r = (a - 0x38000000u + 0xFFFFFu + ((a >> 21) & 1)) >> 21;
+  }
+  return static_cast<uint8_t>(r | sign);
+}
+
 }  // namespace
+
+void ScalarSumE4M3(uint8_t* dst, const uint8_t* const* srcs, int n, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    float acc = E4M3ToF32(srcs[0][i]);
+    for (int k = 1; k < n; ++k) acc += E4M3ToF32(srcs[k][i]);
+    dst[i] = F32ToE4M3(acc);
+  }
+}
+
+void ScalarSumE5M2(uint8_t* dst, const uint8_t* const* srcs, int n, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    float acc = E5M2ToF32(srcs[0][i]);
+    for (int k = 1; k < n; ++k) acc += E5M2ToF32(srcs[k][i]);
+    dst[i] = F32ToE5M2(acc);
+  }
+}
 
 void ScalarSumF32(float* dst, const float* const* srcs, int n, size_t count) {
   for (size_t i = 0; i < count; ++i) {

@@ -14,6 +14,9 @@ namespace ciuic::perf {
 void ScalarSumF32(float* dst, const float* const* srcs, int n, size_t count);
 void ScalarSumBF16(uint16_t* dst, const uint16_t* const* srcs, int n, size_t count);
 void ScalarSumF16(uint16_t* dst, const uint16_t* const* srcs, int n, size_t count);
+// fp8 decoded and rounded (RNE; e4m3 saturating) per element with branches.
+void ScalarSumE4M3(uint8_t* dst, const uint8_t* const* srcs, int n, size_t count);
+void ScalarSumE5M2(uint8_t* dst, const uint8_t* const* srcs, int n, size_t count);
 
 // Hand-written AVX-512 loops (two inputs). Return false when the CPU lacks
 // the instructions. `nt`: streaming stores (dst must be 64-byte aligned).

@@ -21,17 +21,19 @@ typedef enum {
   CIUIC_UINT32 = 3,
   CIUIC_INT64 = 4,
   CIUIC_UINT64 = 5,
-  CIUIC_FLOAT16 = 6,  /* IEEE binary16; computed in f32, rounded once (RNE) */
-  CIUIC_BFLOAT16 = 7, /* bfloat16; computed in f32, rounded once (RNE) */
+  CIUIC_FLOAT16 = 6,  /* IEEE binary16; a kernel computes in f32 and rounds once (RNE);
+                         across ranks see CIUIC_ACCUMULATE */
+  CIUIC_BFLOAT16 = 7, /* bfloat16; as float16 */
   CIUIC_FLOAT32 = 8,
   CIUIC_FLOAT64 = 9,
   CIUIC_INT16 = 10,
   CIUIC_UINT16 = 11,
   CIUIC_BOOL = 12,        /* one byte, 0 = false; reduced as bytes */
   CIUIC_FLOAT8_E4M3 = 13, /* OCP FP8 E4M3: no Inf, NaN = S.1111.111, max 448;
-                             computed in f32, rounded once (RNE, saturating) */
-  CIUIC_FLOAT8_E5M2 = 14, /* OCP FP8 E5M2: IEEE-like, max 57344; computed in
-                             f32, rounded once (RNE, overflow to Inf) */
+                             as float16, rounding RNE and saturating */
+  CIUIC_FLOAT8_E5M2 = 14, /* OCP FP8 E5M2: IEEE-like, max 57344; as float16,
+                             overflow to Inf. A NaN result's sign and payload
+                             are unspecified (CPU and CUDA differ) */
   CIUIC_NUM_DATATYPES = 15
 } ciuic_datatype_t;
 

@@ -114,11 +114,13 @@ struct Config {
   int nchannels = 1;
   std::string progress = "thread";
   // CIUIC_ACCUMULATE: how reductions of f16/bf16/e4m3/e5m2 keep their
-  // partial sums between hops of a network algorithm (ring, tree, ...):
-  // "f32" (in f32, rounded once at the end: the wire carries f32 partials,
-  // twice / four times the bytes) or "wire" (rounded to the type at every
-  // hop, as NCCL does). Every rank must set the same.
-  std::string accumulate = "f32";
+  // partial sums between the hops of a network algorithm (ring, tree, ...):
+  // "wire" (rounded to the type at every hop, as NCCL does: the bytes the
+  // type was chosen to save) or "f32" (kept in f32 and rounded once at the
+  // end: f32 partials on the wire, two / four times the bytes). The
+  // shared-memory family rounds once in either mode. Every rank must set
+  // the same.
+  std::string accumulate = "wire";
   // CIUIC_TUNING_FILE: a tuning file written by ciuic-tune (cost-model
   // parameters per backend and measured algorithm crossovers); empty = the
   // built-in defaults.

@@ -14,9 +14,10 @@ copies); they must be contiguous. Types: float32 float64 float16 bfloat16
 float8_e4m3fn float8_e5m2 int8 uint8 int16 uint16 int32 uint32 int64 uint64
 bool (numpy bfloat16 and fp8: ml_dtypes', or a uint16 / uint8 array with
 dtype="bfloat16" / "float8_e4m3fn"). Ops: SUM PROD MIN MAX AVG, BAND BOR BXOR
-(integers, bool), and ctx.premul_sum(factor). f16/bf16/fp8 partial sums stay
-f32 between ranks unless accumulate="wire". Every blocking call releases the
-GIL.
+(integers, bool), and ctx.premul_sum(factor). Across the hops of a network
+algorithm f16/bf16/fp8 partial sums are rounded at each hop (as NCCL does),
+or kept in f32 and rounded once with accumulate="f32" (twice the bytes).
+Every blocking call releases the GIL.
 
 The context's methods: all_reduce, all_gather, all_gather_into, reduce,
 broadcast, reduce_scatter, all_to_all (with splits: all-to-all-v), gather,

@@ -264,6 +264,10 @@ class CiuicContext:
       capacity of the fusion buckets (all_reduce of an iterable).
     timeout: seconds after which a stalled peer is an error
       (DeadlineExceededError naming it; CIUIC_TIMEOUT_MS).
+    accumulate: "wire" (the default: float16/bfloat16/fp8 partial sums are
+      rounded at every hop of a network algorithm, as NCCL does) or "f32"
+      (kept in f32 and rounded once; twice the bytes for 16-bit types, four
+      times for fp8); CIUIC_ACCUMULATE. Every rank must pass the same.
     store: a torch.distributed Store (or an object with its set/get/add/wait)
       to rendezvous through, with rank and world_size.
     knobs: further CIUIC_* settings as {"CIUIC_NCHANNELS": 2, ...}.

@@ -12,9 +12,9 @@ all_gather (and all_gather_into_tensor, the coalesced forms), gather,
 scatter, reduce_scatter (and reduce_scatter_tensor), all_to_all (and
 all_to_all_single with split sizes), send/recv with tags, barrier. Every
 real torch dtype, reduced by the library's kernels: float32/64, float16,
-bfloat16, float8_e4m3fn/e5m2 (f16/bf16/fp8 partial sums kept in f32 between
-ranks: CIUIC_ACCUMULATE), int8/16/32/64, uint8/16/32/64 and bool. recv from
-any source is refused.
+bfloat16, float8_e4m3fn/e5m2 (partial sums between ranks rounded per hop,
+or in f32 with CIUIC_ACCUMULATE=f32), int8/16/32/64, uint8/16/32/64 and
+bool. recv from any source is refused.
 
 The rendezvous goes through the store torch gives each group (no second
 address); each group (new_group) is its own ciuic communicator. The group's
