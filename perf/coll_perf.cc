@@ -32,6 +32,7 @@
 #include "ciuic/collectives.h"
 #include "ciuic/config.h"
 #include "collectives/registry.h"
+#include "kernels/reference.h"
 #include "transport/transport.h"
 #include "common/version.h"
 
@@ -81,7 +82,7 @@ ciuic::collectives::Collective ThisCollective() {
   const std::string algos = ciuic::collectives::AlgorithmNamesFor(ThisCollective());
   std::fprintf(error.empty() ? stdout : stderr,
                "usage: %s [-N ranks] [-b minbytes] [-e maxbytes] [-f factor | -i step] [-n iters]\n"
-               "          [-w warmup] [-c 0|1] [-o sum|prod|min|max|avg] [-d float|double|half|bfloat16|int32|int64|uint8]\n"
+               "          [-w warmup] [-c 0|1] [-o sum|prod|min|max|avg] [-d float|double|half|bfloat16|f8e4m3|f8e5m2|int8|uint8|int16|uint16|int32|uint32|int64|uint64]\n"
                "          [-r root] [-a algo] [-t shm|tcp|verbs] [--no-inplace] [--format table|csv|json]\n"
                "          [--mem host|cuda]\n"
                "  -N  local ranks to fork when not started by a launcher (default 1)\n"
@@ -163,7 +164,9 @@ bool FindType(const std::string& n, TypeInfo* t) {
                                     {"half", DataType::kFloat16},    {"bfloat16", DataType::kBFloat16},
                                     {"int32", DataType::kInt32},     {"int64", DataType::kInt64},
                                     {"uint8", DataType::kUint8},     {"int8", DataType::kInt8},
-                                    {"uint32", DataType::kUint32},   {"uint64", DataType::kUint64}};
+                                    {"uint32", DataType::kUint32},   {"uint64", DataType::kUint64},
+                                    {"int16", DataType::kInt16},     {"uint16", DataType::kUint16},
+                                    {"f8e4m3", DataType::kFloat8E4M3}, {"f8e5m2", DataType::kFloat8E5M2}};
   for (const auto& k : kTypes) {
     if (n == k.name) {
       *t = k;
@@ -187,7 +190,12 @@ bool FindOp(const std::string& n, ReduceOp* op) {
 
 // Element values used by the check: small integers so every dtype and
 // every summation order is exact. Stored through float conversion helpers.
-double Value(int rank, size_t i) { return static_cast<double>((rank * 3 + i * 5) % 7 + 1); }
+// fp8 (2-3 mantissa bits): powers of two alike on every rank, so sums over
+// up to 8 ranks stay exact whatever the order and rounding mode.
+double Value(int rank, size_t i, DataType t) {
+  if (t == DataType::kFloat8E4M3 || t == DataType::kFloat8E5M2) return std::ldexp(1.0, -static_cast<int>(i % 4));
+  return static_cast<double>((rank * 3 + i * 5) % 7 + 1);
+}
 
 void Store(void* buf, DataType t, size_t i, double v) {
   switch (t) {
@@ -199,6 +207,13 @@ void Store(void* buf, DataType t, size_t i, double v) {
     case DataType::kUint64: static_cast<uint64_t*>(buf)[i] = static_cast<uint64_t>(v); break;
     case DataType::kInt8: static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v); break;
     case DataType::kUint8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v); break;
+    case DataType::kInt16: static_cast<int16_t*>(buf)[i] = static_cast<int16_t>(v); break;
+    case DataType::kUint16: static_cast<uint16_t*>(buf)[i] = static_cast<uint16_t>(v); break;
+    case DataType::kFloat8E4M3:
+    case DataType::kFloat8E5M2:
+      static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(ciuic::kernels::ref::F32ToNarrow(t, static_cast<float>(v)));
+      break;
+    case DataType::kBool: static_cast<uint8_t*>(buf)[i] = v != 0; break;
     case DataType::kFloat16:
     case DataType::kBFloat16: {
       // Small integers are exact in both; build the bits directly.
@@ -227,6 +242,11 @@ double Load(const void* buf, DataType t, size_t i) {
     case DataType::kUint64: return static_cast<double>(static_cast<const uint64_t*>(buf)[i]);
     case DataType::kInt8: return static_cast<const int8_t*>(buf)[i];
     case DataType::kUint8: return static_cast<const uint8_t*>(buf)[i];
+    case DataType::kInt16: return static_cast<const int16_t*>(buf)[i];
+    case DataType::kUint16: return static_cast<const uint16_t*>(buf)[i];
+    case DataType::kFloat8E4M3:
+    case DataType::kFloat8E5M2: return ciuic::kernels::ref::NarrowToF32(t, static_cast<const uint8_t*>(buf)[i]);
+    case DataType::kBool: return static_cast<const uint8_t*>(buf)[i];
     case DataType::kFloat16:
     case DataType::kBFloat16: {
       const uint16_t h = static_cast<const uint16_t*>(buf)[i];
@@ -245,16 +265,17 @@ double Load(const void* buf, DataType t, size_t i) {
   return 0;
 }
 
-double Reduce(ReduceOp op, int n, size_t i) {
-  double acc = Value(0, i);
+double Reduce(ReduceOp op, int n, size_t i, DataType t) {
+  double acc = Value(0, i, t);
   for (int r = 1; r < n; ++r) {
-    const double v = Value(r, i);
+    const double v = Value(r, i, t);
     switch (op) {
       case ReduceOp::kSum:
       case ReduceOp::kAvg: acc += v; break;
       case ReduceOp::kProd: acc *= v; break;
       case ReduceOp::kMin: acc = std::min(acc, v); break;
       case ReduceOp::kMax: acc = std::max(acc, v); break;
+      default: break;  // not offered by -o
     }
   }
   return op == ReduceOp::kAvg ? acc / n : acc;
@@ -369,13 +390,13 @@ ciuic::StatusOr<size_t> Check(Communicator& comm, const Options& o, const Case& 
                               Buffers& b, bool inplace) {
   const int r = comm.rank(), n = comm.size();
   void* send = b.send_h.data();
-  for (size_t i = 0; i < c.send_elems; ++i) Store(send, t, i, Value(r, i));
+  for (size_t i = 0; i < c.send_elems; ++i) Store(send, t, i, Value(r, i, t));
   const size_t es = ciuic::DataTypeSize(t);
   void* out = b.recv_h.data();
   if (inplace) {
     out = send;
     if (o.op == "allgather") {
-      for (size_t i = 0; i < c.count; ++i) Store(send, t, r * c.count + i, Value(r, i));
+      for (size_t i = 0; i < c.count; ++i) Store(send, t, r * c.count + i, Value(r, i, t));
     }
   }
   // The same pointers in the buffers the collective gets.
@@ -388,19 +409,19 @@ ciuic::StatusOr<size_t> Check(Communicator& comm, const Options& o, const Case& 
   size_t wrong = 0;
   auto expect = [&](size_t i, double v) { wrong += Load(out, t, i) != v; };
   if (o.op == "allreduce") {
-    for (size_t i = 0; i < c.count; ++i) expect(i, Reduce(op, n, i));
+    for (size_t i = 0; i < c.count; ++i) expect(i, Reduce(op, n, i, t));
   } else if (o.op == "broadcast") {
-    for (size_t i = 0; i < c.count; ++i) expect(i, Value(o.root, i));
+    for (size_t i = 0; i < c.count; ++i) expect(i, Value(o.root, i, t));
   } else if (o.op == "reduce") {
-    if (r == o.root) for (size_t i = 0; i < c.count; ++i) expect(i, Reduce(op, n, i));
+    if (r == o.root) for (size_t i = 0; i < c.count; ++i) expect(i, Reduce(op, n, i, t));
   } else if (o.op == "allgather") {
     for (int p = 0; p < n; ++p)
-      for (size_t i = 0; i < c.count; ++i) expect(p * c.count + i, Value(p, i));
+      for (size_t i = 0; i < c.count; ++i) expect(p * c.count + i, Value(p, i, t));
   } else if (o.op == "reduce_scatter") {
-    for (size_t i = 0; i < c.count; ++i) expect(i, Reduce(op, n, r * c.count + i));
+    for (size_t i = 0; i < c.count; ++i) expect(i, Reduce(op, n, r * c.count + i, t));
   } else {
     for (int p = 0; p < n; ++p)
-      for (size_t i = 0; i < c.count; ++i) expect(p * c.count + i, Value(p, r * c.count + i));
+      for (size_t i = 0; i < c.count; ++i) expect(p * c.count + i, Value(p, r * c.count + i, t));
   }
   return wrong;
 }
