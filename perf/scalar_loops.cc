@@ -119,20 +119,20 @@ inline uint8_t F32ToE5M2(float f) {
 
 }  // namespace
 
-void ScalarSumE4M3(uint8_t* dst, const uint8_t* const* srcs, int n, size_t count) {
+template <float (*Decode)(uint8_t), uint8_t (*Encode)(float)>
+void ScalarSumFp8(uint8_t* dst, const uint8_t* const* srcs, int n, size_t count) {
   for (size_t i = 0; i < count; ++i) {
-    float acc = E4M3ToF32(srcs[0][i]);
-    for (int k = 1; k < n; ++k) acc += E4M3ToF32(srcs[k][i]);
-    dst[i] = F32ToE4M3(acc);
+    float acc = Decode(srcs[0][i]);
+    for (int k = 1; k < n; ++k) acc += Decode(srcs[k][i]);
+    dst[i] = Encode(acc);
   }
 }
 
+void ScalarSumE4M3(uint8_t* dst, const uint8_t* const* srcs, int n, size_t count) {
+  ScalarSumFp8<E4M3ToF32, F32ToE4M3>(dst, srcs, n, count);
+}
 void ScalarSumE5M2(uint8_t* dst, const uint8_t* const* srcs, int n, size_t count) {
-  for (size_t i = 0; i < count; ++i) {
-    float acc = E5M2ToF32(srcs[0][i]);
-    for (int k = 1; k < n; ++k) acc += E5M2ToF32(srcs[k][i]);
-    dst[i] = F32ToE5M2(acc);
-  }
+  ScalarSumFp8<E5M2ToF32, F32ToE5M2>(dst, srcs, n, count);
 }
 
 void ScalarSumF32(float* dst, const float* const* srcs, int n, size_t count) {
