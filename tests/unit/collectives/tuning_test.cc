@@ -128,7 +128,7 @@ TEST(TuningTest, EveryErrorNamesFileLineAndProblem) {
       {"backend tcp alpha_us 2", "backend tcp given twice (first on line 3)"},
       {"gamma f32 sum", "gamma takes a dtype, an op and GB/s"},
       {"gamma f128 sum 1", "unknown dtype 'f128' (valid: i8, u8"},
-      {"gamma f32 xor 1", "unknown op 'xor' (valid: sum, prod, min, max, avg)"},
+      {"gamma f32 xor 1", "unknown op 'xor' (valid: sum, prod, min, max, avg, band, bor, bxor, premul_sum)"},
       {"gamma f32 sum fast", "'fast' is not a positive number"},
       {"gamma i8 max 1", "gamma i8 max given twice (first on line 4)"},
       {"meta host", "meta needs a key and a text"},
