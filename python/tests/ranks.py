@@ -5,7 +5,9 @@ safe (children leave with os._exit, skipping the parent's finalizers)."""
 import multiprocessing
 import os
 import pickle
+import random
 import signal
+import socket
 import time
 import traceback
 
@@ -14,6 +16,27 @@ import ciuic
 
 class RankFailure(AssertionError):
     pass
+
+
+def free_port():
+    """A loopback port free now, for a server a test starts later (torch's
+    TCPStore). Drawn from below the kernel's ephemeral range: a port bind(0)
+    hands out can be taken by any connect() before the server listens."""
+    lo = 32768
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    for _ in range(200):
+        port = random.randrange(max(1024, lo // 2), lo)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free loopback port below the ephemeral range")
 
 
 def _child(fn, rank, n, port, env, args, conn):

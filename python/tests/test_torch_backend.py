@@ -455,10 +455,7 @@ def other_inits(rank, n, store_dir, how, port):
 
 @pytest.mark.parametrize("how", ["env", "tcp", "per-device"])
 def test_init_methods_and_per_device_backends(how, tmp_path):
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = ranks.free_port()
     n = 3
     for x, name in ranks.run(n, other_inits, str(tmp_path), how, port, timeout=120):
         assert x == [3.0] * 5 and name == "ciuic", (x, name)

@@ -2,7 +2,6 @@
 store: no second rendezvous address."""
 
 import os
-import socket
 
 import numpy as np
 import pytest
@@ -16,12 +15,6 @@ pytestmark = pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
 if HAVE_TORCH:
     import torch
     import torch.distributed as dist
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def in_torch_job(rank, n, port):
@@ -46,7 +39,7 @@ def in_torch_job(rank, n, port):
 
 def test_context_uses_torch_distributed_rank_size_and_store():
     n = 3
-    res = ranks.run(n, in_torch_job, free_port(), timeout=180)
+    res = ranks.run(n, in_torch_job, ranks.free_port(), timeout=180)
     for r, (value, gathered, rs, mismatch) in enumerate(res):
         assert value == sum(range(n))
         assert gathered == list(range(n))
