@@ -371,11 +371,14 @@ class Stall {
       if (gone.ok()) gone = impl_.CheckStarted(peer);
     }
     if (gone.ok() && now - last_liveness_ >= kLivenessEvery) {
-      // Every peer, not only the one awaited: that one may be a survivor
-      // waiting, like this rank, for one that died.
+      // Every peer's failure word, not only the awaited one's: that one may
+      // be a survivor waiting, like this rank, for one that died (and it
+      // says so there). Only the awaited peer's connection counts: another
+      // peer may have finished its part and left (its words stay mapped);
+      // one that left too early is named by whoever waits for it.
       last_liveness_ = now;
       for (int r = 0; r < impl_.size && gone.ok(); ++r) {
-        if (r != impl_.rank) gone = impl_.PeerStatus(r, true);
+        if (r != impl_.rank) gone = impl_.PeerStatus(r, r == peer);
       }
     }
     if (!gone.ok()) {

@@ -81,3 +81,27 @@ def killed_async(rank, n, sync_dir):
 def test_async_wait_names_the_dead_rank(tmp_path):
     res = ranks.run(2, killed_async, str(tmp_path), allow_signals=(signal.SIGKILL,), timeout=120)
     assert res[1] == 0
+
+
+def last_call_then_exit(rank, n, call, count):
+    ctx = ciuic.CiuicContext()
+    x = np.full(count, rank + 1, np.float32)
+    if call == "reduce":
+        out = ctx.reduce(x, dst=n - 1)
+        ok = rank != n - 1 or bool(np.all(out == n * (n + 1) / 2))
+    else:
+        out = ctx.all_reduce(x)
+        ok = bool(np.all(out == n * (n + 1) / 2))
+    return ok  # and leave at once (os._exit): no destroy, no barrier
+
+
+@pytest.mark.parametrize("call,count", [("reduce", 1000), ("reduce", 100000), ("allreduce", 100000)])
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_a_rank_that_finished_and_left_fails_nobody(transport, call, count):
+    # A peer that sent its part and exited before the receiver connected to
+    # it (links are made on first use) or while the receiver still waited on
+    # another rank used to fail that receiver ("peer died", "has exited; it
+    # will never connect"): 5 to 7 jobs in 10 at 4 ranks over shm.
+    for _ in range(10):
+        res = ranks.run(4, last_call_then_exit, call, count, env={"CIUIC_TRANSPORT": transport}, timeout=60)
+        assert res == [True] * 4, res

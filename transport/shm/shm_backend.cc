@@ -322,6 +322,19 @@ struct PeerMapping {
   }
 };
 
+// Private zeroed memory standing in for the ring and doorbell of a peer
+// that left before this side mapped them.
+StatusOr<std::shared_ptr<PeerMapping>> StandInMapping(size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    return ResourceExhaustedError("shm: mapping " + std::to_string(bytes) + " bytes: " + std::strerror(errno));
+  }
+  auto m = std::make_shared<PeerMapping>();
+  m->base = static_cast<char*>(p);
+  m->bytes = bytes;
+  return m;
+}
+
 class ShmConnection;
 
 // Allocate()d memory (a segment) or Register()ed caller memory.
@@ -453,6 +466,13 @@ class ShmConnection final : public Connection {
     }
   }
 
+  // The peer is gone (`why`): what it delivered is still read, then
+  // Progress fails with `why`; writes fail now; messages (credits) are
+  // dropped, as nobody will read them.
+  void Depart(Status why) {
+    if (departed_.ok()) departed_ = std::move(why);
+  }
+
   StatusOr<RemoteRegion> ImportRegion(const std::string& blob) override;
   Status PostWrite(const MemoryRegion& src, size_t src_offset, RemoteRegion dst, size_t dst_offset,
                    size_t len, uint32_t imm, uint64_t wr_id) override;
@@ -548,6 +568,7 @@ class ShmConnection final : public Connection {
   uint64_t done_tail_ = 0;
   Clock::time_point next_liveness_check_;
   Status error_;
+  Status departed_;  // see Depart
   // Blocked on a full peer ring (read by WaitForActivity on any thread).
   std::atomic<bool> out_blocked_{false};
   std::atomic<bool> failed_{false};  // error_ is set
@@ -584,9 +605,19 @@ StatusOr<RemoteRegion> ShmConnection::ImportRegion(const std::string& blob) {
       return InvalidArgumentError("shm: region description from " + Who() +
                                   " exceeds its segment");
     }
-    CIUIC_ASSIGN_OR_RETURN(imp.mapping,
-                           backend_->MapPeerSegment(pidfd_, peer_pid_, peer(), seg));
-    imp.base = imp.mapping->base + offset;
+    StatusOr<std::shared_ptr<PeerMapping>> m =
+        departed_.ok() ? backend_->MapPeerSegment(pidfd_, peer_pid_, peer(), seg) : departed_;
+    // kUnavailable: the peer is exiting or gone, or released the segment.
+    if (!m.ok() && m.status().code() == StatusCode::kUnavailable) {
+      Depart(m.status());
+    } else if (!m.ok()) {
+      return m.status();
+    } else {
+      imp.mapping = std::move(*m);
+      imp.base = imp.mapping->base + offset;
+    }
+  } else if (!departed_.ok()) {
+    imp.address = address;
   } else {
     imp.address = address;
     if (size > 0) {
@@ -603,7 +634,11 @@ StatusOr<RemoteRegion> ShmConnection::ImportRegion(const std::string& blob) {
               " not permitted (EPERM): run the ranks as one user and allow ptrace "
               "(kernel.yama.ptrace_scope, seccomp), or use Allocate()d memory");
         }
-        if (err == ESRCH) return UnavailableError("shm: peer " + Who() + " died");
+        if (err == ESRCH) {
+          Depart(UnavailableError("shm: peer " + Who() + " died"));
+          imports_.push_back(std::move(imp));
+          return RemoteRegion{static_cast<uint32_t>(imports_.size() - 1), size};
+        }
         return InvalidArgumentError("shm: region of " + Who() + " at 0x" + Hex64(address) +
                                     " is not readable by cross-memory attach: " + Errno(err));
       }
@@ -645,6 +680,7 @@ Status ShmConnection::CmaWrite(const char* src, uint64_t address, size_t len) {
 Status ShmConnection::PostWrite(const MemoryRegion& src, size_t src_offset, RemoteRegion dst,
                                 size_t dst_offset, size_t len, uint32_t imm, uint64_t wr_id) {
   if (!error_.ok()) return error_;
+  if (!departed_.ok()) return departed_;
   if (src_offset > src.size() || len > src.size() - src_offset) {
     return InvalidArgumentError("shm: write of " + std::to_string(len) + " bytes at source offset " +
                                 std::to_string(src_offset) + " exceeds the " +
@@ -689,6 +725,7 @@ Status ShmConnection::PostWrite(const MemoryRegion& src, size_t src_offset, Remo
 
 Status ShmConnection::PostMessage(const void* data, size_t len) {
   if (!error_.ok()) return error_;
+  if (!departed_.ok()) return Status::Ok();
   if (len > kMaxMessageBytes || (len > 0 && data == nullptr)) {
     return InvalidArgumentError("shm: message of " + std::to_string(len) + " bytes (at most " +
                                 std::to_string(kMaxMessageBytes) + ")");
@@ -705,6 +742,7 @@ Status ShmConnection::PostMessage(const void* data, size_t len) {
 }
 
 Status ShmConnection::CheckPeer() {
+  if (!departed_.ok()) return departed_;
   if (in_.ring()->producer.closed.load(std::memory_order_acquire) != 0 ||
       out_.ring()->consumer_closed.value.load(std::memory_order_acquire) != 0) {
     return UnavailableError("shm: peer rank " + std::to_string(peer()) +
@@ -858,13 +896,14 @@ StatusOr<std::unique_ptr<Connection>> ShmEndpoint::Connect(const std::string& pe
   // The pidfd pins the identity of the peer process: segments are fetched
   // through it and its readability later says the peer died.
   int pidfd = static_cast<int>(syscall(SYS_pidfd_open, peer_pid, 0));
+  Status departed;  // not OK: the peer is gone (see below)
   if (pidfd < 0) {
     const int err = errno;
-    if (err == ESRCH) {
-      return UnavailableError("shm: peer " + RankPid(rank, peer_pid) + " is not running");
+    if (err == ESRCH) departed = UnavailableError("shm: peer " + RankPid(rank, peer_pid) + " exited");
+    if (departed.ok()) {
+      CIUIC_LOG(kInfo, "shm: pidfd_open(%d) failed (%s); using /proc and kill(0)",
+                static_cast<int>(peer_pid), std::strerror(err));
     }
-    CIUIC_LOG(kInfo, "shm: pidfd_open(%d) failed (%s); using /proc and kill(0)",
-              static_cast<int>(peer_pid), std::strerror(err));
   }
   struct PidfdCloser {
     int fd;
@@ -872,10 +911,31 @@ StatusOr<std::unique_ptr<Connection>> ShmEndpoint::Connect(const std::string& pe
       if (fd >= 0) close(fd);
     }
   } closer{pidfd};
-  CIUIC_ASSIGN_OR_RETURN(std::shared_ptr<PeerMapping> ring_map,
-                         backend_->MapPeerSegment(pidfd, peer_pid, rank, ring));
-  CIUIC_ASSIGN_OR_RETURN(std::shared_ptr<PeerMapping> bell_map,
-                         backend_->MapPeerSegment(pidfd, peer_pid, rank, bell));
+  std::shared_ptr<PeerMapping> ring_map, bell_map;
+  for (auto [map, desc] : {std::make_pair(&ring_map, &ring), std::make_pair(&bell_map, &bell)}) {
+    if (!departed.ok()) break;
+    StatusOr<std::shared_ptr<PeerMapping>> m = backend_->MapPeerSegment(pidfd, peer_pid, rank, *desc);
+    if (!m.ok()) {
+      // kUnavailable: exiting or gone, or it released the segment.
+      if (m.status().code() != StatusCode::kUnavailable) return m.status();
+      departed = m.status();
+      break;
+    }
+    *map = std::move(*m);
+  }
+  if (!departed.ok()) {
+    // The peer wrote into this side's memory and left before this side
+    // connected (its last operation needed nothing more from this rank):
+    // what it delivered is still read; sends to it fail.
+    CIUIC_ASSIGN_OR_RETURN(ring_map, StandInMapping(sizeof(RingShared)));
+    CIUIC_ASSIGN_OR_RETURN(bell_map, StandInMapping(sizeof(DoorbellShared)));
+    reinterpret_cast<RingShared*>(ring_map->base)->consumer_closed.value.store(1, std::memory_order_release);
+    auto conn = std::make_unique<ShmConnection>(backend_, peer_, peer_pid, -1, std::move(ring_seg_),
+                                                std::move(ring_map), std::move(bell_map));
+    conn->Depart(Status(departed.code(), departed.message() + " (before this rank connected)"));
+    ring_seg_ = nullptr;
+    return std::unique_ptr<Connection>(std::move(conn));
+  }
   const auto* rh = &reinterpret_cast<const RingShared*>(ring_map->base)->header;
   const auto* bh = &reinterpret_cast<const DoorbellShared*>(bell_map->base)->header;
   if (rh->magic != shm::kRingMagic || rh->version != shm::kLayoutVersion ||
