@@ -78,6 +78,12 @@ Status GpuRoute::Decide(const OpDesc& d, Clock::time_point deadline) {
                                             " has not reached this collective on GPU buffers (every rank must pass "
                                             "device memory to the same calls): " + v.status().message());
     }
+    // "<0|1> host/gpu", from a peer: anything else is that peer's fault,
+    // not a reason to throw.
+    if (v->size() < 3 || ((*v)[0] != '0' && (*v)[0] != '1') || (*v)[1] != ' ') {
+      return DataLossError("rank " + std::to_string(r) + " published a malformed GPU record (" +
+                           std::to_string(v->size()) + " bytes): another ciuic version or a stranger in the job?");
+    }
     const std::string where = v->substr(2);
     if (why_not.empty() && (*v)[0] != '1') why_not = "rank " + std::to_string(r) + " cannot load NCCL";
     auto [it, fresh] = holder.emplace(where, r);

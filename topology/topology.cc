@@ -316,7 +316,9 @@ bool ParseCpuList(const std::string& text, std::vector<int>* out) {
       hi = std::strtol(p, &end, 10);
       if (end == p) return false;
     }
-    if (*end != '\0' || lo < 0 || hi < lo || hi - lo > 1 << 20) return false;
+    // CPU numbers beyond 2^20 are no CPU list of a real machine (and near
+    // LONG_MAX the loop below would overflow).
+    if (*end != '\0' || lo < 0 || hi < lo || hi > 1 << 20) return false;
     for (long v = lo; v <= hi; ++v) out->push_back(static_cast<int>(v));
   }
   return true;

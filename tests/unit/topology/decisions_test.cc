@@ -353,6 +353,14 @@ TEST(TopologyHelpers, CpuListsAndNaturalOrder) {
   EXPECT_FALSE(internal::ParseCpuList("3-1", &v));
   EXPECT_FALSE(internal::ParseCpuList("a", &v));
   EXPECT_FALSE(internal::ParseCpuList("1,,2", &v));
+  // CPU numbers near LONG_MAX (the range loop used to overflow) and beyond
+  // what strtol holds.
+  EXPECT_FALSE(internal::ParseCpuList("9223372036854775807", &v));
+  EXPECT_FALSE(internal::ParseCpuList("9223372036854775806-9223372036854775807", &v));
+  EXPECT_FALSE(internal::ParseCpuList("99999999999999999999999", &v));
+  EXPECT_FALSE(internal::ParseCpuList("2147483648", &v));
+  ASSERT_TRUE(internal::ParseCpuList("1048575-1048576", &v));
+  EXPECT_EQ(v, (std::vector<int>{1048575, 1048576}));
   EXPECT_TRUE(internal::NaturalLess("mlx5_2", "mlx5_10"));
   EXPECT_FALSE(internal::NaturalLess("mlx5_10", "mlx5_2"));
   EXPECT_TRUE(internal::IsPciBusId("0000:1b:00.0"));
