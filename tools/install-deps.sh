@@ -11,6 +11,7 @@ packages=(
   libhwloc-dev hwloc
   libibverbs-dev librdmacm-dev ibverbs-providers rdma-core libpmix-dev
   openmpi-bin libopenmpi-dev
+  clang libclang-rt-dev
 )
 missing=()
 for p in "${packages[@]}"; do
