@@ -4,6 +4,13 @@ find_package(Threads REQUIRED)
 
 pkg_check_modules(HWY REQUIRED IMPORTED_TARGET libhwy)
 
+# libcrypto (OpenSSL 3): SHA-256 and HMAC for the store's and the data
+# connections' handshakes.
+find_package(OpenSSL 3 COMPONENTS Crypto)
+if(NOT OPENSSL_FOUND)
+  message(FATAL_ERROR "libcrypto (OpenSSL 3) not found: apt-get install libssl-dev (tools/install-deps.sh)")
+endif()
+
 pkg_check_modules(HWLOC IMPORTED_TARGET hwloc)
 ciuic_resolve(CIUIC_WITH_HWLOC HWLOC_FOUND "apt-get install libhwloc-dev")
 

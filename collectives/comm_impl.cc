@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <future>
+#include <thread>
 
 #include "common/log.h"
 
@@ -160,6 +162,7 @@ Status CommImpl::Init() {
   bo.rank = rank_;
   bo.world_size = size_;
   bo.job_id = decision_.job_id;
+  bo.secret = config_.secret;
   bo.config = config_;
   if (plan_.has_value()) {
     bo.device = plan_->device;
@@ -544,6 +547,70 @@ Status CommImpl::ExecuteBatch(OpQueue::Batch* batch) {
   return ExecutePointToPoint(batch, deadline);
 }
 
+namespace {
+
+// Follows the fault records from `blamed`: each failed rank records in the
+// store whom its error names; the chain ends at a rank that records nothing
+// within `grace` (stopped or dead: the job's first fault). Returns the
+// chain, this rank first.
+std::vector<int> FollowFaultRecords(transport::Store& store, const std::string& key, int self, int size,
+                                    int blamed, std::chrono::milliseconds grace) {
+  std::vector<int> chain{self, blamed};
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  for (int at = blamed; static_cast<int>(chain.size()) <= size;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    StatusOr<std::string> rec = store.Get(key + std::to_string(at), std::max(left, std::chrono::milliseconds(1)));
+    if (!rec.ok()) break;
+    char* end = nullptr;
+    const long next = std::strtol(rec->c_str(), &end, 10);
+    if (end == rec->c_str() || *end != '\0' || next < 0 || next >= size) break;
+    if (std::find(chain.begin(), chain.end(), static_cast<int>(next)) != chain.end()) {
+      return {self, blamed};  // ranks waiting on each other: no first fault to name
+    }
+    chain.push_back(static_cast<int>(next));
+    at = static_cast<int>(next);
+  }
+  return chain;
+}
+
+}  // namespace
+
+Status CommImpl::NameFirstFault(const Status& s) {
+  if (s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kAborted || size_ < 3) return s;
+  const int blamed = RankNamedLast(s.message(), rank_);
+  if (blamed < 0 || blamed >= size_) return s;
+  // The store may be gone or stopped with the faulty rank (rank 0 serves
+  // it): the lookup runs on a thread of its own that may outlive this call
+  // (it holds only the store), and its answer counts only within the grace.
+  const auto grace = std::chrono::milliseconds(std::clamp<int64_t>(config_.timeout_ms / 4, 100, 2000));
+  auto answer = std::make_shared<std::promise<std::vector<int>>>();
+  std::future<std::vector<int>> got = answer->get_future();
+  std::thread lookup([store = store_, key = prefix_ + "/fault/", self = rank_, size = size_, blamed, grace, answer] {
+    std::vector<int> chain{self, blamed};
+    if (store->Set(key + std::to_string(self), std::to_string(blamed)).ok()) {
+      chain = FollowFaultRecords(*store, key, self, size, blamed, grace);
+    }
+    answer->set_value(std::move(chain));
+  });
+  if (got.wait_for(grace + std::chrono::milliseconds(200)) != std::future_status::ready) {
+    lookup.detach();  // stuck on the store: it ends with the store's own timeout
+    return s;
+  }
+  lookup.join();  // done: joined so that nothing of it outlives the call
+  const std::vector<int> chain = got.get();
+  if (chain.size() <= 2) return s;
+  // "; behind it: rank 1 failed waiting on rank 2, rank 2 on rank 3, and
+  // rank 3 reported nothing ...": the first fault is the last rank named.
+  std::string behind = "; behind it: rank " + std::to_string(chain[1]) + " failed waiting on rank " +
+                       std::to_string(chain[2]);
+  for (size_t i = 2; i + 1 < chain.size(); ++i) {
+    behind += ", rank " + std::to_string(chain[i]) + " on rank " + std::to_string(chain[i + 1]);
+  }
+  behind += ", and rank " + std::to_string(chain.back()) +
+            " reported nothing (stopped or dead): the job's first fault is rank " + std::to_string(chain.back());
+  return Status(s.code(), s.message() + behind);
+}
+
 template <typename F>
 Status CommImpl::Guarded(F&& body) {
   std::lock_guard<std::mutex> lock(exec_mu_);
@@ -552,7 +619,10 @@ Status CommImpl::Guarded(F&& body) {
   Status s = body();
   // Argument errors leave the communicator usable; everything else (a peer
   // failed, a timeout) poisons it: the ranks are out of step.
-  if (!s.ok() && s.code() != StatusCode::kInvalidArgument) error_ = s;
+  if (!s.ok() && s.code() != StatusCode::kInvalidArgument) {
+    s = NameFirstFault(s);
+    error_ = s;
+  }
   return s;
 }
 

@@ -124,6 +124,11 @@ class CommImpl {
   Status RunWorking(const OpDesc& d, bool widen, Clock::time_point deadline);
   // Says what ran (last_algorithm()).
   void Ran(const CallPlan* plan, const std::string* text);
+  // The first failure of this communicator, with the job's first fault
+  // appended when the peer it names failed in turn (the fault records in
+  // the store, see comm_impl.cc): a survivor names the rank that stopped or
+  // died, not only the neighbour it waited on.
+  Status NameFirstFault(const Status& s);
 
   const int rank_, size_;
   const Config config_;

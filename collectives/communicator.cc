@@ -101,8 +101,12 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::CreateTcp(int rank, int si
   CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<transport::TcpStoreClient> client,
                          transport::TcpStoreClient::Connect(host, port, secret,
                                                             std::chrono::milliseconds(config.timeout_ms)));
+  // The secret may have come from a file or the launcher: the data
+  // connections prove it too.
+  Config with_secret = config;
+  with_secret.secret = secret;
   CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
-                         CreateWithStore(rank, size, std::shared_ptr<transport::Store>(std::move(client)), config));
+                         CreateWithStore(rank, size, std::shared_ptr<transport::Store>(std::move(client)), with_secret));
   comm->impl_->KeepServer(std::move(server));
   return comm;
 }

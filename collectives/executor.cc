@@ -521,8 +521,11 @@ class ExecutorRun {
                          " has not asked for this link: no matching receive or send there yet)"
                    : std::string();
       };
-      if (StepReceives(st.op)) peers += " from rank " + std::to_string(st.recv_peer) + unconnected(f.recv_link);
+      // The rank waited for goes last (errors name their cause last): the
+      // receive's peer when the step receives, as its chunk is what is
+      // missing; a send alone waits only for the peer's credits.
       if (StepSends(st.op)) peers += " to rank " + std::to_string(st.send_peer) + unconnected(f.send_link);
+      if (StepReceives(st.op)) peers += " from rank " + std::to_string(st.recv_peer) + unconnected(f.recv_link);
       return DeadlineExceededError(Where(f.job, f.index) + " timed out (" + StepOpName(st.op) + peers + ", chunk " +
                                    std::to_string(f.done) + " of " + std::to_string(f.nchunks) + ")");
     }

@@ -1,5 +1,6 @@
 #include "ciuic/status.h"
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 
@@ -47,6 +48,19 @@ Status AbortedError(std::string m) { return Status(StatusCode::kAborted, std::mo
 Status UnimplementedError(std::string m) { return Status(StatusCode::kUnimplemented, std::move(m)); }
 Status DataLossError(std::string m) { return Status(StatusCode::kDataLoss, std::move(m)); }
 Status InternalError(std::string m) { return Status(StatusCode::kInternal, std::move(m)); }
+
+int RankNamedLast(const std::string& msg, int self) {
+  int culprit = -1;
+  for (size_t at = msg.find("rank "); at != std::string::npos; at = msg.find("rank ", at + 5)) {
+    size_t i = at + 5;
+    if (i >= msg.size() || msg[i] < '0' || msg[i] > '9') continue;
+    if (at > 0 && std::isalpha(static_cast<unsigned char>(msg[at - 1]))) continue;  // "prank 1"
+    long r = 0;
+    while (i < msg.size() && msg[i] >= '0' && msg[i] <= '9' && r < (1L << 30)) r = r * 10 + (msg[i++] - '0');
+    if (r != self) culprit = static_cast<int>(r);
+  }
+  return culprit;
+}
 
 namespace internal {
 void DieOnBadStatusOrAccess(const Status& status) {

@@ -37,6 +37,7 @@ cmake --build "$dir" -j "${CIUIC_JOBS:-2}" --target "${build[@]}"
 
 export HWLOC_COMPONENTS=-pci,-opencl,-gl
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export LSAN_OPTIONS=suppressions=$PWD/tests/fuzz/lsan.supp:print_suppressions=0
 printf '%-12s %10s %8s %8s %7s\n' target runs exec/s cov corpus
 for t in "${targets[@]}"; do
   work="$dir/fuzz-work/$t" findings="$dir/findings/$t"

@@ -7,7 +7,7 @@
 set -euo pipefail
 packages=(
   g++ cmake ninja-build pkg-config git
-  libhwy-dev libgtest-dev
+  libhwy-dev libgtest-dev libssl-dev
   libhwloc-dev hwloc
   libibverbs-dev librdmacm-dev ibverbs-providers rdma-core libpmix-dev
   openmpi-bin libopenmpi-dev

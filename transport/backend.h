@@ -169,6 +169,9 @@ struct BackendOptions {
   // Unique per job: names shared segments and tags handshakes so a stale
   // process of another job cannot connect by mistake.
   std::string job_id;
+  // The job secret (CIUIC_SECRET / CIUIC_SECRET_FILE / the launcher's): the
+  // data connections' handshakes prove it. Empty = nothing to prove.
+  std::string secret;
   Config config;
   // The rank's topology plan (topology::RankPlan), empty = decide as
   // without one. verbs opens `device` first when CIUIC_IB_HCA allows it;

@@ -10,7 +10,7 @@
 
 #include "transport/backoff.h"
 #include "transport/transport.h"
-#include "transport/sha256.h"
+#include "transport/crypto.h"
 
 namespace ciuic::transport {
 namespace {

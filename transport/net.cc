@@ -7,6 +7,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -83,6 +84,21 @@ Status SetNonBlocking(int fd) {
 void SetNoDelay(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+Status DescriptorError(const std::string& what, int err) {
+  if (err == EMFILE) {
+    rlimit rl{};
+    getrlimit(RLIMIT_NOFILE, &rl);
+    return ResourceExhaustedError(what + ": " + std::strerror(err) + " (this process's file descriptor limit, " +
+                                  "RLIMIT_NOFILE=" + std::to_string(rl.rlim_cur) +
+                                  ", is reached: raise it, e.g. ulimit -n " + std::to_string(rl.rlim_max) + ")");
+  }
+  if (err == ENFILE) {
+    return ResourceExhaustedError(what + ": " + std::strerror(err) +
+                                  " (the system's open-file table is full: fs.file-max)");
+  }
+  return UnavailableError(what + ": " + std::strerror(err));
 }
 
 Status RandomBytes(void* out, size_t n) {

@@ -33,6 +33,10 @@ Status SetNonBlocking(int fd);
 void SetNoDelay(int fd);
 // Fills `out` with `n` random bytes from the kernel. Errors: kInternal.
 Status RandomBytes(void* out, size_t n);
+// A kResourceExhausted for EMFILE / ENFILE from `what` (socket, accept,
+// memfd_create...) naming the limit to raise, else a kUnavailable with
+// strerror(err).
+Status DescriptorError(const std::string& what, int err);
 
 // Writes / reads exactly n bytes before `deadline`.
 // Errors: kUnavailable (peer closed, I/O error), kDeadlineExceeded.

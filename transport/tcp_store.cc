@@ -16,7 +16,7 @@
 #include "transport/transport.h"
 #include "common/log.h"
 #include "transport/net.h"
-#include "transport/sha256.h"
+#include "transport/crypto.h"
 
 namespace ciuic::transport {
 namespace {
@@ -375,7 +375,7 @@ namespace {
 // One non-blocking connect attempt bounded by `deadline`; returns the fd.
 StatusOr<int> ConnectOnce(const net::Address& a, Clock::time_point deadline) {
   const int fd = socket(a.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return UnavailableError(std::string("socket: ") + std::strerror(errno));
+  if (fd < 0) return net::DescriptorError("socket", errno);
   if (connect(fd, reinterpret_cast<const sockaddr*>(&a.addr), a.len) == 0) return fd;
   if (errno != EINPROGRESS) {
     const int e = errno;
@@ -429,6 +429,10 @@ StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::Connect(const std::str
       break;
     }
     last = r.status().message();
+    // Out of descriptors: waiting will not help.
+    if (r.status().code() == StatusCode::kResourceExhausted) {
+      return Status(r.status().code(), "cannot connect to the store at " + where + ": " + last);
+    }
     if (!Backoff(&step, deadline, std::chrono::milliseconds(100))) {
       return UnavailableError("cannot connect to the store at " + where + " within " +
                               std::to_string(timeout.count()) + " ms: " + last);

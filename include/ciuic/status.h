@@ -96,6 +96,11 @@ Status UnimplementedError(std::string message);
 Status DataLossError(std::string message);
 Status InternalError(std::string message);
 
+// The rank an error message names as its cause: the last "rank N" in it
+// other than `self` (messages nest the cause last: "... failed: peer rank 1
+// (pid 7) died"), or -1 when it names none.
+int RankNamedLast(const std::string& message, int self);
+
 // A value or the Status explaining why there is none. Accessing value() of a
 // non-ok StatusOr is a bug (checked: it terminates with the status printed).
 template <typename T>

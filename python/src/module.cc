@@ -39,21 +39,8 @@ constexpr int kNumCodes = static_cast<int>(StatusCode::kInternal) + 1;
 // purpose: they must outlive every error raised during interpreter shutdown.
 PyObject* g_error_class[kNumCodes] = {};
 
-// The rank an error names other than `self`, else -1. Messages nest the
-// cause last ("direct shm: rank 0 failed: ...: peer rank 1 (pid 7) died"),
-// so the last rank named is the culprit.
-int CulpritRank(const std::string& msg, int self) {
-  int culprit = -1;
-  for (size_t at = msg.find("rank "); at != std::string::npos; at = msg.find("rank ", at + 5)) {
-    size_t i = at + 5;
-    if (i >= msg.size() || msg[i] < '0' || msg[i] > '9') continue;
-    if (at > 0 && std::isalpha(static_cast<unsigned char>(msg[at - 1]))) continue;  // "prank 1"
-    long r = 0;
-    while (i < msg.size() && msg[i] >= '0' && msg[i] <= '9' && r < (1L << 30)) r = r * 10 + (msg[i++] - '0');
-    if (r != self) culprit = static_cast<int>(r);
-  }
-  return culprit;
-}
+// The rank an error names other than `self`, else -1.
+int CulpritRank(const std::string& msg, int self) { return ciuic::RankNamedLast(msg, self); }
 
 const char* CodeName(StatusCode c) {
   switch (c) {

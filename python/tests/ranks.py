@@ -60,12 +60,13 @@ def _child(fn, rank, n, port, env, args, conn):
     os._exit(0)
 
 
-def run(n, fn, *args, env=None, timeout=120, allow_signals=()):
+def run(n, fn, *args, env=None, timeout=120, allow_signals=(), secret=""):
     """fn(rank, n, *args) on n forked ranks; returns their values in rank
     order. A rank that raised, or died by a signal not in `allow_signals`,
     fails the test with every rank's report. A rank killed by an allowed
-    signal reports ("signal", number)."""
-    server = ciuic._ciuic.StoreServer("127.0.0.1", "")
+    signal reports ("signal", number). The store demands `secret` (the
+    ranks then need CIUIC_SECRET in `env`)."""
+    server = ciuic._ciuic.StoreServer("127.0.0.1", secret)
     ctx = multiprocessing.get_context("fork")
     procs, pipes = [], []
     for r in range(n):

@@ -105,3 +105,81 @@ def test_a_rank_that_finished_and_left_fails_nobody(transport, call, count):
     for _ in range(10):
         res = ranks.run(4, last_call_then_exit, call, count, env={"CIUIC_TRANSPORT": transport}, timeout=60)
         assert res == [True] * 4, res
+
+
+def abort_while_blocked(rank, n, backend, call, sync_dir):
+    """Ranks 0..n-2 block in `call` (rank n-1 stays out of it) and a thread
+    of each aborts the communicator; rank n-1 then calls in and must hear
+    of its peers' departure instead of hanging."""
+    import threading
+
+    ctx = ciuic.CiuicContext(backend=backend, timeout=60)
+    x = np.ones(1 << 16, dtype=np.float32)
+    ctx.all_reduce(x)  # connections up
+    late = n - 1
+    if rank == late:
+        deadline = time.monotonic() + 60
+        while not all(os.path.exists(os.path.join(sync_dir, f"aborted.{r}")) for r in range(late)):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the other ranks never aborted")
+            time.sleep(0.01)
+        t0 = time.monotonic()
+        try:
+            ctx.all_reduce(x)
+            return "no error"
+        except ciuic.CiuicError as e:
+            return type(e).__name__, e.rank, time.monotonic() - t0
+    fired = []
+
+    def abort_soon():
+        time.sleep(0.5)
+        fired.append(time.monotonic())
+        ctx.abort()
+
+    t = threading.Thread(target=abort_soon)
+    t.start()
+    try:
+        if call == "all_reduce":
+            ctx.all_reduce(x)
+        elif call == "recv":
+            ctx.recv(x, src=late)
+        else:
+            ctx.all_reduce_async(x).wait()
+        result = "no error"
+    except ciuic.CiuicError as e:
+        result = (type(e).__name__, e.code, time.monotonic() - fired[0])
+    t.join()
+    try:
+        ctx.barrier()
+        again = "the aborted context kept working"
+    except ciuic.CiuicError as e:
+        again = type(e).__name__
+    # Nobody leaves before every aborting rank has its result: a departed
+    # peer would fail a call that has not seen its own abort yet.
+    open(os.path.join(sync_dir, f"result.{rank}"), "w").close()
+    deadline = time.monotonic() + 60
+    while not all(os.path.exists(os.path.join(sync_dir, f"result.{r}")) for r in range(late)):
+        if time.monotonic() > deadline:
+            raise TimeoutError("the other aborting ranks never returned")
+        time.sleep(0.01)
+    ctx.close()
+    open(os.path.join(sync_dir, f"aborted.{rank}"), "w").close()
+    return result, again
+
+
+@pytest.mark.parametrize("call", ["all_reduce", "recv", "async"])
+@pytest.mark.parametrize("backend", ["shm", "tcp"])
+def test_abort_from_another_thread_returns_the_blocked_call(backend, call, tmp_path):
+    n = 3
+    res = ranks.run(n, abort_while_blocked, backend, call, str(tmp_path), timeout=120)
+    for r in range(n - 1):
+        (name, code, after), again = res[r]
+        assert (name, code) == ("AbortedError", "aborted"), res[r]
+        assert after < 2.0, f"rank {r}: the blocked call returned {after:.2f} s after abort"
+        assert again == "AbortedError", again
+    # The rank that was not in the call learns that its peers left, naming
+    # one of them, well within its 60 s timeout.
+    name, culprit, took = res[n - 1]
+    assert name in ("UnavailableError", "AbortedError"), res[n - 1]
+    assert culprit in range(n - 1), res[n - 1]
+    assert took < 20, res[n - 1]

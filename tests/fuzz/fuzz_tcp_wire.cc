@@ -1,6 +1,7 @@
 // The tcp transport's decoders of what a peer sends: endpoint and region
 // descriptions (through the store), the hello of a connecting socket and
-// frame headers. Whatever decodes re-encodes to a fixed point.
+// frame headers. Whatever decodes re-encodes to a fixed point, and a hello's
+// MAC matches only its canonical encoding.
 #include <cstring>
 #include <vector>
 
@@ -8,6 +9,12 @@
 #include "transport/tcp/tcp_wire.h"
 
 using namespace ciuic::transport::tcp;
+using ciuic::transport::Digest;
+
+static const Digest& FuzzKey() {
+  static const Digest key = DataKey("fuzz-secret", "job-1");
+  return key;
+}
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   const char* dir = SeedDir();
@@ -38,7 +45,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   h.socket_index = 1;
   h.nsocks = 2;
   h.job_id = "job-1";
-  WriteSeed(dir, "hello", EncodeHello(h));
+  WriteSeed(dir, "hello", EncodeHello(h, FuzzKey()));
   uint8_t frame[kFrameHeaderBytes];
   FrameHeader f;
   f.type = kFrameWrite;
@@ -78,12 +85,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FUZZ_CHECK(h.nsocks >= 1 && h.socket_index >= 0 && h.socket_index < h.nsocks);
       h.job_id = s.substr(kHelloFixedBytes, job_id_len);
       if (h.job_id.size() == job_id_len) {
-        const std::string enc = EncodeHello(h);
+        const std::string enc = EncodeHello(h, FuzzKey());
         Hello back;
         size_t back_len = 0;
-        FUZZ_CHECK(enc.size() >= kHelloFixedBytes &&
+        FUZZ_CHECK(enc.size() == kHelloFixedBytes + job_id_len + kMacBytes &&
                    DecodeHelloFixed(reinterpret_cast<const uint8_t*>(enc.data()), &back, &back_len).ok());
         FUZZ_CHECK(back.rank == h.rank && back.tag == h.tag && back.nsocks == h.nsocks && back_len == job_id_len);
+        FUZZ_CHECK(HelloMacMatches(FuzzKey(), reinterpret_cast<const uint8_t*>(enc.data()), enc.size() - kMacBytes));
+        if (size >= enc.size()) {
+          // A MAC the input carries matches only if the input is the
+          // canonical encoding (fields and job id) under the key.
+          std::vector<uint8_t> whole(data, data + enc.size());
+          if (HelloMacMatches(FuzzKey(), whole.data(), enc.size() - kMacBytes)) {
+            FUZZ_CHECK(std::memcmp(whole.data(), enc.data(), enc.size()) == 0);
+          }
+        }
+        FUZZ_CHECK(EncodeAcceptProof(h, FuzzKey()).size() == kAcceptProofBytes);
       }
     }
   }

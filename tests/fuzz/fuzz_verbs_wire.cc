@@ -1,10 +1,23 @@
 // The verbs transport's decoders: CIUIC_IB_HCA values, and the endpoint,
 // region and hello a peer sends (through the store and the connection
-// exchange). Whatever decodes re-encodes to a fixed point.
+// exchange). Whatever decodes re-encodes to a fixed point, and a hello's
+// MAC matches only its own encoding under the key and nonces.
+#include <cstring>
+#include <vector>
+
 #include "fuzz_check.h"
 #include "transport/verbs/verbs_wire.h"
 
 using namespace ciuic::transport::verbs;
+using ciuic::transport::Digest;
+
+static const uint8_t kNonceA[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+static const uint8_t kNonceB[16] = {16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1};
+
+static const Digest& FuzzKey() {
+  static const Digest key = DataKey("fuzz-secret", "job-1");
+  return key;
+}
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   const char* dir = SeedDir();
@@ -42,7 +55,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   h.job_hash = 0x1234;
   h.nqps = 2;
   uint8_t out[kHelloBytes];
-  EncodeHello(h, out);
+  EncodeHello(h, FuzzKey(), kNonceA, kNonceB, out);
   WriteSeed(dir, "hello", std::string(reinterpret_cast<char*>(out), sizeof(out)));
   std::exit(0);
 }
@@ -69,10 +82,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (auto h = DecodeHello(data, size); h.ok()) {
     uint8_t out[kHelloBytes];
-    EncodeHello(*h, out);
+    EncodeHello(*h, FuzzKey(), kNonceA, kNonceB, out);
     auto again = DecodeHello(out, kHelloBytes);
     FUZZ_CHECK(again.ok() && again->rank == h->rank && again->peer == h->peer && again->tag == h->tag &&
                again->job_hash == h->job_hash && again->nqps == h->nqps);
+    FUZZ_CHECK(HelloMacMatches(out, FuzzKey(), kNonceA, kNonceB));
+    FUZZ_CHECK(!HelloMacMatches(out, FuzzKey(), kNonceB, kNonceA));
+    // An input's MAC matches only if the input is the encoding itself.
+    std::vector<uint8_t> in(data, data + size);
+    if (HelloMacMatches(in.data(), FuzzKey(), kNonceA, kNonceB)) {
+      FUZZ_CHECK(std::memcmp(in.data(), out, kHelloBytes) == 0);
+    }
   }
   return 0;
 }

@@ -1073,6 +1073,11 @@ StatusOr<std::shared_ptr<Segment>> ShmBackend::CreateSegment(size_t bytes, const
     // Then into huge pages where THP for shared memory is off.
     if (want_huge && CollapseToHugePages(p, map_bytes)) seg->huge = true;
   }
+  // memfds are born 0777: only the owner's user may open it through /proc.
+  if (fchmod(seg->fd, 0600) != 0) {
+    const int err = errno;
+    return InternalError(std::string("shm: fchmod 0600 of a new memfd: ") + Errno(err));
+  }
   // Sizes are final: a peer mapping can never see the file shrink (SIGBUS).
   fcntl(seg->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
   struct stat st;

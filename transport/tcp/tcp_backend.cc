@@ -178,7 +178,7 @@ class TcpEndpoint final : public Endpoint {
         }
         tx.push_back(*fd);
         hello.socket_index = i;
-        const std::string bytes = EncodeHello(hello);
+        const std::string bytes = EncodeHello(hello, backend_->data_key());
         Status st = net::WriteAll(*fd, bytes.data(), bytes.size(), deadline);
         if (!st.ok()) {
           close_all();
@@ -188,21 +188,34 @@ class TcpEndpoint final : public Endpoint {
       }
     }
     if (acceptor) {
-      Status st = backend_->AwaitSockets(nonce_, p, nsocks, deadline, &rx);
+      Status st = backend_->AwaitSockets(nonce_, p, nsocks, self, deadline, &rx);
       if (!st.ok()) {
         close_all();
         return st;
       }
     }
+    // The connector reads the acceptor's proof on each socket before any
+    // frame (TcpConnection), instead of waiting for it here.
+    std::vector<std::string> proofs;
     if (!self) {
-      if (connector) rx = tx;
-      else tx = rx;
+      if (connector) {
+        rx = tx;
+        Hello h;
+        h.acceptor_nonce = p.nonce;
+        h.connector_nonce = nonce_;
+        for (int i = 0; i < nsocks; ++i) {
+          h.socket_index = i;
+          proofs.push_back(EncodeAcceptProof(h, backend_->data_key()));
+        }
+      } else {
+        tx = rx;
+      }
     }
     used_ = true;
     CIUIC_LOG(kInfo, "tcp: connected to rank %d (%s), tag %u, %d socket(s), %s", peer_,
               address.c_str(), tag_, nsocks, self ? "self" : connector ? "connector" : "acceptor");
     return std::unique_ptr<Connection>(
-        new TcpConnection(backend_, peer_, address, p.instance, tx, rx));
+        new TcpConnection(backend_, peer_, address, p.instance, tx, rx, proofs));
   }
 
  private:
@@ -249,6 +262,11 @@ StatusOr<std::unique_ptr<TcpBackend>> TcpBackend::Open(const BackendOptions& opt
   b->world_size_ = options.world_size;
   b->nsocks_ = cfg.socket_nsocks;
   b->job_id_ = options.job_id;
+  b->data_key_ = DataKey(options.secret, options.job_id);
+  if (options.secret.empty()) {
+    CIUIC_LOG(kInfo, "tcp: no job secret (CIUIC_SECRET): data connections are checked by the "
+                     "endpoint nonces from the store only");
+  }
   b->iface_ = iface;
   b->config_ = cfg;
   // Pool memory goes on the interface's NUMA node; a virtual interface
@@ -273,7 +291,7 @@ StatusOr<std::unique_ptr<TcpBackend>> TcpBackend::Open(const BackendOptions& opt
   const std::string where = iface.name + " " + IfaceAddress(iface, 0);
   b->listen_fd_ = socket(iface.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (b->listen_fd_ < 0) {
-    return UnavailableError(std::string("tcp: socket: ") + std::strerror(errno));
+    return net::DescriptorError("tcp: socket", errno);
   }
   // Accepted sockets inherit the buffer sizes, which must be set before
   // the handshake for the window scale to follow.
@@ -414,6 +432,17 @@ void TcpBackend::RemoveEndpoint(const Nonce& nonce) {
   }
 }
 
+bool TcpBackend::SendAcceptProof(const AcceptedSocket& a) const {
+  // 36 bytes into a fresh socket's empty send buffer: all or an error.
+  const std::string proof = EncodeAcceptProof(a.hello, data_key_);
+  ssize_t r;
+  do {
+    r = send(a.fd, proof.data(), proof.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  } while (r < 0 && errno == EINTR);
+  if (r >= 0 && static_cast<size_t>(r) != proof.size()) errno = EAGAIN;
+  return r >= 0 && static_cast<size_t>(r) == proof.size();
+}
+
 void TcpBackend::Reject(int fd, const std::string& from, const std::string& why) {
   CIUIC_LOG(kWarn, "tcp: rank %d rejected a connection from %s: %s", rank_, from.c_str(),
             why.c_str());
@@ -423,6 +452,17 @@ void TcpBackend::Reject(int fd, const std::string& from, const std::string& why)
 void TcpBackend::PumpLocked() {
   // Accept what is waiting (bounded, so one call stays short).
   for (int i = 0; i < 256; ++i) {
+    if (pending_.size() >= kMaxPendingSockets) {
+      // Sockets that send no hello (a scan, a stalled stranger) must not
+      // take the process's file descriptors. A rank's own sockets send
+      // theirs at once, so the oldest goes if it has waited past the grace;
+      // else the rest stays in the kernel's backlog for a later call.
+      if (Clock::now() - pending_.front().since < kHelloGrace) break;
+      Reject(pending_.front().fd, pending_.front().from,
+             "no hello within " + std::to_string(kHelloGrace.count()) + " s while " +
+                 std::to_string(kMaxPendingSockets) + " sockets wait for theirs");
+      pending_.erase(pending_.begin());
+    }
     sockaddr_storage ss{};
     socklen_t sl = sizeof(ss);
     const int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &sl,
@@ -439,7 +479,7 @@ void TcpBackend::PumpLocked() {
     p.fd = fd;
     p.from = net::ToString(reinterpret_cast<const sockaddr*>(&ss));
     p.since = Clock::now();
-    p.buf.resize(kHelloFixedBytes + kMaxJobId);
+    p.buf.resize(kHelloFixedBytes + kMaxJobId + kMacBytes);
     pending_.push_back(std::move(p));
   }
   // Read hellos: exactly their bytes, since frames may follow at once.
@@ -460,7 +500,7 @@ void TcpBackend::PumpLocked() {
             why = st.message();
             break;
           }
-          p.need = kHelloFixedBytes + job_len;
+          p.need = kHelloFixedBytes + job_len + kMacBytes;
         }
         continue;
       }
@@ -477,11 +517,16 @@ void TcpBackend::PumpLocked() {
     if (!drop && p.got == p.need) {
       Hello& h = p.hello;
       h.job_id.assign(reinterpret_cast<const char*>(p.buf.data()) + kHelloFixedBytes,
-                      p.need - kHelloFixedBytes);
+                      p.need - kHelloFixedBytes - kMacBytes);
       auto ep = endpoints_.find(h.acceptor_nonce);
       if (h.job_id != job_id_) {
         drop = true;
         why = "hello of job '" + h.job_id + "' (this is job '" + job_id_ + "')";
+      } else if (!HelloMacMatches(data_key_, p.buf.data(), p.need - kMacBytes)) {
+        drop = true;
+        why = "hello from rank " + std::to_string(h.rank) +
+              " without a valid proof of the job secret (CIUIC_SECRET differs, or not a rank of "
+              "this job)";
       } else if (ep == endpoints_.end()) {
         drop = true;
         why = "hello from rank " + std::to_string(h.rank) +
@@ -510,7 +555,7 @@ void TcpBackend::PumpLocked() {
   }
 }
 
-Status TcpBackend::AwaitSockets(const Nonce& nonce, const EndpointInfo& peer, int nsocks,
+Status TcpBackend::AwaitSockets(const Nonce& nonce, const EndpointInfo& peer, int nsocks, bool self,
                                 Clock::time_point deadline, std::vector<int>* rx_fds) {
   rx_fds->assign(static_cast<size_t>(nsocks), -1);
   int have = 0;
@@ -532,6 +577,8 @@ Status TcpBackend::AwaitSockets(const Nonce& nonce, const EndpointInfo& peer, in
                                      std::to_string(nsocks) + " sockets");
           } else if ((*rx_fds)[h.socket_index] >= 0) {
             Reject(a.fd, a.from, "a second hello for socket " + std::to_string(h.socket_index));
+          } else if (!self && !SendAcceptProof(a)) {
+            Reject(a.fd, a.from, std::string("cannot send the accept proof: ") + std::strerror(errno));
           } else {
             (*rx_fds)[h.socket_index] = a.fd;
             ++have;
@@ -541,7 +588,7 @@ Status TcpBackend::AwaitSockets(const Nonce& nonce, const EndpointInfo& peer, in
       }
       if (have == nsocks) return Status::Ok();
       fds.clear();
-      fds.push_back(pollfd{listen_fd_, POLLIN, 0});
+      if (pending_.size() < kMaxPendingSockets) fds.push_back(pollfd{listen_fd_, POLLIN, 0});
       for (const Pending& p : pending_) fds.push_back(pollfd{p.fd, POLLIN, 0});
     }
     const auto now = Clock::now();
@@ -583,7 +630,7 @@ StatusOr<int> TcpBackend::ConnectTo(const EndpointInfo& peer, Clock::time_point 
   std::string last = "no attempt";
   for (;;) {
     const int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) return UnavailableError(std::string("tcp: socket: ") + std::strerror(errno));
+    if (fd < 0) return net::DescriptorError("tcp: socket", errno);
     ConfigureSocket(fd);
     int err = 0;
     if (connect(fd, reinterpret_cast<const sockaddr*>(&ss), len) != 0) err = errno;
@@ -624,6 +671,16 @@ StatusOr<int> TcpBackend::ConnectTo(const EndpointInfo& peer, Clock::time_point 
 
 // ----------------------------------------------------------------- activity
 
+void TcpBackend::MaybePump() {
+  const int64_t now = Clock::now().time_since_epoch().count();
+  int64_t due = next_pump_ns_.load(std::memory_order_relaxed);
+  if (now < due) return;
+  const int64_t next = now + std::chrono::duration_cast<Clock::duration>(kPumpPeriod).count();
+  if (!next_pump_ns_.compare_exchange_strong(due, next, std::memory_order_relaxed)) return;
+  std::unique_lock<std::mutex> lock(acceptor_mu_, std::try_to_lock);
+  if (lock.owns_lock()) PumpLocked();
+}
+
 void TcpBackend::Watch(SocketWatch* w) {
   std::lock_guard<std::mutex> lock(watch_mu_);
   watched_.push_back(w);
@@ -637,9 +694,13 @@ void TcpBackend::Unwatch(SocketWatch* w) {
 void TcpBackend::WaitForActivity(std::chrono::microseconds max) {
   std::vector<pollfd> fds;
   size_t acceptor_fds;
+  bool pending_full;
   {
     std::lock_guard<std::mutex> lock(acceptor_mu_);
-    fds.push_back(pollfd{listen_fd_, POLLIN, 0});
+    // With every pending slot taken, new sockets wait in the backlog: a
+    // readable listener would only end each wait at once.
+    pending_full = pending_.size() >= kMaxPendingSockets;
+    if (!pending_full) fds.push_back(pollfd{listen_fd_, POLLIN, 0});
     for (const Pending& p : pending_) fds.push_back(pollfd{p.fd, POLLIN, 0});
     acceptor_fds = fds.size();
   }
@@ -660,9 +721,10 @@ void TcpBackend::WaitForActivity(std::chrono::microseconds max) {
   const auto us = std::max<int64_t>(0, max.count());
   timespec ts{static_cast<time_t>(us / 1000000), static_cast<long>(us % 1000000) * 1000};
   const int rc = ppoll(fds.data(), fds.size(), &ts, nullptr);
-  if (rc <= 0) return;
-  bool acceptor_ready = false;
-  for (size_t i = 0; i < acceptor_fds; ++i) acceptor_ready = acceptor_ready || fds[i].revents != 0;
+  // A full pending list is pumped even without activity: its oldest
+  // sockets make room once their grace is over.
+  bool acceptor_ready = pending_full;
+  for (size_t i = 0; rc > 0 && i < acceptor_fds; ++i) acceptor_ready = acceptor_ready || fds[i].revents != 0;
   // Take the new sockets and hellos now, else the listening socket stays
   // readable and every later wait returns at once.
   if (acceptor_ready) {

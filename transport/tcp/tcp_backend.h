@@ -39,6 +39,11 @@ using Clock = std::chrono::steady_clock;
 inline constexpr int kSocketBufferBytes = 4 << 20;
 // A socket accepted without a complete hello is dropped after this long.
 inline constexpr std::chrono::seconds kHelloTimeout{30};
+inline constexpr std::chrono::milliseconds kPumpPeriod{50};
+// At most this many accepted sockets wait for their hello at once; beyond
+// it, one that has waited kHelloGrace makes room.
+inline constexpr size_t kMaxPendingSockets = 64;
+inline constexpr std::chrono::seconds kHelloGrace{2};
 
 // One connection socket as WaitForActivity sees it. Owned by the
 // connection; the flags are written by its (single) progressing thread and
@@ -82,6 +87,8 @@ class TcpBackend final : public Backend {
   int nsocks() const { return nsocks_; }
   uint64_t instance() const { return instance_; }
   const std::string& job_id() const { return job_id_; }
+  // The key of the hello and accept-proof MACs (tcp_wire.h).
+  const Digest& data_key() const { return data_key_; }
   const Interface& interface() const { return iface_; }
   uint16_t port() const { return port_; }
 
@@ -100,9 +107,10 @@ class TcpBackend final : public Backend {
   void RemoveEndpoint(const Nonce& nonce);
   // Waits until the connector `peer` (its description) has opened every
   // socket of the endpoint `nonce`; fills rx_fds[0..nsocks). Sockets whose
-  // hello does not match `peer` are rejected (logged, closed).
+  // hello does not match `peer` are rejected (logged, closed); each one kept
+  // is sent its accept proof unless `self` (a connection to oneself).
   // Errors: kDeadlineExceeded naming the peer rank.
-  Status AwaitSockets(const Nonce& nonce, const EndpointInfo& peer, int nsocks,
+  Status AwaitSockets(const Nonce& nonce, const EndpointInfo& peer, int nsocks, bool self,
                       Clock::time_point deadline, std::vector<int>* rx_fds);
 
   // A new data socket towards `peer` with the backend's options (non-
@@ -112,6 +120,12 @@ class TcpBackend final : public Backend {
   StatusOr<int> ConnectTo(const EndpointInfo& peer, Clock::time_point deadline);
   // Applies the data-socket options to `fd`.
   void ConfigureSocket(int fd) const;
+
+  // Takes new sockets and hellos off the listener at most every
+  // kPumpPeriod, without blocking (another thread pumping is enough): calls
+  // that spin instead of waiting in WaitForActivity still turn strangers
+  // away, with their warning, while the job runs.
+  void MaybePump();
 
   void Watch(SocketWatch* w);
   void Unwatch(SocketWatch* w);
@@ -124,11 +138,14 @@ class TcpBackend final : public Backend {
   // complete hellos go to stash_ or are rejected. Needs acceptor_mu_.
   void PumpLocked();
   void Reject(int fd, const std::string& from, const std::string& why);
+  // Sends `a` its accept proof; false (errno set) when it could not.
+  bool SendAcceptProof(const AcceptedSocket& a) const;
 
   int rank_ = 0;
   int world_size_ = 1;
   int nsocks_ = 1;
   std::string job_id_;
+  Digest data_key_{};
   Interface iface_;
   Config config_;       // CIUIC_NUMA_POLICY for Allocate
   int numa_node_ = -1;  // OS NUMA node of iface_ (-1: none/unknown)
@@ -164,6 +181,7 @@ class TcpBackend final : public Backend {
     uint32_t tag = 0;
   };
   std::mutex acceptor_mu_;
+  std::atomic<int64_t> next_pump_ns_{0};  // MaybePump's next turn (steady clock)
   std::vector<Pending> pending_;
   std::map<Nonce, EndpointEntry> endpoints_;
   std::map<Nonce, std::vector<AcceptedSocket>> stash_;

@@ -38,7 +38,8 @@ bool PeerGone(int err) { return err == EPIPE || err == ECONNRESET || err == ENOT
 
 TcpConnection::TcpConnection(TcpBackend* backend, int peer, std::string peer_address,
                              uint64_t peer_instance, const std::vector<int>& tx_fds,
-                             const std::vector<int>& rx_fds)
+                             const std::vector<int>& rx_fds,
+                             const std::vector<std::string>& accept_proofs)
     : Connection(peer),
       backend_(backend),
       peer_address_(std::move(peer_address)),
@@ -51,6 +52,7 @@ TcpConnection::TcpConnection(TcpBackend* backend, int peer, std::string peer_add
     tx_[s].fd = tx_fds[s];
     tx_[s].frames.Init(kTxFramesPerSocket);
     rx_[s].fd = rx_fds[s];
+    if (!accept_proofs.empty()) rx_[s].proof_want = accept_proofs[static_cast<size_t>(s)];
     rx_[s].next_seq = static_cast<uint64_t>(s);
     rx_[s].events.Init(kRxEventsPerSocket);
     rx_[s].ahead.reset(new uint8_t[kReadAheadBytes]);
@@ -446,7 +448,14 @@ Status TcpConnection::ReceiveSocket(int s, size_t* budget, size_t* bytes_read) {
   // keeps draining a large write (a peer's send may wait on it).
   bool drained = false;
   while (!r.closed) {
-    if (!r.in_payload) {
+    if (r.proof_got < r.proof_want.size()) {
+      r.proof_got += from_ahead(r.proof + r.proof_got, r.proof_want.size() - r.proof_got);
+      if (r.proof_got == r.proof_want.size()) {
+        status = CheckProof(s);
+        if (!status.ok()) break;
+        continue;
+      }
+    } else if (!r.in_payload) {
       r.header_got += from_ahead(r.header + r.header_got, kFrameHeaderBytes - r.header_got);
       if (r.header_got == kFrameHeaderBytes) {
         status = ParseHeader(s);
@@ -485,6 +494,11 @@ Status TcpConnection::ReceiveSocket(int s, size_t* budget, size_t* bytes_read) {
       continue;
     }
     if (k == 0) {
+      if (r.proof_got < r.proof_want.size()) {
+        status = ClosedError(" before proving the job secret (it rejected this rank's hello: a "
+                             "different CIUIC_SECRET or job; its log names the reason)");
+        break;
+      }
       if (!r.in_payload && r.header_got == 0) {
         r.closed = true;  // at a frame boundary; surfaced when the order needs this socket
         break;
@@ -507,6 +521,19 @@ Status TcpConnection::ReceiveSocket(int s, size_t* budget, size_t* bytes_read) {
   // activity the socket's poll cannot see.
   watch_[s].rx_buffered.store(r.ahead_pos < r.ahead_len, std::memory_order_relaxed);
   return status;
+}
+
+Status TcpConnection::CheckProof(int s) {
+  RxSocket& r = rx_[s];
+  if (!ConstantTimeEqual(r.proof, reinterpret_cast<const uint8_t*>(r.proof_want.data()),
+                         r.proof_want.size())) {
+    return FailedPreconditionError("tcp: " + Who() + " answered socket " + std::to_string(s) +
+                                   " without a valid proof of the job secret (CIUIC_SECRET "
+                                   "differs, or not the rank the store described)");
+  }
+  r.proof_want.clear();
+  r.proof_got = 0;
+  return Status::Ok();
 }
 
 Status TcpConnection::ReceivePass(size_t* bytes_read) {
@@ -557,6 +584,7 @@ StatusOr<size_t> TcpConnection::ProgressSends(Completion* out, size_t max) {
 
 StatusOr<size_t> TcpConnection::Progress(Completion* out, size_t max) {
   if (!error_.ok()) return error_;
+  backend_->MaybePump();
   if (tx_error_.ok()) SendPass();
   size_t n = Retire(out, max);
   size_t bytes_read = 0;

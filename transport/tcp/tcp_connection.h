@@ -66,8 +66,11 @@ class TcpConnection final : public Connection {
  public:
   // Takes ownership of the sockets: tx_fds[i] sends what rx_fds[i] of the
   // peer receives (the same fd except in a connection to oneself).
+  // accept_proofs[i] (the connecting side's; else empty) must be the first
+  // bytes read from rx_fds[i]: no frame is parsed before it matched.
   TcpConnection(TcpBackend* backend, int peer, std::string peer_address, uint64_t peer_instance,
-                const std::vector<int>& tx_fds, const std::vector<int>& rx_fds);
+                const std::vector<int>& tx_fds, const std::vector<int>& rx_fds,
+                const std::vector<std::string>& accept_proofs);
   // Tells the peer with a goodbye frame (best effort) and closes the sockets.
   ~TcpConnection() override;
 
@@ -117,6 +120,9 @@ class TcpConnection final : public Connection {
   };
   struct RxSocket {
     int fd = -1;
+    std::string proof_want;   // the acceptor's proof still to check (tcp_wire.h)
+    size_t proof_got = 0;
+    uint8_t proof[kAcceptProofBytes] = {};
     uint8_t header[kFrameHeaderBytes] = {};
     size_t header_got = 0;
     bool in_payload = false;  // `frame` parsed, payload being read
@@ -155,6 +161,8 @@ class TcpConnection final : public Connection {
   Status ReceivePass(size_t* bytes_read);
   Status ReceiveSocket(int s, size_t* budget, size_t* bytes_read);
   Status ParseHeader(int s);
+  // The proof of socket s is complete: kFailedPrecondition unless it matches.
+  Status CheckProof(int s);
   void CompleteFrame(int s);
   // Moves received completions to `out` in frame order (adding up the
   // pieces of each write); *stuck = the next frame can never arrive (its

@@ -15,7 +15,8 @@ namespace {
 
 constexpr char kEndpointMagic[4] = {'C', 'T', 'E', '1'};
 constexpr char kRegionMagic[4] = {'C', 'T', 'R', '1'};
-constexpr char kHelloMagic[4] = {'C', 'T', 'H', '1'};
+constexpr char kHelloMagic[4] = {'C', 'T', 'H', '2'};
+constexpr char kAcceptMagic[4] = {'C', 'T', 'A', '2'};
 constexpr size_t kEndpointFixedBytes = 4 + 4 * 4 + 8 + 16 + 1 + 16 + 2 + 2;
 constexpr size_t kRegionBytes = 4 + 4 + 8 + 4 + 4 + 8;
 
@@ -155,7 +156,11 @@ StatusOr<RegionInfo> DecodeRegion(const std::string& blob) {
   return info;
 }
 
-std::string EncodeHello(const Hello& hello) {
+Digest DataKey(const std::string& secret, const std::string& job_id) {
+  return DataPlaneKey(secret, "ciuic tcp data v2", job_id);
+}
+
+std::string EncodeHello(const Hello& hello, const Digest& key) {
   std::string s(kHelloMagic, 4);
   net::PutU32(&s, static_cast<uint32_t>(hello.rank));
   net::PutU32(&s, hello.tag);
@@ -165,10 +170,31 @@ std::string EncodeHello(const Hello& hello) {
   PutBytes(&s, hello.connector_nonce.data(), 16);
   PutU16(&s, static_cast<uint16_t>(hello.job_id.size()));
   s += hello.job_id;
+  const Digest mac = HmacSha256(key, s);
+  PutBytes(&s, mac.data(), mac.size());
+  return s;
+}
+
+bool HelloMacMatches(const Digest& key, const uint8_t* p, size_t len) {
+  const Digest mac = HmacSha256(key, std::string(reinterpret_cast<const char*>(p), len));
+  return ConstantTimeEqual(mac.data(), p + len, kMacBytes);
+}
+
+std::string EncodeAcceptProof(const Hello& hello, const Digest& key) {
+  std::string in(kAcceptMagic, 4);
+  PutBytes(&in, hello.connector_nonce.data(), 16);
+  PutBytes(&in, hello.acceptor_nonce.data(), 16);
+  net::PutU32(&in, static_cast<uint32_t>(hello.socket_index));
+  const Digest mac = HmacSha256(key, in);
+  std::string s(kAcceptMagic, 4);
+  PutBytes(&s, mac.data(), mac.size());
   return s;
 }
 
 Status DecodeHelloFixed(const uint8_t* p, Hello* hello, size_t* job_id_len) {
+  if (std::memcmp(p, "CTH1", 4) == 0) {
+    return InvalidArgumentError("a hello of the older protocol CTH1 (an older ciuic: its hellos carry no MAC)");
+  }
   if (std::memcmp(p, kHelloMagic, 4) != 0) return InvalidArgumentError("not a ciuic tcp hello");
   hello->rank = static_cast<int>(net::GetU32(p + 4));
   hello->tag = net::GetU32(p + 8);

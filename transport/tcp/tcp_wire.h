@@ -19,15 +19,26 @@
 //   was deregistered (its id reused) no longer matches and is rejected.
 //
 // Hello: the first bytes the connecting side sends on each socket, before
-// any frame (54 B + job id):
-//   "CTH1"  u32 connector rank  u32 tag  u32 socket index  u32 nsocks
+// any frame (86 B + job id):
+//   "CTH2"  u32 connector rank  u32 tag  u32 socket index  u32 nsocks
 //   u8[16] acceptor nonce (from the acceptor's endpoint description)
 //   u8[16] connector nonce (from the connector's own description)
 //   u16 job_id_len  u8[job_id_len] job_id
-//   The acceptor nonce is the proof: only a reader of the authenticated
-//   store knows it. There is no reply; the acceptor closes a socket whose
-//   hello it rejects.
-//
+//   u8[32] HMAC-SHA256(data key, every byte above)
+// Accept proof: the first bytes the accepting side sends back on each
+// socket it keeps, before any frame (36 B):
+//   "CTA2"  u8[32] HMAC-SHA256(data key, "CTA2" connector nonce
+//                              acceptor nonce  u32 socket index)
+//   The data key is HMAC-SHA256(job secret, "ciuic tcp data v2" 0 job_id), so
+//   both sides prove the secret over nonces that are fresh per endpoint
+//   (each endpoint takes one socket per index, once) without it crossing
+//   the wire. The acceptor checks the hello before it keeps the socket; the
+//   connector checks the proof before it reads any frame, and does not wait
+//   for it in Connect (the acceptor may be busy elsewhere: waiting would
+//   tie the two ranks' schedules together). A connection to oneself sends
+//   no proof. Without a secret the key is public and only the acceptor
+//   nonce (known to readers of the store) stands between the port and a
+//   stranger. A rejected socket is closed without a reply.
 // Frame header (kFrameHeaderBytes = 32 B), then `length` payload bytes:
 //   off  0  u32 magic_type   kFrameMagic (high 16 bits) | type << 8 | flags
 //   off  4  u32 region_id    receiver's region table index (writes), else 0
@@ -55,6 +66,7 @@
 #include <string>
 
 #include "ciuic/status.h"
+#include "transport/crypto.h"
 
 namespace ciuic::transport::tcp {
 
@@ -96,6 +108,8 @@ std::string EncodeRegion(const RegionInfo& info);
 StatusOr<RegionInfo> DecodeRegion(const std::string& blob);
 
 inline constexpr size_t kHelloFixedBytes = 4 + 4 * 4 + 16 + 16 + 2;
+inline constexpr size_t kMacBytes = 32;
+inline constexpr size_t kAcceptProofBytes = 4 + kMacBytes;
 struct Hello {
   int rank = 0;
   uint32_t tag = 0;
@@ -105,10 +119,18 @@ struct Hello {
   Nonce connector_nonce{};
   std::string job_id;
 };
-std::string EncodeHello(const Hello& hello);
+// The key both handshakes are MACed with (see above).
+Digest DataKey(const std::string& secret, const std::string& job_id);
+// The hello with its MAC appended.
+std::string EncodeHello(const Hello& hello, const Digest& key);
 // Parses the fixed part; *job_id_len gets the length of the job id that
-// follows. Errors: kInvalidArgument (wrong magic, bad counts).
+// follows (then kMacBytes of MAC). Errors: kInvalidArgument (wrong magic,
+// bad counts).
 Status DecodeHelloFixed(const uint8_t* p, Hello* hello, size_t* job_id_len);
+// Whether the kMacBytes after the `len` hello bytes at `p` are their MAC.
+bool HelloMacMatches(const Digest& key, const uint8_t* p, size_t len);
+// The accept proof for the socket that `hello` opened.
+std::string EncodeAcceptProof(const Hello& hello, const Digest& key);
 
 inline constexpr size_t kFrameHeaderBytes = 32;
 inline constexpr uint32_t kFrameMagic = 0xC17Cu;

@@ -84,6 +84,7 @@
 #include "ciuic/topology.h"
 #include "common/log.h"
 #include "transport/backends.h"
+#include "transport/net.h"
 #include "transport/pinned_memory.h"
 #include "transport/verbs/verbs_device.h"
 #include "transport/verbs/verbs_wire.h"
@@ -171,6 +172,8 @@ class VerbsBackend final : public Backend {
   const BackendOptions& options() const { return options_; }
   int nqps() const { return nqps_; }
   uint64_t job_hash() const { return job_hash_; }
+  // The key of the handshake MAC (verbs_wire.h).
+  const Digest& data_key() const { return data_key_; }
   uint64_t max_wr_bytes() const { return max_wr_bytes_; }
   uint8_t retry_cnt() const { return retry_cnt_; }
   Clock::duration keepalive_idle() const { return keepalive_idle_; }
@@ -196,6 +199,7 @@ class VerbsBackend final : public Backend {
   ibv_comp_channel* channel_ = nullptr;
   int nqps_ = 1;
   uint64_t job_hash_ = 0;
+  Digest data_key_{};
   uint64_t max_wr_bytes_ = kMaxWrBytes;
   uint8_t retry_cnt_ = 7;
   Clock::duration keepalive_idle_ = kKeepaliveMax;
@@ -357,6 +361,7 @@ class VerbsConnection final : public Connection {
   State state_ = State::kCreated;
   bool attached_ = false;
   EndpointInfo peer_info_;
+  uint8_t nonce_[16] = {};  // in this side's description; the hellos' MACs cover it
   // Handshake state (BeginConnect .. FinishConnect).
   bool hs_begun_ = false;
   uint64_t hs_attempt_ = 0;
@@ -461,6 +466,7 @@ StatusOr<std::unique_ptr<Backend>> VerbsBackend::Open(const BackendOptions& opti
   std::unique_ptr<VerbsBackend> be(new VerbsBackend(options, std::move(dev)));
   be->nqps_ = c.ib_qps_per_peer;
   be->job_hash_ = verbs::JobHash(options.job_id);
+  be->data_key_ = verbs::DataKey(options.secret, options.job_id);
   const uint64_t port_max = be->dev_.port_attr.max_msg_sz;
   be->max_wr_bytes_ = port_max == 0 ? kMaxWrBytes : std::min<uint64_t>(port_max, kMaxWrBytes);
   if (be->max_wr_bytes_ < verbs::kStripeMinPart) {
@@ -826,6 +832,7 @@ Status VerbsConnection::Init() {
   CIUIC_ASSIGN_OR_RETURN(probe_.qp, CreateQp(4, 4, nullptr));
   probe_.psn = backend_->NextPsn();
   CIUIC_RETURN_IF_ERROR(ToInit(probe_.qp));
+  CIUIC_RETURN_IF_ERROR(net::RandomBytes(nonce_, sizeof(nonce_)));
 
   free_msg_slots_.clear();
   for (int32_t s = kMessageSlots - 1; s >= 0; --s) free_msg_slots_.push_back(s);
@@ -848,6 +855,7 @@ std::string VerbsConnection::DescribeEndpoint() const {
   info.probe = QpAddress{probe_.qp->qp_num, probe_.psn};
   info.keepalive_addr = CtrlAddr(kKeepaliveOff);
   info.keepalive_rkey = ctrl_mr_->rkey;
+  std::memcpy(info.nonce, nonce_, sizeof(nonce_));
   for (const Qp& q : qps_) info.qps.push_back(QpAddress{q.qp->qp_num, q.psn});
   return verbs::EncodeEndpoint(info);
 }
@@ -946,7 +954,7 @@ Status VerbsConnection::PostProbe(uint64_t attempt, bool recv) {
   h.tag = tag_;
   h.job_hash = backend_->job_hash();
   h.nqps = static_cast<uint32_t>(nqps_);
-  verbs::EncodeHello(h, ctrl_ + kHelloSendOff);
+  verbs::EncodeHello(h, backend_->data_key(), nonce_, peer_info_.nonce, ctrl_ + kHelloSendOff);
   sge.addr = CtrlAddr(kHelloSendOff);
   sge.length = verbs::kHelloBytes;
   ibv_send_wr wr{};
@@ -1013,6 +1021,10 @@ StatusOr<VerbsConnection::Step> VerbsConnection::HandshakeStep(Clock::time_point
       if (hello->rank != peer() || hello->peer != backend_->options().rank || hello->tag != tag_ ||
           hello->job_hash != backend_->job_hash() || hello->nqps != static_cast<uint32_t>(nqps_)) {
         return UnavailableError(who + ": handshake from a process of another job, rank or tag");
+      }
+      if (!verbs::HelloMacMatches(ctrl_ + kHelloRecvOff, backend_->data_key(), peer_info_.nonce, nonce_)) {
+        return FailedPreconditionError(who + ": its handshake carries no valid proof of the job secret "
+                                             "(CIUIC_SECRET differs, or not the rank the store described)");
       }
       hs_got_hello_ = true;
     } else if (wc[i].status == IBV_WC_WR_FLUSH_ERR) {

@@ -13,9 +13,10 @@ namespace {
 
 constexpr uint32_t kEndpointMagic = 0x31455643;  // "CVE1" little-endian
 constexpr uint32_t kRegionMagic = 0x31525643;    // "CVR1"
-constexpr uint32_t kHelloMagic = 0x31485643;     // "CVH1"
-constexpr uint16_t kEndpointVersion = 1;
-constexpr size_t kEndpointFixedBytes = 72;
+constexpr uint32_t kHelloMagic = 0x32485643;     // "CVH2"
+constexpr uint32_t kOldHelloMagic = 0x31485643;  // "CVH1": no MAC
+constexpr uint16_t kEndpointVersion = 2;
+constexpr size_t kEndpointFixedBytes = 88;
 constexpr size_t kRegionBytes = 36;
 
 void Put16(uint8_t* p, uint16_t v) {
@@ -167,6 +168,7 @@ std::string EncodeEndpoint(const EndpointInfo& info) {
   Put32(p + 56, info.probe.psn);
   Put64(p + 60, info.keepalive_addr);
   Put32(p + 68, info.keepalive_rkey);
+  std::memcpy(p + 72, info.nonce, 16);
   for (size_t i = 0; i < info.qps.size(); ++i) {
     Put32(p + kEndpointFixedBytes + 8 * i, info.qps[i].qpn);
     Put32(p + kEndpointFixedBytes + 8 * i + 4, info.qps[i].psn);
@@ -213,6 +215,7 @@ StatusOr<EndpointInfo> DecodeEndpoint(const std::string& blob) {
   info.probe.psn = Get32(p + 56);
   info.keepalive_addr = Get64(p + 60);
   info.keepalive_rkey = Get32(p + 68);
+  std::memcpy(info.nonce, p + 72, 16);
   info.qps.resize(nqps);
   for (size_t i = 0; i < nqps; ++i) {
     info.qps[i].qpn = Get32(p + kEndpointFixedBytes + 8 * i);
@@ -252,16 +255,42 @@ StatusOr<RegionInfo> DecodeRegion(const std::string& blob) {
   return info;
 }
 
-void EncodeHello(const Hello& hello, uint8_t out[kHelloBytes]) {
+Digest DataKey(const std::string& secret, const std::string& job_id) {
+  return DataPlaneKey(secret, "ciuic verbs data v2", job_id);
+}
+
+namespace {
+Digest HelloMac(const uint8_t* fields, const Digest& key, const uint8_t sender_nonce[16],
+                const uint8_t receiver_nonce[16]) {
+  std::string in(reinterpret_cast<const char*>(fields), kHelloFieldBytes);
+  in.append(reinterpret_cast<const char*>(sender_nonce), 16);
+  in.append(reinterpret_cast<const char*>(receiver_nonce), 16);
+  return HmacSha256(key, in);
+}
+}  // namespace
+
+void EncodeHello(const Hello& hello, const Digest& key, const uint8_t sender_nonce[16],
+                 const uint8_t receiver_nonce[16], uint8_t out[kHelloBytes]) {
   Put32(out, kHelloMagic);
   Put32(out + 4, static_cast<uint32_t>(hello.rank));
   Put32(out + 8, static_cast<uint32_t>(hello.peer));
   Put32(out + 12, hello.tag);
   Put64(out + 16, hello.job_hash);
   Put32(out + 24, hello.nqps);
+  const Digest mac = HelloMac(out, key, sender_nonce, receiver_nonce);
+  std::memcpy(out + kHelloFieldBytes, mac.data(), mac.size());
+}
+
+bool HelloMacMatches(const uint8_t* data, const Digest& key, const uint8_t sender_nonce[16],
+                     const uint8_t receiver_nonce[16]) {
+  const Digest mac = HelloMac(data, key, sender_nonce, receiver_nonce);
+  return ConstantTimeEqual(mac.data(), data + kHelloFieldBytes, mac.size());
 }
 
 StatusOr<Hello> DecodeHello(const uint8_t* data, size_t len) {
+  if (len >= 4 && Get32(data) == kOldHelloMagic) {
+    return InvalidArgumentError("verbs handshake: a hello of the older protocol CVH1 (an older ciuic: no MAC)");
+  }
   if (len != kHelloBytes || Get32(data) != kHelloMagic) {
     return InvalidArgumentError("verbs handshake: malformed message (" + std::to_string(len) + " bytes)");
   }

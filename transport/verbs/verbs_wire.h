@@ -9,8 +9,8 @@
 // blob of another backend, another job or another pair of ranks is refused
 // with kInvalidArgument instead of being misused.
 //
-// Endpoint description (Endpoint::Describe), 72 + 8 * nqps bytes:
-//    0 u32 magic "CVE1"          4 u16 version (1)
+// Endpoint description (Endpoint::Describe), 88 + 8 * nqps bytes:
+//    0 u32 magic "CVE1"          4 u16 version (2)
 //    6 u8  link layer (1 InfiniBand, 2 Ethernet = RoCE)
 //    7 u8  active MTU (enum ibv_mtu: 1 = 256 B ... 5 = 4096 B)
 //    8 u8  port number            9 u8  nqps (data QPs, >= 1)
@@ -21,15 +21,23 @@
 //   48 u32 stripe threshold (kStripeMinPart; both sides must agree)
 //   52 u32 probe QPN             56 u32 probe initial PSN
 //   60 u64 keepalive address     68 u32 keepalive rkey
-//   72 nqps x { u32 QPN, u32 initial PSN }
+//   72 u8[16] nonce (random per endpoint)
+//   88 nqps x { u32 QPN, u32 initial PSN }
 //
 // Region description (MemoryRegion::Describe), 36 bytes:
 //    0 u32 magic "CVR1"   4 u32 rkey   8 u64 address   16 u64 size
 //   24 u64 job hash      32 i32 owner rank
 //
-// Handshake message (sent on the probe QP by Connect), 28 bytes:
-//    0 u32 magic "CVH1"   4 i32 sender rank   8 i32 receiver rank
+// Handshake message (sent on the probe QP by Connect, both ways), 60 bytes:
+//    0 u32 magic "CVH2"   4 i32 sender rank   8 i32 receiver rank
 //   12 u32 tag           16 u64 job hash     24 u32 nqps
+//   28 u8[32] HMAC-SHA256(data key, bytes 0..27, sender's nonce,
+//                         receiver's nonce)
+//   The data key is DataPlaneKey(job secret, "ciuic verbs data v2", job id)
+//   (transport/crypto.h): each side proves the secret over nonces fresh per
+//   endpoint, and a connection exists only once the peer's proof checked
+//   out. Without a secret the key is public (the store is then the only
+//   gate).
 //
 // Thread contract: pure functions; thread-safe.
 #ifndef CIUIC_TRANSPORT_VERBS_VERBS_WIRE_H_
@@ -41,6 +49,7 @@
 #include <vector>
 
 #include "ciuic/status.h"
+#include "transport/crypto.h"
 
 namespace ciuic::transport::verbs {
 
@@ -135,6 +144,7 @@ struct EndpointInfo {
   QpAddress probe;
   uint64_t keepalive_addr = 0;
   uint32_t keepalive_rkey = 0;
+  uint8_t nonce[16] = {};
   std::vector<QpAddress> qps;  // data QPs, at least one
 };
 
@@ -167,9 +177,18 @@ struct Hello {
   uint32_t nqps = 0;
 };
 
-inline constexpr size_t kHelloBytes = 28;
-void EncodeHello(const Hello& hello, uint8_t out[kHelloBytes]);
-// Errors: kInvalidArgument (wrong magic or length).
+inline constexpr size_t kHelloFieldBytes = 28;
+inline constexpr size_t kHelloBytes = kHelloFieldBytes + 32;
+// The handshake's key (see above).
+Digest DataKey(const std::string& secret, const std::string& job_id);
+// Writes the hello and its MAC over the two endpoints' nonces.
+void EncodeHello(const Hello& hello, const Digest& key, const uint8_t sender_nonce[16],
+                 const uint8_t receiver_nonce[16], uint8_t out[kHelloBytes]);
+// Whether the hello at `data` (kHelloBytes) carries the MAC of a sender
+// with `sender_nonce` under `key`.
+bool HelloMacMatches(const uint8_t* data, const Digest& key, const uint8_t sender_nonce[16],
+                     const uint8_t receiver_nonce[16]);
+// Errors: kInvalidArgument (wrong magic or length; the MAC is not checked).
 StatusOr<Hello> DecodeHello(const uint8_t* data, size_t len);
 
 // "::ffff:10.0.2.15" style text of a GID.

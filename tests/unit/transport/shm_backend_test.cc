@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1164,6 +1165,34 @@ TEST(ShmBackendTest, RegisterInsidePoolIsDirect) {
 
 // Nothing is left behind: no segment mapped or open after everything is
 // destroyed, nothing in /dev/shm.
+// Every segment (doorbell, rings, pool memory) is owner-only and sealed.
+TEST(ShmBackendTest, SegmentsAreOwnerOnlyAndSealed) {
+  const std::string job = NewJobId();
+  LocalPair p = MakeLocalPair(job);
+  ASSERT_TRUE(p.c0 && p.c1);
+  auto r = p.b1->Allocate(1 << 20);
+  ASSERT_TRUE(r.ok());
+  int seen = 0;
+  DIR* d = opendir("/proc/self/fd");
+  ASSERT_NE(d, nullptr);
+  while (dirent* e = readdir(d)) {
+    char target[512];
+    const std::string path = std::string("/proc/self/fd/") + e->d_name;
+    const ssize_t n = readlink(path.c_str(), target, sizeof(target) - 1);
+    if (n <= 0 || std::string(target, n).find("ciuic-" + job) == std::string::npos) continue;
+    struct stat st;
+    ASSERT_EQ(stat(path.c_str(), &st), 0) << path;
+    EXPECT_EQ(st.st_mode & 07777, 0600u) << std::string(target, n);
+    const int fd = std::atoi(e->d_name);
+    const int seals = fcntl(fd, F_GET_SEALS);
+    EXPECT_EQ(seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+        << std::string(target, n);
+    ++seen;
+  }
+  closedir(d);
+  EXPECT_GE(seen, 3);  // two doorbells, a ring, the pool segment
+}
+
 TEST(ShmBackendTest, NoLeftovers) {
   const std::string job = NewJobId();
   {

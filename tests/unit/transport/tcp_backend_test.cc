@@ -25,6 +25,7 @@
 #include "transport/transport.h"
 #include "tests/util/multiproc.h"
 #include "transport/backends.h"
+#include "transport/tcp/tcp_backend.h"
 #include "transport/tcp/tcp_iface.h"
 #include "transport/tcp/tcp_wire.h"
 
@@ -48,11 +49,17 @@ class TcpBackendTest : public ::testing::Test {
 
 std::string JobId() { return "tcp-test-" + std::to_string(getpid()); }
 
+// Every backend here proves this secret in its handshakes; crafted hellos
+// and accept proofs use the key derived from it.
+const char kSecret[] = "tcp-test-secret";
+Digest Key(const std::string& job = JobId()) { return tcp::DataKey(kSecret, job); }
+
 BackendOptions Options(int rank, int n, int nsocks = 1, const std::string& job = JobId()) {
   BackendOptions o;
   o.rank = rank;
   o.world_size = n;
   o.job_id = job;
+  o.secret = kSecret;
   o.config.socket_ifname = "lo";
   o.config.socket_nsocks = nsocks;
   return o;
@@ -236,8 +243,8 @@ TEST_F(TcpBackendTest, WireRoundTrips) {
   h.nsocks = 4;
   h.acceptor_nonce = e.nonce;
   h.job_id = "job";
-  const std::string hb = tcp::EncodeHello(h);
-  ASSERT_EQ(hb.size(), tcp::kHelloFixedBytes + 3);
+  const std::string hb = tcp::EncodeHello(h, Key());
+  ASSERT_EQ(hb.size(), tcp::kHelloFixedBytes + 3 + tcp::kMacBytes);
   tcp::Hello h2;
   size_t job_len = 0;
   ASSERT_TRUE(tcp::DecodeHelloFixed(reinterpret_cast<const uint8_t*>(hb.data()), &h2, &job_len).ok());
@@ -245,8 +252,34 @@ TEST_F(TcpBackendTest, WireRoundTrips) {
   EXPECT_EQ(h2.socket_index, 3);
   EXPECT_EQ(h2.acceptor_nonce, e.nonce);
   EXPECT_EQ(job_len, 3u);
+  const auto* hp = reinterpret_cast<const uint8_t*>(hb.data());
+  EXPECT_TRUE(tcp::HelloMacMatches(Key(), hp, tcp::kHelloFixedBytes + 3));
+  EXPECT_FALSE(tcp::HelloMacMatches(Key("other-job"), hp, tcp::kHelloFixedBytes + 3));
+  EXPECT_FALSE(tcp::HelloMacMatches(tcp::DataKey("other-secret", JobId()), hp, tcp::kHelloFixedBytes + 3));
+  for (size_t i = 0; i < hb.size(); ++i) {  // any flipped bit, in the fields or the MAC
+    std::string flipped = hb;
+    flipped[i] = static_cast<char>(flipped[i] ^ 0x10);
+    EXPECT_FALSE(tcp::HelloMacMatches(Key(), reinterpret_cast<const uint8_t*>(flipped.data()),
+                                      tcp::kHelloFixedBytes + 3))
+        << i;
+  }
+  // The accept proof depends on the socket and both nonces.
+  const std::string proof = tcp::EncodeAcceptProof(h, Key());
+  EXPECT_EQ(proof.size(), tcp::kAcceptProofBytes);
+  tcp::Hello other = h;
+  other.socket_index = 2;
+  EXPECT_NE(tcp::EncodeAcceptProof(other, Key()), proof);
+  other = h;
+  other.connector_nonce[0] ^= 1;
+  EXPECT_NE(tcp::EncodeAcceptProof(other, Key()), proof);
+  EXPECT_NE(tcp::EncodeAcceptProof(h, Key("other-job")), proof);
+  // The hello of the protocol before the MAC is named as such.
+  std::string old = hb;
+  old[3] = '1';
+  Status st_old = tcp::DecodeHelloFixed(reinterpret_cast<const uint8_t*>(old.data()), &h2, &job_len);
+  EXPECT_NE(st_old.message().find("CTH1"), std::string::npos) << st_old.ToString();
   h.socket_index = 4;  // not below nsocks
-  const std::string hbad = tcp::EncodeHello(h);
+  const std::string hbad = tcp::EncodeHello(h, Key());
   EXPECT_FALSE(tcp::DecodeHelloFixed(reinterpret_cast<const uint8_t*>(hbad.data()), &h2, &job_len).ok());
 
   tcp::FrameHeader f;
@@ -465,24 +498,44 @@ TEST_F(TcpBackendTest, ForgedHellosAreRejectedAndTheRealPeerConnects) {
   std::vector<int> strangers;
   tcp::Hello h = good;
   h.acceptor_nonce[3] ^= 0x40;  // a guessed nonce
-  strangers.push_back(raw_connect(tcp::EncodeHello(h)));
+  strangers.push_back(raw_connect(tcp::EncodeHello(h, Key())));
   strangers.push_back(raw_connect(std::string(100, 'G')));  // not a hello at all
   h = good;
   h.job_id = "another-job";
-  strangers.push_back(raw_connect(tcp::EncodeHello(h)));
+  strangers.push_back(raw_connect(tcp::EncodeHello(h, Key())));
   h = good;
   h.tag = 1;  // right nonce, wrong endpoint
-  strangers.push_back(raw_connect(tcp::EncodeHello(h)));
+  strangers.push_back(raw_connect(tcp::EncodeHello(h, Key())));
   h = good;
   h.connector_nonce[0] ^= 1;  // knows the acceptor's nonce, is not rank 0's endpoint
-  strangers.push_back(raw_connect(tcp::EncodeHello(h)));
+  strangers.push_back(raw_connect(tcp::EncodeHello(h, Key())));
+  // Knows both nonces (read from the store or the wire) but not the secret:
+  // its hello would otherwise take the real peer's socket slot.
+  strangers.push_back(raw_connect(tcp::EncodeHello(good, tcp::DataKey("a guess", JobId()))));
+  // A valid-looking header with absurd lengths: the job id length is
+  // refused before anything is read or allocated for it.
+  std::string absurd = tcp::EncodeHello(good, Key()).substr(0, tcp::kHelloFixedBytes);
+  absurd[tcp::kHelloFixedBytes - 2] = absurd[tcp::kHelloFixedBytes - 1] = '\xff';
+  strangers.push_back(raw_connect(absurd));
+  // A frame header claiming 4 GiB instead of a hello.
+  {
+    tcp::FrameHeader f;
+    f.type = tcp::kFrameWrite;
+    f.length = 0xffffffffu;
+    uint8_t fb[tcp::kFrameHeaderBytes + 22];
+    tcp::EncodeFrameHeader(f, fb);
+    std::memset(fb + tcp::kFrameHeaderBytes, 0, 22);
+    strangers.push_back(raw_connect(std::string(reinterpret_cast<char*>(fb), sizeof(fb))));
+  }
+  // Silent: connects and sends nothing; it must not hold up the real peer.
+  const int silent = raw_connect(std::string());
 
   const auto deadline = Clock::now() + kTimeout;
   auto c0 = (*e0)->Connect((*e1)->Describe(), deadline);
   ASSERT_TRUE(c0.ok()) << c0.status().ToString();
   auto c1 = (*e1)->Connect((*e0)->Describe(), deadline);
   ASSERT_TRUE(c1.ok()) << c1.status().ToString();
-  // Every stranger was closed by the acceptor.
+  // Every stranger was closed by the acceptor, without a byte of reply.
   for (int fd : strangers) {
     pollfd pfd{fd, POLLIN, 0};
     ASSERT_EQ(poll(&pfd, 1, 5000), 1);
@@ -490,6 +543,9 @@ TEST_F(TcpBackendTest, ForgedHellosAreRejectedAndTheRealPeerConnects) {
     EXPECT_LE(recv(fd, &c, 1, 0), 0);
     close(fd);
   }
+  // The real connector's socket got the acceptor's proof and nothing else:
+  // c0 reads it before any frame (below).
+  close(silent);
   // The real connection works both ways.
   const uint32_t v = 77;
   ASSERT_TRUE((*c0)->PostMessage(&v, 4).ok());
@@ -696,12 +752,16 @@ std::unique_ptr<Crafted> MakeCrafted() {
   h.acceptor_nonce = info1->nonce;
   h.connector_nonce = fake.nonce;
   h.job_id = JobId();
-  const std::string hello = tcp::EncodeHello(h);
+  const std::string hello = tcp::EncodeHello(h, Key());
   EXPECT_EQ(send(c->raw, hello.data(), hello.size(), MSG_NOSIGNAL), static_cast<ssize_t>(hello.size()));
   auto conn = (*e1)->Connect(tcp::EncodeEndpoint(fake), Clock::now() + kTimeout);
   EXPECT_TRUE(conn.ok()) << conn.status().ToString();
   if (!conn.ok()) return nullptr;
   c->c1 = std::move(*conn);
+  // The acceptor's first bytes: its proof of the secret for this socket.
+  std::string proof(tcp::kAcceptProofBytes, '\0');
+  EXPECT_EQ(recv(c->raw, proof.data(), proof.size(), MSG_WAITALL), static_cast<ssize_t>(proof.size()));
+  EXPECT_EQ(proof, tcp::EncodeAcceptProof(h, Key()));
   auto mr = c->b1->Allocate(4096);
   EXPECT_TRUE(mr.ok());
   c->region = std::move(*mr);
@@ -1168,7 +1228,7 @@ TEST_F(TcpBackendTest, ConnectsOverIpv6) {
   ASSERT_TRUE(c0.ok()) << c0.status().ToString();
   const int raw = accept(listener, nullptr, nullptr);
   ASSERT_GE(raw, 0);
-  std::string hello(tcp::kHelloFixedBytes + JobId().size(), '\0');
+  std::string hello(tcp::kHelloFixedBytes + JobId().size() + tcp::kMacBytes, '\0');
   ASSERT_EQ(recv(raw, hello.data(), hello.size(), MSG_WAITALL), static_cast<ssize_t>(hello.size()));
   tcp::Hello h;
   size_t job_len = 0;
@@ -1177,6 +1237,10 @@ TEST_F(TcpBackendTest, ConnectsOverIpv6) {
   EXPECT_EQ(h.tag, 2u);
   EXPECT_EQ(h.acceptor_nonce, fake.nonce);
   EXPECT_EQ(job_len, JobId().size());
+  EXPECT_TRUE(tcp::HelloMacMatches(Key(), reinterpret_cast<const uint8_t*>(hello.data()),
+                                   hello.size() - tcp::kMacBytes));
+  const std::string proof = tcp::EncodeAcceptProof(h, Key());
+  ASSERT_EQ(send(raw, proof.data(), proof.size(), MSG_NOSIGNAL), static_cast<ssize_t>(proof.size()));
   tcp::FrameHeader m;
   m.type = tcp::kFrameMessage;
   m.flags = tcp::kFlagLast;
@@ -1198,6 +1262,175 @@ TEST_F(TcpBackendTest, ConnectsOverIpv6) {
   EXPECT_NE(st.message().find("peer rank 1 ([::1]:" + std::to_string(fake.port) + ")"), std::string::npos)
       << st.ToString();
   close(listener);
+}
+
+// Rank 0 connecting to a "rank 1" that is a raw listening socket of the
+// test, which then answers with `proof` and a message frame.
+struct FakeAcceptor {
+  std::unique_ptr<Backend> b0;
+  std::unique_ptr<Connection> c0;
+  int raw = -1;
+  tcp::Hello hello;
+  ~FakeAcceptor() {
+    if (raw >= 0) close(raw);
+  }
+};
+
+std::unique_ptr<FakeAcceptor> ConnectToFakeAcceptor() {
+  auto f = std::make_unique<FakeAcceptor>();
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  EXPECT_EQ(listen(listener, 4), 0);
+  socklen_t alen = sizeof(a);
+  EXPECT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&a), &alen), 0);
+  f->b0 = Open(Options(0, 2));
+  if (!f->b0) return nullptr;
+  auto e0 = f->b0->CreateEndpoint(1, 2);
+  EXPECT_TRUE(e0.ok());
+  tcp::EndpointInfo fake;
+  fake.rank = 1;
+  fake.peer = 0;
+  fake.tag = 2;
+  fake.instance = 5;
+  fake.nonce.fill(0x5a);
+  fake.address = {127, 0, 0, 1};
+  fake.port = ntohs(a.sin_port);
+  fake.job_id = JobId();
+  auto c0 = (*e0)->Connect(tcp::EncodeEndpoint(fake), Clock::now() + kTimeout);
+  EXPECT_TRUE(c0.ok()) << c0.status().ToString();
+  if (!c0.ok()) return nullptr;
+  f->c0 = std::move(*c0);
+  f->raw = accept(listener, nullptr, nullptr);
+  close(listener);
+  std::string bytes(tcp::kHelloFixedBytes + JobId().size() + tcp::kMacBytes, '\0');
+  EXPECT_EQ(recv(f->raw, bytes.data(), bytes.size(), MSG_WAITALL), static_cast<ssize_t>(bytes.size()));
+  size_t job_len = 0;
+  EXPECT_TRUE(tcp::DecodeHelloFixed(reinterpret_cast<const uint8_t*>(bytes.data()), &f->hello, &job_len).ok());
+  return f;
+}
+
+void SendMessageFrame(int fd, const std::string& text) {
+  tcp::FrameHeader m;
+  m.type = tcp::kFrameMessage;
+  m.flags = tcp::kFlagLast;
+  m.length = static_cast<uint32_t>(text.size());
+  std::string bytes(tcp::kFrameHeaderBytes, '\0');
+  tcp::EncodeFrameHeader(m, reinterpret_cast<uint8_t*>(bytes.data()));
+  bytes += text;
+  ASSERT_EQ(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+}
+
+// The connecting side reads nothing from an acceptor that cannot prove the
+// secret: not the frame that follows a wrong proof, nor one sent instead
+// of a proof.
+TEST_F(TcpBackendTest, AcceptorWithoutTheSecretIsRefusedBeforeAnyFrame) {
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE(variant);
+    auto f = ConnectToFakeAcceptor();
+    ASSERT_TRUE(f);
+    std::string proof = tcp::EncodeAcceptProof(f->hello, Key());
+    if (variant == 0) proof = tcp::EncodeAcceptProof(f->hello, tcp::DataKey("a guess", JobId()));
+    if (variant == 1) proof[tcp::kAcceptProofBytes - 1] ^= 1;
+    if (variant == 2) proof.clear();  // straight to a frame
+    if (!proof.empty()) {
+      ASSERT_EQ(send(f->raw, proof.data(), proof.size(), MSG_NOSIGNAL), static_cast<ssize_t>(proof.size()));
+    }
+    SendMessageFrame(f->raw, "a forged message of 36+ bytes, padded out to the length");
+    Status st;
+    size_t delivered = 0;
+    const auto deadline = Clock::now() + milliseconds(5000);
+    while (st.ok() && Clock::now() < deadline) {
+      Completion buf[4];
+      auto n = f->c0->Progress(buf, 4);
+      if (n.ok()) delivered += *n;
+      st = n.status();
+    }
+    EXPECT_EQ(delivered, 0u);
+    ASSERT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+    EXPECT_NE(st.message().find("peer rank 1 (127.0.0.1:"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("proof of the job secret"), std::string::npos) << st.message();
+  }
+  // The control: the right proof, then the same frame, is delivered.
+  auto f = ConnectToFakeAcceptor();
+  ASSERT_TRUE(f);
+  const std::string proof = tcp::EncodeAcceptProof(f->hello, Key());
+  ASSERT_EQ(send(f->raw, proof.data(), proof.size(), MSG_NOSIGNAL), static_cast<ssize_t>(proof.size()));
+  SendMessageFrame(f->raw, "ok");
+  std::vector<std::vector<Completion>> got(1);
+  ASSERT_TRUE(Pump(*f->b0, {f->c0.get()}, &got, [&] { return got[0].size() == 1; }).ok());
+  EXPECT_EQ(std::string(reinterpret_cast<char*>(got[0][0].data), got[0][0].len), "ok");
+}
+
+// Two real ranks with different secrets: the acceptor rejects the hello
+// (and times out naming the rank it waited for), the connector's
+// connection fails on its first read naming the acceptor.
+TEST_F(TcpBackendTest, RanksWithDifferentSecretsNeverConnect) {
+  BackendOptions o0 = Options(0, 2);
+  o0.secret = "not the job's secret";
+  auto b0 = Open(o0);
+  auto b1 = Open(Options(1, 2));
+  ASSERT_TRUE(b0 && b1);
+  auto e0 = b0->CreateEndpoint(1, 0);
+  auto e1 = b1->CreateEndpoint(0, 0);
+  ASSERT_TRUE(e0.ok() && e1.ok());
+  auto c0 = (*e0)->Connect((*e1)->Describe(), Clock::now() + kTimeout);
+  ASSERT_TRUE(c0.ok()) << c0.status().ToString();  // the connector does not wait
+  auto c1 = (*e1)->Connect((*e0)->Describe(), Clock::now() + milliseconds(1000));
+  ASSERT_EQ(c1.status().code(), StatusCode::kDeadlineExceeded) << c1.status().ToString();
+  EXPECT_NE(c1.status().message().find("rank 0"), std::string::npos) << c1.status().message();
+  Status st;
+  const auto deadline = Clock::now() + milliseconds(5000);
+  while (st.ok() && Clock::now() < deadline) {
+    Completion buf[1];
+    st = (*c0)->Progress(buf, 1).status();
+    b0->WaitForActivity(std::chrono::microseconds(1000));
+  }
+  ASSERT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  EXPECT_NE(st.message().find("peer rank 1"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("before proving the job secret"), std::string::npos) << st.message();
+}
+
+// Sockets that never send a hello take at most kMaxPendingSockets slots:
+// past the grace the oldest make room, and the real peer still connects.
+TEST_F(TcpBackendTest, SilentSocketsCannotCrowdOutThePeer) {
+  auto b0 = Open(Options(0, 2));
+  auto b1 = Open(Options(1, 2));
+  ASSERT_TRUE(b0 && b1);
+  auto e0 = b0->CreateEndpoint(1, 0);
+  auto e1 = b1->CreateEndpoint(0, 0);
+  ASSERT_TRUE(e0.ok() && e1.ok());
+  auto info1 = tcp::DecodeEndpoint((*e1)->Describe());
+  ASSERT_TRUE(info1.ok());
+  std::vector<int> silent;
+  for (size_t i = 0; i < tcp::kMaxPendingSockets + 16; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(info1->port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    silent.push_back(fd);
+  }
+  b1->WaitForActivity(std::chrono::microseconds(1000));  // takes the first kMaxPendingSockets
+  const auto t0 = Clock::now();
+  auto c0 = (*e0)->Connect((*e1)->Describe(), Clock::now() + kTimeout);
+  ASSERT_TRUE(c0.ok()) << c0.status().ToString();
+  auto c1 = (*e1)->Connect((*e0)->Describe(), Clock::now() + kTimeout);
+  ASSERT_TRUE(c1.ok()) << c1.status().ToString();
+  EXPECT_LT(Clock::now() - t0, tcp::kHelloGrace + std::chrono::seconds(5));
+  // The first silent sockets were closed to make room.
+  pollfd pfd{silent[0], POLLIN, 0};
+  ASSERT_EQ(poll(&pfd, 1, 5000), 1);
+  char c;
+  EXPECT_LE(recv(silent[0], &c, 1, 0), 0);
+  for (int fd : silent) close(fd);
+  const uint32_t v = 9;
+  ASSERT_TRUE((*c0)->PostMessage(&v, 4).ok());
+  std::vector<std::vector<Completion>> got(2);
+  ASSERT_TRUE(Pump(*b1, {c0->get(), c1->get()}, &got, [&] { return got[1].size() == 1; }).ok());
 }
 
 // Connections from strangers are taken off the listening socket by

@@ -17,7 +17,7 @@
 
 #include "transport/transport.h"
 #include "transport/net.h"
-#include "transport/sha256.h"
+#include "transport/crypto.h"
 
 namespace ciuic::transport {
 namespace {

@@ -47,6 +47,7 @@ BackendOptions Options(int rank, int n, const std::string& job, int qps = 1) {
   o.rank = rank;
   o.world_size = n;
   o.job_id = job;
+  o.secret = "verbs-test-secret";  // the handshakes prove it
   o.config = BaseConfig();
   o.config.ib_qps_per_peer = qps;
   return o;
@@ -237,9 +238,10 @@ TEST(VerbsWire, EndpointRoundTripAndRejects) {
   e.probe = {0x1234, 0xabcdef};
   e.keepalive_addr = 0x7fff00001000;
   e.keepalive_rkey = 99;
+  for (int i = 0; i < 16; ++i) e.nonce[i] = static_cast<uint8_t>(200 - i);
   e.qps = {{11, 0x111111}, {12, 0x222222}, {13, 0x333333}};
   const std::string blob = verbs::EncodeEndpoint(e);
-  EXPECT_EQ(blob.size(), 72u + 24u);
+  EXPECT_EQ(blob.size(), 88u + 24u);
   auto d = verbs::DecodeEndpoint(blob);
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_EQ(d->rank, 2);
@@ -250,6 +252,7 @@ TEST(VerbsWire, EndpointRoundTripAndRejects) {
   EXPECT_EQ(std::memcmp(d->gid, e.gid, 16), 0);
   EXPECT_EQ(d->probe.qpn, 0x1234u);
   EXPECT_EQ(d->keepalive_addr, e.keepalive_addr);
+  EXPECT_EQ(std::memcmp(d->nonce, e.nonce, 16), 0);
   ASSERT_EQ(d->qps.size(), 3u);
   EXPECT_EQ(d->qps[2].qpn, 13u);
   EXPECT_EQ(d->qps[2].psn, 0x333333u);
@@ -286,7 +289,28 @@ TEST(VerbsWire, RegionAndHello) {
 
   verbs::Hello h{4, 1, 9, 12345, 3};
   uint8_t buf[verbs::kHelloBytes];
-  verbs::EncodeHello(h, buf);
+  const Digest key = verbs::DataKey("secret", "job");
+  uint8_t mine[16], theirs[16];
+  for (int i = 0; i < 16; ++i) {
+    mine[i] = static_cast<uint8_t>(i);
+    theirs[i] = static_cast<uint8_t>(100 + i);
+  }
+  verbs::EncodeHello(h, key, mine, theirs, buf);
+  // The receiver checks with the sender's nonce first.
+  EXPECT_TRUE(verbs::HelloMacMatches(buf, key, mine, theirs));
+  EXPECT_FALSE(verbs::HelloMacMatches(buf, key, theirs, mine));  // a reflected hello
+  EXPECT_FALSE(verbs::HelloMacMatches(buf, verbs::DataKey("guess", "job"), mine, theirs));
+  EXPECT_FALSE(verbs::HelloMacMatches(buf, verbs::DataKey("secret", "job2"), mine, theirs));
+  for (size_t i = 0; i < sizeof(buf); ++i) {
+    uint8_t flipped[verbs::kHelloBytes];
+    std::memcpy(flipped, buf, sizeof(buf));
+    flipped[i] ^= 0x01;
+    EXPECT_FALSE(verbs::HelloMacMatches(flipped, key, mine, theirs)) << i;
+  }
+  uint8_t old[verbs::kHelloBytes];
+  std::memcpy(old, buf, sizeof(buf));
+  old[3] = '1';  // "CVH1"
+  EXPECT_NE(verbs::DecodeHello(old, 28).status().message().find("CVH1"), std::string::npos);
   auto hd = verbs::DecodeHello(buf, sizeof(buf));
   ASSERT_TRUE(hd.ok());
   EXPECT_EQ(hd->rank, 4);
@@ -449,6 +473,33 @@ TEST(VerbsBackend, ConnectRespectsTheDeadlineAndNamesThePeer) {
   ASSERT_TRUE(ea3.ok());
   auto own = (*ea3)->Connect((*ea3)->Describe(), Clock::now() + milliseconds(500));  // its own blob
   EXPECT_EQ(own.status().code(), StatusCode::kInvalidArgument) << own.status().ToString();
+}
+
+// A rank without the job secret never gets a connection: each side checks
+// the MAC of the other's handshake before the connection exists.
+TEST(VerbsBackend, RanksWithDifferentSecretsNeverConnect) {
+  SKIP_WITHOUT_VERBS();
+  const std::string job = JobId();
+  BackendOptions o1 = Options(1, 2, job);
+  o1.secret = "a guess";
+  auto a = OpenBackend(BackendKind::kVerbs, Options(0, 2, job));
+  auto b = OpenBackend(BackendKind::kVerbs, o1);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto ea = (*a)->CreateEndpoint(1, 0);
+  auto eb = (*b)->CreateEndpoint(0, 0);
+  ASSERT_TRUE(ea.ok() && eb.ok());
+  const auto deadline = Clock::now() + milliseconds(5000);
+  StatusOr<std::unique_ptr<Connection>> cb = InternalError("not run");
+  std::thread t([&] { cb = (*eb)->Connect((*ea)->Describe(), deadline); });
+  auto ca = (*ea)->Connect((*eb)->Describe(), deadline);
+  t.join();
+  EXPECT_FALSE(ca.ok());
+  EXPECT_FALSE(cb.ok());
+  const std::string both = ca.status().ToString() + " | " + cb.status().ToString();
+  EXPECT_NE(both.find("proof of the job secret"), std::string::npos) << both;
+  EXPECT_TRUE(ca.status().code() == StatusCode::kFailedPrecondition ||
+              cb.status().code() == StatusCode::kFailedPrecondition)
+      << both;
 }
 
 TEST(VerbsBackend, QpCountMustMatch) {
