@@ -5,6 +5,7 @@
 #include <cstring>
 #include <deque>
 #include <future>
+#include <system_error>
 #include <thread>
 
 #include "common/log.h"
@@ -560,10 +561,15 @@ std::vector<int> FollowFaultRecords(transport::Store& store, const std::string& 
   for (int at = blamed; static_cast<int>(chain.size()) <= size;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     StatusOr<std::string> rec = store.Get(key + std::to_string(at), std::max(left, std::chrono::milliseconds(1)));
-    if (!rec.ok()) break;
+    // Only a record that did not come in time ends the chain; a store that
+    // failed or a malformed record says nothing about the rank.
+    if (!rec.ok()) {
+      if (rec.status().code() == StatusCode::kDeadlineExceeded) break;
+      return {self, blamed};
+    }
     char* end = nullptr;
     const long next = std::strtol(rec->c_str(), &end, 10);
-    if (end == rec->c_str() || *end != '\0' || next < 0 || next >= size) break;
+    if (end == rec->c_str() || *end != '\0' || next < 0 || next >= size) return {self, blamed};
     if (std::find(chain.begin(), chain.end(), static_cast<int>(next)) != chain.end()) {
       return {self, blamed};  // ranks waiting on each other: no first fault to name
     }
@@ -576,22 +582,35 @@ std::vector<int> FollowFaultRecords(transport::Store& store, const std::string& 
 }  // namespace
 
 Status CommImpl::NameFirstFault(const Status& s) {
-  if (s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kAborted || size_ < 3) return s;
+  // Only a peer that went silent or away is a fault of another rank; local
+  // errors (descriptors, memory, a secret mismatch) record nothing.
+  if ((s.code() != StatusCode::kDeadlineExceeded && s.code() != StatusCode::kUnavailable) || size_ < 3) return s;
   const int blamed = RankNamedLast(s.message(), rank_);
   if (blamed < 0 || blamed >= size_) return s;
+  // A peer seen to die is the first fault itself: the record is left for
+  // the others, and nothing is waited for.
+  const std::string& m = s.message();
+  const bool follow = m.find("died") == std::string::npos && m.find("exited") == std::string::npos &&
+                      m.find("killed") == std::string::npos;
   // The store may be gone or stopped with the faulty rank (rank 0 serves
   // it): the lookup runs on a thread of its own that may outlive this call
   // (it holds only the store), and its answer counts only within the grace.
   const auto grace = std::chrono::milliseconds(std::clamp<int64_t>(config_.timeout_ms / 4, 100, 2000));
   auto answer = std::make_shared<std::promise<std::vector<int>>>();
   std::future<std::vector<int>> got = answer->get_future();
-  std::thread lookup([store = store_, key = prefix_ + "/fault/", self = rank_, size = size_, blamed, grace, answer] {
-    std::vector<int> chain{self, blamed};
-    if (store->Set(key + std::to_string(self), std::to_string(blamed)).ok()) {
-      chain = FollowFaultRecords(*store, key, self, size, blamed, grace);
-    }
-    answer->set_value(std::move(chain));
-  });
+  std::thread lookup;
+  try {
+    lookup = std::thread([store = store_, key = prefix_ + "/fault/", self = rank_, size = size_, blamed, grace,
+                          follow, answer] {
+      std::vector<int> chain{self, blamed};
+      if (store->Set(key + std::to_string(self), std::to_string(blamed)).ok() && follow) {
+        chain = FollowFaultRecords(*store, key, self, size, blamed, grace);
+      }
+      answer->set_value(std::move(chain));
+    });
+  } catch (const std::system_error&) {
+    return s;  // no thread to spare: the local view stands
+  }
   if (got.wait_for(grace + std::chrono::milliseconds(200)) != std::future_status::ready) {
     lookup.detach();  // stuck on the store: it ends with the store's own timeout
     return s;
@@ -606,8 +625,9 @@ Status CommImpl::NameFirstFault(const Status& s) {
   for (size_t i = 2; i + 1 < chain.size(); ++i) {
     behind += ", rank " + std::to_string(chain[i]) + " on rank " + std::to_string(chain[i + 1]);
   }
-  behind += ", and rank " + std::to_string(chain.back()) +
-            " reported nothing (stopped or dead): the job's first fault is rank " + std::to_string(chain.back());
+  behind += ", and rank " + std::to_string(chain.back()) + " recorded no failure within " +
+            std::to_string(grace.count()) + " ms (stopped, dead or far behind): the job's first fault is rank " +
+            std::to_string(chain.back());
   return Status(s.code(), s.message() + behind);
 }
 

@@ -524,8 +524,12 @@ class ExecutorRun {
       // The rank waited for goes last (errors name their cause last): the
       // receive's peer when the step receives, as its chunk is what is
       // missing; a send alone waits only for the peer's credits.
-      if (StepSends(st.op)) peers += " to rank " + std::to_string(st.send_peer) + unconnected(f.send_link);
-      if (StepReceives(st.op)) peers += " from rank " + std::to_string(st.recv_peer) + unconnected(f.recv_link);
+      const std::string to = StepSends(st.op) ? " to rank " + std::to_string(st.send_peer) + unconnected(f.send_link) : "";
+      const std::string from =
+          StepReceives(st.op) ? " from rank " + std::to_string(st.recv_peer) + unconnected(f.recv_link) : "";
+      // An unconnected link's peer is the one not there yet.
+      const bool send_missing = !to.empty() && !unconnected(f.send_link).empty();
+      peers += send_missing ? from + to : to + from;
       return DeadlineExceededError(Where(f.job, f.index) + " timed out (" + StepOpName(st.op) + peers + ", chunk " +
                                    std::to_string(f.done) + " of " + std::to_string(f.nchunks) + ")");
     }

@@ -90,9 +90,11 @@ Status DescriptorError(const std::string& what, int err) {
   if (err == EMFILE) {
     rlimit rl{};
     getrlimit(RLIMIT_NOFILE, &rl);
+    const std::string raise = rl.rlim_cur < rl.rlim_max && rl.rlim_max != RLIM_INFINITY
+                                  ? "raise it, e.g. ulimit -n " + std::to_string(rl.rlim_max)
+                                  : "raise the hard limit (ulimit -Hn, limits.conf) or use fewer connections";
     return ResourceExhaustedError(what + ": " + std::strerror(err) + " (this process's file descriptor limit, " +
-                                  "RLIMIT_NOFILE=" + std::to_string(rl.rlim_cur) +
-                                  ", is reached: raise it, e.g. ulimit -n " + std::to_string(rl.rlim_max) + ")");
+                                  "RLIMIT_NOFILE=" + std::to_string(rl.rlim_cur) + ", is reached: " + raise + ")");
   }
   if (err == ENFILE) {
     return ResourceExhaustedError(what + ": " + std::strerror(err) +

@@ -34,6 +34,12 @@ constexpr size_t kBudgetBytes = 32u << 20;
 
 bool PeerGone(int err) { return err == EPIPE || err == ECONNRESET || err == ENOTCONN; }
 
+// A connecting side's socket closed before the acceptor's proof: it turned
+// the hello away (its log says why) or went away before accepting.
+constexpr char kBeforeProof[] =
+    " before sending its accept proof (it rejected this rank's hello: its log names the reason, e.g. a "
+    "different CIUIC_SECRET, job or ciuic version; or it exited before accepting)";
+
 }  // namespace
 
 TcpConnection::TcpConnection(TcpBackend* backend, int peer, std::string peer_address,
@@ -495,8 +501,7 @@ Status TcpConnection::ReceiveSocket(int s, size_t* budget, size_t* bytes_read) {
     }
     if (k == 0) {
       if (r.proof_got < r.proof_want.size()) {
-        status = ClosedError(" before proving the job secret (it rejected this rank's hello: a "
-                             "different CIUIC_SECRET or job; its log names the reason)");
+        status = ClosedError(kBeforeProof);
         break;
       }
       if (!r.in_payload && r.header_got == 0) {
@@ -509,7 +514,9 @@ Status TcpConnection::ReceiveSocket(int s, size_t* budget, size_t* bytes_read) {
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) break;
     const int e = errno;
-    if (PeerGone(e)) {
+    if (PeerGone(e) && r.proof_got < r.proof_want.size()) {
+      status = ClosedError(std::string(" (") + std::strerror(e) + ")" + kBeforeProof);
+    } else if (PeerGone(e)) {
       status = ClosedError(std::string(" (") + std::strerror(e) +
                            ": the process exited or the link broke)");
     } else {
@@ -577,6 +584,7 @@ size_t TcpConnection::Deliver(Completion* out, size_t max, bool* stuck) {
 
 StatusOr<size_t> TcpConnection::ProgressSends(Completion* out, size_t max) {
   if (!error_.ok()) return error_;
+  backend_->MaybePump();
   if (!tx_error_.ok()) return Progress(out, max);  // surfaced by the receive side
   SendPass();
   return Retire(out, max);
