@@ -71,6 +71,21 @@ std::unique_ptr<Backend> Open(const BackendOptions& o) {
   return b.ok() ? std::move(*b) : nullptr;
 }
 
+// A plain socket connected to 127.0.0.1:port (the test's stranger or
+// crafted peer); -1 when the connect failed.
+int ConnectLoopback(uint16_t port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 std::string Results(const std::vector<RankResult>& rs) {
   std::string s;
   for (const auto& r : rs) s += r.Describe() + "\n";
@@ -478,12 +493,8 @@ TEST_F(TcpBackendTest, ForgedHellosAreRejectedAndTheRealPeerConnects) {
   auto info0 = tcp::DecodeEndpoint((*e0)->Describe());
   ASSERT_TRUE(info1.ok() && info0.ok());
   auto raw_connect = [&](const std::string& bytes) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(info1->port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    const int fd = ConnectLoopback(info1->port);
+    EXPECT_GE(fd, 0);
     EXPECT_EQ(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
     return fd;
   };
@@ -739,12 +750,8 @@ std::unique_ptr<Crafted> MakeCrafted() {
   fake.address = {127, 0, 0, 1};
   fake.port = 9;  // never used: rank 0 is the connecting side
   fake.job_id = JobId();
-  c->raw = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(info1->port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(connect(c->raw, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  c->raw = ConnectLoopback(info1->port);
+  EXPECT_GE(c->raw, 0);
   tcp::Hello h;
   h.rank = 0;
   h.tag = 3;
@@ -1412,12 +1419,8 @@ TEST_F(TcpBackendTest, SilentSocketsCannotCrowdOutThePeer) {
   ASSERT_TRUE(info1.ok());
   std::vector<int> silent;
   for (size_t i = 0; i < tcp::kMaxPendingSockets + 16; ++i) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(info1->port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    const int fd = ConnectLoopback(info1->port);
+    ASSERT_GE(fd, 0);
     silent.push_back(fd);
   }
   b1->WaitForActivity(std::chrono::microseconds(1000));  // takes the first kMaxPendingSockets
@@ -1450,12 +1453,8 @@ TEST_F(TcpBackendTest, WaitForActivityIsNotBusyWithStrangers) {
   ASSERT_TRUE(info.ok());
   std::vector<int> fds;
   for (const std::string& bytes : {std::string(200, 'x'), std::string()}) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(info->port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    const int fd = ConnectLoopback(info->port);
+    ASSERT_GE(fd, 0);
     if (!bytes.empty()) {
       ASSERT_EQ(send(fd, bytes.data(), bytes.size(), 0), 200);
     }
