@@ -590,8 +590,10 @@ Status CommImpl::NameFirstFault(const Status& s) {
   // A peer seen to die is the first fault itself: the record is left for
   // the others, and nothing is waited for.
   const std::string& m = s.message();
+  // So is a peer whose own user aborted it: it records no fault of its own.
   const bool follow = m.find("died") == std::string::npos && m.find("exited") == std::string::npos &&
-                      m.find("killed") == std::string::npos;
+                      m.find("killed") == std::string::npos && m.find("ABORTED") == std::string::npos &&
+                      m.find("aborted") == std::string::npos;
   // The store may be gone or stopped with the faulty rank (rank 0 serves
   // it): the lookup runs on a thread of its own that may outlive this call
   // (it holds only the store), and its answer counts only within the grace.
@@ -611,9 +613,14 @@ Status CommImpl::NameFirstFault(const Status& s) {
   } catch (const std::system_error&) {
     return s;  // no thread to spare: the local view stands
   }
-  if (got.wait_for(grace + std::chrono::milliseconds(200)) != std::future_status::ready) {
-    lookup.detach();  // stuck on the store: it ends with the store's own timeout
-    return s;
+  // An abort from another thread cuts the wait short: the caller asked for
+  // the call back now, not for a better name.
+  const auto give_up = std::chrono::steady_clock::now() + grace + std::chrono::milliseconds(200);
+  while (got.wait_for(std::chrono::milliseconds(10)) != std::future_status::ready) {
+    if (aborted_.load() || std::chrono::steady_clock::now() >= give_up) {
+      lookup.detach();  // stuck on the store: it ends with the store's own timeout
+      return s;
+    }
   }
   lookup.join();  // done: joined so that nothing of it outlives the call
   const std::vector<int> chain = got.get();
@@ -640,6 +647,11 @@ Status CommImpl::Guarded(F&& body) {
   // Argument errors leave the communicator usable; everything else (a peer
   // failed, a timeout) poisons it: the ranks are out of step.
   if (!s.ok() && s.code() != StatusCode::kInvalidArgument) {
+    // An abort requested while the call ran wins over what the call saw
+    // meanwhile (often a peer's own abort): the caller gets the abort back.
+    if (aborted_.load() && s.code() != StatusCode::kAborted) {
+      s = AbortedError("communicator aborted while the call ran; it had seen: " + s.message());
+    }
     s = NameFirstFault(s);
     error_ = s;
   }

@@ -147,7 +147,9 @@ def abort_while_blocked(rank, n, backend, call, sync_dir):
             ctx.all_reduce_async(x).wait()
         result = "no error"
     except ciuic.CiuicError as e:
-        result = (type(e).__name__, e.code, time.monotonic() - fired[0])
+        # Under load a peer's abort may end the call before this rank's own.
+        after = time.monotonic() - fired[0] if fired else 0.0
+        result = (type(e).__name__, e.code, after, str(e))
     t.join()
     try:
         ctx.barrier()
@@ -172,11 +174,18 @@ def abort_while_blocked(rank, n, backend, call, sync_dir):
 def test_abort_from_another_thread_returns_the_blocked_call(backend, call, tmp_path):
     n = 3
     res = ranks.run(n, abort_while_blocked, backend, call, str(tmp_path), timeout=120)
+    # The aborting ranks abort at about the same time: a call may see a
+    # peer's abort before its own and then names that peer (unavailable);
+    # the first rank to abort always gets its own abort back.
     for r in range(n - 1):
-        (name, code, after), again = res[r]
-        assert (name, code) == ("AbortedError", "aborted"), res[r]
+        (name, code, after, msg), again = res[r]
+        if name == "UnavailableError":
+            assert "ABORTED" in msg and any(f"rank {p} failed" in msg for p in range(n - 1) if p != r), res[r]
+        else:
+            assert (name, code) == ("AbortedError", "aborted"), res[r]
         assert after < 2.0, f"rank {r}: the blocked call returned {after:.2f} s after abort"
         assert again == "AbortedError", again
+    assert any(res[r][0][0] == "AbortedError" for r in range(n - 1)), res
     # The rank that was not in the call learns that its peers left, naming
     # one of them, well within its 60 s timeout.
     name, culprit, took = res[n - 1]
