@@ -1,5 +1,6 @@
 #include "common/log.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -21,7 +22,13 @@ struct Sink {
 };
 
 Sink& GetSink() {
-  static Sink* sink = new Sink();  // never destroyed: usable during exit
+  // Never destroyed: usable during exit. Fork waits for the mutex, so a
+  // child never inherits it held by a thread that is not there.
+  static Sink* sink = [] {
+    Sink* s = new Sink();
+    pthread_atfork([] { GetSink().mu.lock(); }, [] { GetSink().mu.unlock(); }, [] { GetSink().mu.unlock(); });
+    return s;
+  }();
   return *sink;
 }
 

@@ -7,12 +7,43 @@
 #include <openssl/hmac.h>
 #include <openssl/sha.h>
 
+#include <pthread.h>
+
 #include <cstdlib>
+#include <mutex>
 
 namespace ciuic::transport {
+namespace {
+
+// libcrypto takes locks of its own (algorithm fetches, one-time inits) and
+// has no fork handlers: a fork while another of our threads was inside it
+// left the child a lock held forever (a rank forked beside a store server
+// hung in its first HMAC). Our calls hold this mutex, and fork waits for it.
+std::mutex& CryptoMutex() {
+  static std::mutex* mu = new std::mutex;  // never destroyed: usable during exit
+  return *mu;
+}
+
+class CryptoLock {
+ public:
+  CryptoLock() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+      pthread_atfork([] { CryptoMutex().lock(); }, [] { CryptoMutex().unlock(); },
+                     [] { CryptoMutex().unlock(); });
+    });
+    CryptoMutex().lock();
+  }
+  ~CryptoLock() { CryptoMutex().unlock(); }
+  CryptoLock(const CryptoLock&) = delete;
+  CryptoLock& operator=(const CryptoLock&) = delete;
+};
+
+}  // namespace
 
 Digest Sha256Of(const std::string& data) {
   Digest d{};
+  const CryptoLock lock;
   SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), d.data());
   return d;
 }
@@ -20,6 +51,7 @@ Digest Sha256Of(const std::string& data) {
 Digest HmacSha256(const std::string& key, const std::string& data) {
   Digest d{};
   unsigned int len = 0;
+  const CryptoLock lock;
   // HMAC() fails only when the digest is unavailable (a broken libcrypto):
   // continuing would compare against a zero MAC, so stop instead.
   const unsigned char* r = HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),

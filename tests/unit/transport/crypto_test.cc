@@ -3,8 +3,14 @@
 #include "transport/crypto.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <string>
+#include <thread>
 
 namespace ciuic::transport {
 namespace {
@@ -48,6 +54,56 @@ TEST(HmacSha256Test, Rfc4231Vectors) {
                              "block-size data. The key needs to be hashed before being used by the "
                              "HMAC algorithm.")),
             "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2");
+}
+
+// A fork while another thread computes its process's first MAC (libcrypto
+// then initialises and caches under its own locks): the child computes its
+// own at once. Before the fork handlers a rank forked beside a store server
+// could inherit such a lock held and hang in its first HMAC. Each round
+// re-executes this test in a fresh process (CIUIC_TEST_FRESH_MAC=1), where
+// a thread makes the first MAC while the main thread forks.
+TEST(HmacSha256Test, ForkDuringAnotherThreadsFirstMacLeavesTheChildAWorkingLibcrypto) {
+  static const char kWant[] = "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7";  // RFC 4231 #1
+  if (std::getenv("CIUIC_TEST_FRESH_MAC") != nullptr) {
+    std::atomic<bool> done{false};
+    std::thread first([&] {
+      (void)HmacSha256("first key", "first");
+      done.store(true);
+    });
+    int bad = 0;
+    for (int i = 0; i < 50 && !(i > 5 && done.load()); ++i) {
+      const pid_t pid = fork();
+      if (pid == 0) {
+        alarm(10);  // a child stuck on an inherited lock dies by SIGALRM
+        _exit(ToHex(HmacSha256(std::string(20, '\x0b'), "Hi There")) == kWant ? 0 : 1);
+      }
+      int status = 0;
+      if (pid < 0 || waitpid(pid, &status, 0) != pid) _exit(4);
+      if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) bad |= 1;
+      if (WIFEXITED(status) && WEXITSTATUS(status) != 0) bad |= 2;
+    }
+    first.join();
+    _exit(bad);
+  }
+  const std::string filter = std::string("--gtest_filter=") + ::testing::UnitTest::GetInstance()->current_test_suite()->name() +
+                             "." + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  int hung = 0, wrong = 0;
+  for (int round = 0; round < 100; ++round) {  // without the handlers, 2 rounds in 200 hung here
+    const pid_t fresh = fork();
+    ASSERT_GE(fresh, 0);
+    if (fresh == 0) {
+      setenv("CIUIC_TEST_FRESH_MAC", "1", 1);
+      execl("/proc/self/exe", "crypto_test", filter.c_str(), static_cast<char*>(nullptr));
+      _exit(5);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(fresh, &status, 0), fresh);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) < 4) << "fresh process status " << status;
+    hung += (WEXITSTATUS(status) & 1) != 0;
+    wrong += (WEXITSTATUS(status) & 2) != 0;
+  }
+  EXPECT_EQ(hung, 0) << "rounds whose forked children hung in HMAC";
+  EXPECT_EQ(wrong, 0);
 }
 
 }  // namespace
