@@ -11,6 +11,7 @@
 #include "transport/backoff.h"
 #include "transport/transport.h"
 #include "transport/crypto.h"
+#include "transport/store_wire.h"
 
 namespace ciuic::transport {
 namespace {
@@ -159,10 +160,8 @@ StatusOr<int64_t> FileStore::Add(const std::string& key, int64_t delta) {
     int64_t cur = 0;
     StatusOr<std::string> v = ReadFile(path);
     if (v.ok()) {
-      char* end = nullptr;
-      errno = 0;
-      cur = std::strtoll(v->c_str(), &end, 10);
-      if (v->empty() || errno != 0 || *end != '\0') {
+      // The tcp store's parser: both stores take the same texts as counters.
+      if (!store_wire::ParseCounter(*v, &cur)) {
         return FailedPreconditionError("key '" + key + "' holds a value that is not a counter");
       }
     } else if (v.status().code() != StatusCode::kNotFound) {

@@ -17,49 +17,15 @@
 #include "common/log.h"
 #include "transport/net.h"
 #include "transport/crypto.h"
+#include "transport/store_wire.h"
 
 namespace ciuic::transport {
 namespace {
 
 using net::Clock;
-
-constexpr char kMagic[4] = {'C', 'I', 'U', 'S'};
-constexpr uint32_t kVersion = 1;
-constexpr size_t kNonce = 32;
-constexpr size_t kGreeting = 4 + 4 + kNonce;
-constexpr size_t kProof = 2 * kNonce;     // client nonce + MAC
-constexpr size_t kVerdict = 1 + 32;       // verdict + server MAC
-constexpr size_t kRequestHeader = 1 + 4 + 4;
-constexpr size_t kReplyHeader = 1 + 4;
-
-enum Op : uint8_t { kOpSet = 1, kOpGet = 2, kOpAdd = 3, kOpCheck = 4 };
-enum ReplyStatus : uint8_t { kReplyOk = 0, kReplyNotFound = 1, kReplyError = 2 };
+using namespace store_wire;  // NOLINT(google-build-using-namespace): the protocol's own names
 
 std::string Bytes(const uint8_t* p, size_t n) { return std::string(reinterpret_cast<const char*>(p), n); }
-
-// Client proof: HMAC(secret, server_nonce || client_nonce); server proof:
-// the nonces in the other order, so neither can be replayed as the other.
-Digest ClientProof(const std::string& secret, const std::string& sn, const std::string& cn) {
-  return HmacSha256(secret, sn + cn);
-}
-Digest ServerProof(const std::string& secret, const std::string& sn, const std::string& cn) {
-  return HmacSha256(secret, cn + sn);
-}
-
-// Parses a counter stored as decimal text.
-bool ParseCounter(const std::string& text, int64_t* out) {
-  if (text.empty() || text.size() > 20) return false;
-  size_t i = text[0] == '-' ? 1 : 0;
-  if (i == text.size()) return false;
-  for (size_t j = i; j < text.size(); ++j) {
-    if (text[j] < '0' || text[j] > '9') return false;
-  }
-  errno = 0;
-  const long long v = std::strtoll(text.c_str(), nullptr, 10);
-  if (errno != 0) return false;
-  *out = v;
-  return true;
-}
 
 }  // namespace
 
@@ -128,13 +94,10 @@ class TcpStoreServer::Impl {
   struct Conn {
     int fd;
     std::string peer;
-    bool authenticated = false;
-    bool close_after_write = false;
+    ServerSession session;
     bool dead = false;
-    std::string server_nonce;
-    std::string in;
-    std::string out;
     size_t out_pos = 0;
+    bool closing() const { return session.state() != ServerSession::State::kOpen; }
   };
 
   void Loop() {
@@ -143,9 +106,9 @@ class TcpStoreServer::Impl {
       fds.clear();
       fds.push_back({wake_[0], POLLIN, 0});
       fds.push_back({listen_fd_, POLLIN, 0});
-      for (const Conn& c : conns_) {
-        short ev = c.close_after_write ? 0 : POLLIN;
-        if (c.out_pos < c.out.size()) ev |= POLLOUT;
+      for (Conn& c : conns_) {
+        short ev = c.closing() ? 0 : POLLIN;
+        if (c.out_pos < c.session.out().size()) ev |= POLLOUT;
         fds.push_back({c.fd, ev, 0});
       }
       const int rc = poll(fds.data(), fds.size(), -1);
@@ -184,14 +147,12 @@ class TcpStoreServer::Impl {
         return;
       }
       const sockaddr* sa = reinterpret_cast<const sockaddr*>(&ss);
-      Conn c;
-      c.fd = fd;
-      c.peer = net::ToString(sa);
+      const std::string peer = net::ToString(sa);
       if (secret_.empty() && !net::IsLoopback(sa)) {
         CIUIC_LOG(kWarn,
                   "store server: refused %s: no job secret configured (CIUIC_SECRET), only loopback "
                   "peers are accepted",
-                  c.peer.c_str());
+                  peer.c_str());
         close(fd);
         continue;
       }
@@ -201,11 +162,7 @@ class TcpStoreServer::Impl {
         close(fd);
         continue;
       }
-      c.server_nonce = Bytes(nonce, kNonce);
-      c.out.append(kMagic, 4);
-      net::PutU32(&c.out, kVersion);
-      c.out += c.server_nonce;
-      conns_.push_back(std::move(c));
+      conns_.push_back(Conn{fd, peer, ServerSession(secret_, Bytes(nonce, kNonce), &data_)});
       Flush(&conns_.back());
     }
   }
@@ -220,14 +177,21 @@ class TcpStoreServer::Impl {
     for (;;) {
       const ssize_t r = recv(c->fd, buf, sizeof(buf), 0);
       if (r > 0) {
-        if (c->close_after_write) continue;  // discard after a rejection
-        c->in.append(buf, static_cast<size_t>(r));
-        if (!Process(c)) return;
-        continue;
+        if (c->closing()) continue;  // discard after a rejection
+        switch (c->session.Feed(buf, static_cast<size_t>(r))) {
+          case ServerSession::State::kOpen:
+            continue;
+          case ServerSession::State::kRejected:
+            CIUIC_LOG(kWarn, "store server: rejected %s: %s", c->peer.c_str(), c->session.why().c_str());
+            return;
+          case ServerSession::State::kDropped:
+            Drop(c, c->session.why());
+            return;
+        }
       }
       if (r == 0) {
         // An orderly close; not worth a warning once authenticated.
-        if (!c->authenticated && !c->close_after_write) {
+        if (!c->session.authenticated() && !c->closing()) {
           CIUIC_LOG(kInfo, "store server: %s closed before authenticating", c->peer.c_str());
         }
         c->dead = true;
@@ -241,8 +205,9 @@ class TcpStoreServer::Impl {
   }
 
   void Flush(Conn* c) {
-    while (c->out_pos < c->out.size()) {
-      const ssize_t w = send(c->fd, c->out.data() + c->out_pos, c->out.size() - c->out_pos, MSG_NOSIGNAL);
+    std::string& out = c->session.out();
+    while (c->out_pos < out.size()) {
+      const ssize_t w = send(c->fd, out.data() + c->out_pos, out.size() - c->out_pos, MSG_NOSIGNAL);
       if (w > 0) {
         c->out_pos += static_cast<size_t>(w);
         continue;
@@ -252,100 +217,9 @@ class TcpStoreServer::Impl {
       c->dead = true;
       return;
     }
-    c->out.clear();
+    out.clear();
     c->out_pos = 0;
-    if (c->close_after_write) c->dead = true;
-  }
-
-  // Consumes complete frames from c->in. False when the connection is dropped.
-  bool Process(Conn* c) {
-    if (!c->authenticated) {
-      if (c->in.size() < kProof) return true;
-      const std::string cn = c->in.substr(0, kNonce);
-      const Digest want = ClientProof(secret_, c->server_nonce, cn);
-      if (!ConstantTimeEqual(want.data(), reinterpret_cast<const uint8_t*>(c->in.data()) + kNonce, 32)) {
-        CIUIC_LOG(kWarn, "store server: rejected %s: it does not know the job secret (CIUIC_SECRET)",
-                  c->peer.c_str());
-        c->out.push_back(1);
-        c->out.append(32, '\0');
-        c->close_after_write = true;
-        c->in.clear();
-        return false;
-      }
-      const Digest proof = ServerProof(secret_, c->server_nonce, cn);
-      c->out.push_back(0);
-      c->out.append(reinterpret_cast<const char*>(proof.data()), proof.size());
-      c->authenticated = true;
-      c->in.erase(0, kProof);
-    }
-    size_t pos = 0;
-    while (c->in.size() - pos >= kRequestHeader) {
-      const uint8_t op = static_cast<uint8_t>(c->in[pos]);
-      const uint32_t klen = net::GetU32(c->in.data() + pos + 1);
-      const uint32_t vlen = net::GetU32(c->in.data() + pos + 5);
-      if (op < kOpSet || op > kOpCheck) {
-        Drop(c, "malformed frame (unknown op " + std::to_string(op) + ")");
-        return false;
-      }
-      if (klen == 0 || klen > kMaxKeyBytes || vlen > kMaxValueBytes) {
-        Drop(c, "malformed frame (key " + std::to_string(klen) + " bytes, value " +
-                    std::to_string(vlen) + " bytes; limits 1.." + std::to_string(kMaxKeyBytes) + " and " +
-                    std::to_string(kMaxValueBytes) + ")");
-        return false;
-      }
-      if ((op == kOpAdd && vlen != 8) || ((op == kOpGet || op == kOpCheck) && vlen != 0)) {
-        Drop(c, "malformed frame (op " + std::to_string(op) + " with a value of " + std::to_string(vlen) +
-                    " bytes)");
-        return false;
-      }
-      const size_t total = kRequestHeader + klen + vlen;
-      if (c->in.size() - pos < total) break;
-      std::string key = c->in.substr(pos + kRequestHeader, klen);
-      const char* value = c->in.data() + pos + kRequestHeader + klen;
-      Handle(c, op, key, value, vlen);
-      pos += total;
-    }
-    c->in.erase(0, pos);
-    return true;
-  }
-
-  void Reply(Conn* c, uint8_t status, const std::string& payload) {
-    c->out.push_back(static_cast<char>(status));
-    net::PutU32(&c->out, static_cast<uint32_t>(payload.size()));
-    c->out += payload;
-  }
-
-  void Handle(Conn* c, uint8_t op, const std::string& key, const char* value, uint32_t vlen) {
-    switch (op) {
-      case kOpSet:
-        data_[key].assign(value, vlen);
-        Reply(c, kReplyOk, "");
-        return;
-      case kOpGet: {
-        auto it = data_.find(key);
-        if (it == data_.end()) Reply(c, kReplyNotFound, "");
-        else Reply(c, kReplyOk, it->second);
-        return;
-      }
-      case kOpCheck:
-        Reply(c, data_.count(key) ? kReplyOk : kReplyNotFound, "");
-        return;
-      case kOpAdd: {
-        const int64_t delta = static_cast<int64_t>(net::GetU64(value));
-        int64_t cur = 0;
-        auto it = data_.find(key);
-        if (it != data_.end() && !ParseCounter(it->second, &cur)) {
-          Reply(c, kReplyError, "key '" + key + "' holds a value that is not a counter");
-          return;
-        }
-        const int64_t next = static_cast<int64_t>(static_cast<uint64_t>(cur) + static_cast<uint64_t>(delta));
-        data_[key] = std::to_string(next);
-        std::string p;
-        net::PutU64(&p, static_cast<uint64_t>(next));
-        Reply(c, kReplyOk, p);
-        return;
-      }
-    }
+    if (c->session.state() == ServerSession::State::kRejected) c->dead = true;
   }
 
   std::string secret_;
@@ -450,33 +324,28 @@ StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::Connect(const std::str
   char greeting[kGreeting];
   Status s = net::ReadExact(fd, greeting, kGreeting, deadline);
   if (!s.ok()) return fail(s, "authentication (reading the server greeting)");
-  if (std::memcmp(greeting, kMagic, 4) != 0 || net::GetU32(greeting + 4) != kVersion) {
+  StatusOr<std::string> sn = DecodeGreeting(greeting);
+  if (!sn.ok()) {
     close(fd);
-    return FailedPreconditionError("store at " + where +
-                                   " is not a ciuic store of protocol version 1 (bad greeting)");
+    return Status(sn.status().code(), "store at " + where + " is " + sn.status().message());
   }
-  const std::string sn(greeting + 8, kNonce);
   uint8_t cnb[kNonce];
-  CIUIC_RETURN_IF_ERROR(net::RandomBytes(cnb, kNonce));
+  s = net::RandomBytes(cnb, kNonce);
+  if (!s.ok()) {
+    close(fd);
+    return s;
+  }
   const std::string cn = Bytes(cnb, kNonce);
-  const Digest mac = ClientProof(secret, sn, cn);
-  const std::string proof = cn + Bytes(mac.data(), mac.size());
+  const std::string proof = EncodeProof(secret, *sn, cn);
   s = net::WriteAll(fd, proof.data(), proof.size(), deadline);
   if (!s.ok()) return fail(s, "authentication");
   uint8_t verdict[kVerdict];
   s = net::ReadExact(fd, verdict, kVerdict, deadline);
   if (!s.ok()) return fail(s, "authentication (reading the verdict)");
-  if (verdict[0] != 0) {
+  s = CheckVerdict(verdict, secret, *sn, cn);
+  if (!s.ok()) {
     close(fd);
-    return FailedPreconditionError("store at " + where +
-                                   " rejected this client: the job secret (CIUIC_SECRET / "
-                                   "CIUIC_SECRET_FILE) differs from the server's");
-  }
-  const Digest want = ServerProof(secret, sn, cn);
-  if (!ConstantTimeEqual(want.data(), verdict + 1, 32)) {
-    close(fd);
-    return FailedPreconditionError("store at " + where +
-                                   " could not prove it knows the job secret; refusing to use it");
+    return Status(s.code(), "store at " + where + " " + s.message());
   }
   return std::unique_ptr<TcpStoreClient>(new TcpStoreClient(fd, where, timeout));
 }
@@ -493,13 +362,7 @@ StatusOr<TcpStoreClient::Reply> TcpStoreClient::Request(uint8_t op, const std::s
                                                         Clock::time_point deadline) {
   // Caller holds mu_.
   if (!error_.ok()) return error_;
-  std::string frame;
-  frame.reserve(kRequestHeader + key.size() + value.size());
-  frame.push_back(static_cast<char>(op));
-  net::PutU32(&frame, static_cast<uint32_t>(key.size()));
-  net::PutU32(&frame, static_cast<uint32_t>(value.size()));
-  frame += key;
-  frame += value;
+  const std::string frame = EncodeRequest(op, key, value);
   auto broken = [&](const Status& s) -> Status {
     // The stream may be mid-frame: the connection cannot be used again.
     close(fd_);
@@ -517,14 +380,12 @@ StatusOr<TcpStoreClient::Reply> TcpStoreClient::Request(uint8_t op, const std::s
   char header[kReplyHeader];
   s = net::ReadExact(fd_, header, kReplyHeader, deadline);
   if (!s.ok()) return broken(s);
+  StatusOr<ReplyHeader> h = DecodeReplyHeader(header);
+  if (!h.ok()) return broken(h.status());
   Reply r;
-  r.status = static_cast<uint8_t>(header[0]);
-  const uint32_t len = net::GetU32(header + 1);
-  if (len > kMaxValueBytes || r.status > kReplyError) {
-    return broken(DataLossError("malformed reply"));
-  }
-  r.payload.resize(len);
-  s = net::ReadExact(fd_, r.payload.data(), len, deadline);
+  r.status = h->status;
+  r.payload.resize(h->len);
+  s = net::ReadExact(fd_, r.payload.data(), h->len, deadline);
   if (!s.ok()) return broken(s);
   return r;
 }

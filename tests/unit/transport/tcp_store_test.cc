@@ -11,6 +11,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "transport/transport.h"
 #include "transport/net.h"
 #include "transport/crypto.h"
+#include "transport/store_wire.h"
 
 namespace ciuic::transport {
 namespace {
@@ -345,6 +348,93 @@ TEST(TcpStoreTest, MalformedFramesCloseOnlyThatConnection) {
   auto again = Connect(server->port());
   ASSERT_TRUE(again);
   EXPECT_EQ(*again->Get("k", milliseconds(1000)), "v");
+}
+
+// The server's protocol without sockets: a client's bytes split anyhow give
+// the same replies and the same table; every reply decodes.
+TEST(StoreWire, SessionAnswersTheSameWhateverTheSplit) {
+  using namespace store_wire;  // NOLINT(google-build-using-namespace)
+  const std::string sn(kNonce, 's'), cn(kNonce, 'c');
+  std::string in = EncodeProof(kSecret, sn, cn);
+  in += EncodeRequest(kOpSet, "a", "1");
+  in += EncodeRequest(kOpAdd, "a", std::string("\0\0\0\0\0\0\0\x29", 8));
+  in += EncodeRequest(kOpGet, "a", "");
+  in += EncodeRequest(kOpCheck, "b", "");
+  in += EncodeRequest(kOpSet, "b", "x");
+  in += EncodeRequest(kOpAdd, "b", std::string(8, '\0'));
+  std::string expected_out;
+  std::map<std::string, std::string> expected;
+  for (size_t step : {in.size(), size_t{1}, size_t{3}, size_t{64}}) {
+    std::map<std::string, std::string> data;
+    ServerSession s(kSecret, sn, &data);
+    for (size_t pos = 0; pos < in.size(); pos += step) s.Feed(in.data() + pos, std::min(step, in.size() - pos));
+    EXPECT_EQ(s.state(), ServerSession::State::kOpen);
+    if (step == in.size()) {
+      expected_out = s.out();
+      expected = data;
+    }
+    EXPECT_EQ(s.out(), expected_out) << "split " << step;
+    EXPECT_EQ(data, expected) << "split " << step;
+  }
+  EXPECT_EQ(expected.at("a"), "42");
+  EXPECT_EQ(expected.at("b"), "x");
+  // The client's view: greeting, an accepting verdict, then six replies.
+  const std::string& out = expected_out;
+  ASSERT_TRUE(DecodeGreeting(out.data()).ok());
+  ASSERT_TRUE(CheckVerdict(reinterpret_cast<const uint8_t*>(out.data()) + kGreeting, kSecret, sn, cn).ok());
+  std::vector<uint8_t> statuses;
+  for (size_t pos = kGreeting + kVerdict; pos < out.size();) {
+    auto h = DecodeReplyHeader(out.data() + pos);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    statuses.push_back(h->status);
+    pos += kReplyHeader + h->len;
+  }
+  EXPECT_EQ(statuses, (std::vector<uint8_t>{kReplyOk, kReplyOk, kReplyOk, kReplyNotFound, kReplyOk, kReplyError}));
+  // A wrong proof is rejected with a zero MAC, a bad frame dropped with why.
+  std::map<std::string, std::string> data;
+  ServerSession wrong(kSecret, sn, &data);
+  const std::string bad = EncodeProof("another secret", sn, cn);
+  EXPECT_EQ(wrong.Feed(bad.data(), bad.size()), ServerSession::State::kRejected);
+  EXPECT_FALSE(CheckVerdict(reinterpret_cast<const uint8_t*>(wrong.out().data()) + kGreeting, kSecret, sn, cn).ok());
+  ServerSession dropped(kSecret, sn, &data);
+  const std::string frame = EncodeProof(kSecret, sn, cn) + EncodeRequest(kOpGet, "k", "v");
+  EXPECT_EQ(dropped.Feed(frame.data(), frame.size()), ServerSession::State::kDropped);
+  EXPECT_NE(dropped.why().find("op 2 with a value of 1 bytes"), std::string::npos) << dropped.why();
+  EXPECT_FALSE(DecodeReplyHeader("\x03\0\0\0\0").ok());
+  EXPECT_FALSE(DecodeGreeting("CIUS\0\0\0\x02" "0123456789abcdef0123456789abcdef").ok());
+}
+
+// Both stores take the same texts as counters (the file store used to take
+// " 5" and "+5", the tcp store not).
+TEST(StoreWire, CounterTextsAreTheSameForBothStores) {
+  for (const char* text : {"+5", " 5", "5 ", "", "-", "0x10", "99999999999999999999", "1e3"}) {
+    int64_t v = 0;
+    EXPECT_FALSE(store_wire::ParseCounter(text, &v)) << "'" << text << "'";
+  }
+  for (const char* text : {"0", "-1", "007", "9223372036854775807", "-9223372036854775808"}) {
+    int64_t v = 0;
+    EXPECT_TRUE(store_wire::ParseCounter(text, &v)) << text;
+    EXPECT_EQ(v, std::strtoll(text, nullptr, 10));
+  }
+  char tmpl[] = "/tmp/ciuic-counter-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  auto fs = FileStore::Open(std::string(tmpl) + "/store");
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  auto server = StartServer();
+  ASSERT_TRUE(server);
+  auto tcp = Connect(server->port());
+  ASSERT_TRUE(tcp);
+  for (const char* text : {"+5", " 5", "12"}) {
+    ASSERT_TRUE((*fs)->Set("c", text).ok());
+    ASSERT_TRUE(tcp->Set("c", text).ok());
+    auto a = (*fs)->Add("c", 1);
+    auto b = tcp->Add("c", 1);
+    EXPECT_EQ(a.ok(), b.ok()) << "'" << text << "': " << a.status().ToString() << " / " << b.status().ToString();
+    if (a.ok() && b.ok()) {
+      EXPECT_EQ(*a, *b);
+    }
+  }
+  std::filesystem::remove_all(tmpl);
 }
 
 }  // namespace
