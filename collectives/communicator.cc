@@ -51,7 +51,11 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::CreateWithStore(
     return InvalidArgumentError("rank " + std::to_string(rank) + " outside [0, " + std::to_string(size) + ")");
   }
   if (store == nullptr) return InvalidArgumentError("store is null");
-  auto impl = std::make_shared<CommImpl>(rank, size, config, std::move(store), prefix);
+  // The data connections prove the secret whichever knob holds it.
+  Config resolved = config;
+  CIUIC_ASSIGN_OR_RETURN(resolved.secret, transport::ResolveSecret(config));
+  resolved.secret_file.clear();
+  auto impl = std::make_shared<CommImpl>(rank, size, resolved, std::move(store), prefix);
   CIUIC_RETURN_IF_ERROR(impl->Init());
   return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
 }
@@ -77,7 +81,8 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Create(int rank, int size,
                                                              const std::string& store_addr,
                                                              const Config& config) {
   CIUIC_ASSIGN_OR_RETURN(auto hp, SplitHostPort(store_addr));
-  return CreateTcp(rank, size, hp.first, hp.second, config.store_external, config.secret, config);
+  CIUIC_ASSIGN_OR_RETURN(std::string secret, transport::ResolveSecret(config));
+  return CreateTcp(rank, size, hp.first, hp.second, config.store_external, secret, config);
 }
 
 StatusOr<std::unique_ptr<Communicator>> Communicator::CreateTcp(int rank, int size, const std::string& host,
@@ -105,6 +110,7 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::CreateTcp(int rank, int si
   // connections prove it too.
   Config with_secret = config;
   with_secret.secret = secret;
+  with_secret.secret_file.clear();
   CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
                          CreateWithStore(rank, size, std::shared_ptr<transport::Store>(std::move(client)), with_secret));
   comm->impl_->KeepServer(std::move(server));

@@ -145,6 +145,12 @@ struct JobInfo {
   std::chrono::milliseconds timeout{300000};
 };
 
+// The job secret `config` names: CIUIC_SECRET itself, or the content of
+// CIUIC_SECRET_FILE (trailing newlines dropped), or "" when neither is set.
+// Errors: kInvalidArgument (both set, empty file), kNotFound (no such
+// file), kFailedPrecondition (world-readable or -writable file).
+StatusOr<std::string> ResolveSecret(const Config& config);
+
 // Rank and size from CIUIC_RANK/CIUIC_WORLD_SIZE (in `config`), else Open
 // MPI (OMPI_COMM_WORLD_*), else Slurm (SLURM_PROCID/NTASKS/LOCALID), else PMI
 // (PMI_RANK/PMI_SIZE), else a single rank. Store address, secret

@@ -129,16 +129,17 @@ StatusOr<JobInfo> DiscoverJob(const Config& config, const Lookup& lookup) {
     job.store_port = static_cast<uint16_t>(std::atoi(config.store_addr.c_str() + colon + 1));
   }
   job.store_external = config.store_external;
+  CIUIC_ASSIGN_OR_RETURN(job.secret, ResolveSecret(config));
+  job.timeout = std::chrono::milliseconds(config.timeout_ms);
+  return job;
+}
+
+StatusOr<std::string> ResolveSecret(const Config& config) {
   if (!config.secret.empty() && !config.secret_file.empty()) {
     return InvalidArgumentError("both CIUIC_SECRET and CIUIC_SECRET_FILE are set; set only one");
   }
-  if (!config.secret.empty()) {
-    job.secret = config.secret;
-  } else if (!config.secret_file.empty()) {
-    CIUIC_ASSIGN_OR_RETURN(job.secret, ReadSecretFile(config.secret_file));
-  }
-  job.timeout = std::chrono::milliseconds(config.timeout_ms);
-  return job;
+  if (!config.secret_file.empty()) return ReadSecretFile(config.secret_file);
+  return config.secret;
 }
 
 StatusOr<JobInfo> DiscoverJob(const Config& config) {

@@ -87,7 +87,8 @@ def hello_with_absurd_lengths():
 
 
 def hello_with_a_guessed_mac():
-    job_id = b"some-job"
+    # A foreign job id with a newline and a terminal escape: logged escaped.
+    job_id = b"some-job\n[forged line]\x1b[2J"
     return (b"CTH2" + struct.pack(">IIII", 0, 0, 0, 1) + os.urandom(32) + struct.pack(">H", len(job_id))
             + job_id + os.urandom(32))
 
@@ -145,3 +146,5 @@ def test_strangers_do_not_disturb_a_running_job(n, tmp_path, capfd):
     named = [a for a in sent_from if a in err]
     assert len(named) >= n, f"warnings name {len(named)} of {len(sent_from)} strangers:\n{err[-3000:]}"
     assert "rejected a connection from" in err
+    assert "\x1b[2J" not in err and "\n[forged line]" not in err, err[-3000:]
+    assert "hello of job 'some-job\\x0a[forged line]\\x1b[2J'" in err, err[-3000:]

@@ -37,6 +37,26 @@ namespace ciuic::transport {
 namespace tcp {
 namespace {
 
+// A stranger's bytes in a log line: printable ASCII kept, the rest as \xNN,
+// cut at 64 characters (no forged lines, no megabyte warnings).
+std::string LogSafe(const std::string& in) {
+  std::string out;
+  size_t i = 0;
+  for (; i < in.size() && out.size() < 64; ++i) {
+    const auto c = static_cast<unsigned char>(in[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') {
+      out += static_cast<char>(c);
+    } else {
+      static const char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  if (i < in.size()) out += "...";
+  return out;
+}
+
 std::string IfaceAddress(const Interface& itf, uint16_t port) {
   sockaddr_storage ss = itf.addr;
   if (ss.ss_family == AF_INET) {
@@ -470,7 +490,13 @@ void TcpBackend::PumpLocked() {
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        CIUIC_LOG(kWarn, "tcp: accept on port %u: %s", port_, std::strerror(errno));
+        const auto now = Clock::now();
+        if (accept_warned_ == Clock::time_point{} || now - accept_warned_ > std::chrono::seconds(10)) {
+          accept_warned_ = now;
+          CIUIC_LOG(kWarn, "tcp: accept on port %u: %s%s (repeats are not logged for 10 s)", port_,
+                    std::strerror(errno),
+                    errno == EMFILE || errno == ENFILE ? "; raise RLIMIT_NOFILE (ulimit -n)" : "");
+        }
       }
       break;
     }
@@ -521,10 +547,11 @@ void TcpBackend::PumpLocked() {
       auto ep = endpoints_.find(h.acceptor_nonce);
       if (h.job_id != job_id_) {
         drop = true;
-        why = "hello of job '" + h.job_id + "' (this is job '" + job_id_ + "')";
+        why = "hello of job '" + LogSafe(h.job_id) + "' (this is job '" + LogSafe(job_id_) + "')";
       } else if (!HelloMacMatches(data_key_, p.buf.data(), p.need - kMacBytes)) {
         drop = true;
-        why = "hello from rank " + std::to_string(h.rank) +
+        // Nothing of an unproven hello is believed: the rank is a claim.
+        why = "hello claiming rank " + std::to_string(h.rank) +
               " without a valid proof of the job secret (CIUIC_SECRET differs, or not a rank of "
               "this job)";
       } else if (ep == endpoints_.end()) {
@@ -536,6 +563,13 @@ void TcpBackend::PumpLocked() {
         why = "hello from rank " + std::to_string(h.rank) + " tag " + std::to_string(h.tag) +
               " for the endpoint towards rank " + std::to_string(ep->second.peer) + " tag " +
               std::to_string(ep->second.tag);
+      } else if (auto st = stash_.find(h.acceptor_nonce);
+                 st != stash_.end() && st->second.size() >= static_cast<size_t>(kMaxSockets)) {
+        // Replayed hellos are valid ones: without a bound they would hold
+        // descriptors until the endpoint goes.
+        drop = true;
+        why = "hello from rank " + std::to_string(h.rank) + ": " + std::to_string(kMaxSockets) +
+              " sockets already wait for the endpoint towards it (replayed?)";
       } else {
         AcceptedSocket a;
         a.fd = p.fd;

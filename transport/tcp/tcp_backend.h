@@ -183,6 +183,9 @@ class TcpBackend final : public Backend {
   std::mutex acceptor_mu_;
   std::atomic<int64_t> next_pump_ns_{0};  // MaybePump's next turn (steady clock)
   std::vector<Pending> pending_;
+  // When accept() last warned: out of descriptors, the listener stays
+  // readable and every pump would warn again.
+  Clock::time_point accept_warned_{};
   std::map<Nonce, EndpointEntry> endpoints_;
   std::map<Nonce, std::vector<AcceptedSocket>> stash_;
 

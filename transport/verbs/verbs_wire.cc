@@ -178,14 +178,18 @@ std::string EncodeEndpoint(const EndpointInfo& info) {
 
 StatusOr<EndpointInfo> DecodeEndpoint(const std::string& blob) {
   const std::string what = "verbs endpoint description";
+  // Magic and version first: a peer running another ciuic release sends a
+  // description of another length, and "version 1" says why, "too short" not.
+  const auto* p = reinterpret_cast<const uint8_t*>(blob.data());
+  if (blob.size() >= 6) {
+    if (Get32(p) != kEndpointMagic) return InvalidArgumentError(what + ": wrong magic (not a verbs endpoint)");
+    if (Get16(p + 4) != kEndpointVersion) {
+      return InvalidArgumentError(what + ": version " + std::to_string(Get16(p + 4)) + ", expected " +
+                                  std::to_string(kEndpointVersion) + " (ranks running different ciuic releases?)");
+    }
+  }
   if (blob.size() < kEndpointFixedBytes) {
     return InvalidArgumentError(what + ": " + std::to_string(blob.size()) + " bytes, too short");
-  }
-  const auto* p = reinterpret_cast<const uint8_t*>(blob.data());
-  if (Get32(p) != kEndpointMagic) return InvalidArgumentError(what + ": wrong magic (not a verbs endpoint)");
-  if (Get16(p + 4) != kEndpointVersion) {
-    return InvalidArgumentError(what + ": version " + std::to_string(Get16(p + 4)) + ", expected " +
-                                std::to_string(kEndpointVersion));
   }
   EndpointInfo info;
   info.link_layer = p[6];

@@ -1442,6 +1442,49 @@ TEST_F(TcpBackendTest, SilentSocketsCannotCrowdOutThePeer) {
   ASSERT_TRUE(Pump(*b1, {c0->get(), c1->get()}, &got, [&] { return got[1].size() == 1; }).ok());
 }
 
+// A valid hello sent again and again (replayed) is kept only up to
+// kMaxSockets times per endpoint: the rest are closed at once instead of
+// holding descriptors until the endpoint goes.
+TEST_F(TcpBackendTest, ReplayedHellosAreBounded) {
+  auto b0 = Open(Options(0, 2));
+  auto b1 = Open(Options(1, 2));
+  ASSERT_TRUE(b0 && b1);
+  auto e0 = b0->CreateEndpoint(1, 0);
+  auto e1 = b1->CreateEndpoint(0, 0);
+  ASSERT_TRUE(e0.ok() && e1.ok());
+  auto info1 = tcp::DecodeEndpoint((*e1)->Describe());
+  auto info0 = tcp::DecodeEndpoint((*e0)->Describe());
+  ASSERT_TRUE(info1.ok() && info0.ok());
+  tcp::Hello good;
+  good.rank = 0;
+  good.nsocks = 1;
+  good.acceptor_nonce = info1->nonce;
+  good.connector_nonce = info0->nonce;
+  good.job_id = JobId();
+  const std::string hello = tcp::EncodeHello(good, Key());
+  constexpr int kExtra = 5;
+  std::vector<int> fds;
+  for (int i = 0; i < tcp::kMaxSockets + kExtra; ++i) {
+    const int fd = ConnectLoopback(info1->port);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(send(fd, hello.data(), hello.size(), MSG_NOSIGNAL), static_cast<ssize_t>(hello.size()));
+    fds.push_back(fd);
+  }
+  auto closed = [&] {
+    int n = 0;
+    for (int fd : fds) {
+      pollfd pfd{fd, POLLIN, 0};
+      char c;
+      if (poll(&pfd, 1, 0) == 1 && recv(fd, &c, 1, MSG_DONTWAIT) <= 0) ++n;
+    }
+    return n;
+  };
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (closed() < kExtra && Clock::now() < deadline) b1->WaitForActivity(std::chrono::microseconds(10000));
+  EXPECT_EQ(closed(), kExtra);
+  for (int fd : fds) close(fd);
+}
+
 // Connections from strangers are taken off the listening socket by
 // WaitForActivity itself, so they cannot turn later waits into busy loops.
 TEST_F(TcpBackendTest, WaitForActivityIsNotBusyWithStrangers) {

@@ -270,6 +270,14 @@ TEST(VerbsWire, EndpointRoundTripAndRejects) {
   bad[7] = 9;  // MTU code
   EXPECT_FALSE(verbs::DecodeEndpoint(bad).ok());
   EXPECT_EQ(verbs::DecodeEndpoint("garbage").status().code(), StatusCode::kInvalidArgument);
+  // A release-1 peer (no nonce: 16 bytes shorter) is named by its version,
+  // not as a short description.
+  std::string v1 = blob.substr(0, 72) + blob.substr(88);
+  v1[4] = 1;
+  v1[5] = 0;
+  auto old = verbs::DecodeEndpoint(v1);
+  ASSERT_FALSE(old.ok());
+  EXPECT_NE(old.status().message().find("version 1, expected 2"), std::string::npos) << old.status().ToString();
 }
 
 TEST(VerbsWire, RegionAndHello) {
