@@ -7,7 +7,7 @@
 //
 //   ciuic-run -n N [--transport shm|tcp|verbs|auto] [--bind core|numa|none]
 //             [--timeout SEC] [--hosts K [--link-rate RATE] [--link-delay D]]
-//             [--] prog args...
+//             [--keep-going] [--] prog args...
 //
 // Every rank gets CIUIC_RANK, CIUIC_WORLD_SIZE, CIUIC_LOCAL_RANK,
 // CIUIC_STORE_ADDR (the store ciuic-run serves), CIUIC_STORE_EXTERNAL=1,
@@ -15,7 +15,8 @@
 // CIUIC_SOCKET_IFNAME (with --hosts). Stdin of every rank is /dev/null.
 //
 // Exit status: 0 when every rank exits 0; the first failing rank's exit code
-// (128 + signal number when it was killed); 124 after --timeout; 128 + signal
+// (128 + signal number when it was killed; with --keep-going the others run
+// on to their own end, for fault-tolerance experiments); 124 after --timeout; 128 + signal
 // when ciuic-run itself is stopped by SIGINT/SIGTERM/SIGHUP; 127 when the
 // program cannot be executed; 2 for bad usage; 1 when the job cannot be set
 // up (store, namespaces).
@@ -105,9 +106,12 @@ const char kUsage[] =
     "                          (needs root); rank r runs on host r*K/N\n"
     "  --link-rate RATE        with --hosts: limit every host link (tc tbf), e.g. 10gbit\n"
     "  --link-delay D          with --hosts: one-way delay per host (tc netem), e.g. 50us\n"
+    "  --keep-going            when a rank fails, let the others run to their own end\n"
+    "                          (they see the failure: fault-tolerance experiments)\n"
     "  -h, --help              this text\n"
     "Output lines are prefixed with [rank]; when a rank fails the others are\n"
-    "stopped and ciuic-run exits with its status (128+signal when killed).\n";
+    "stopped (unless --keep-going) and ciuic-run exits with its status\n"
+    "(128+signal when killed).\n";
 
 // ---- Small utilities ------------------------------------------------------
 
@@ -195,6 +199,7 @@ struct Options {
   std::string link_rate_text;
   std::string link_delay;  // tc syntax ("50us"); empty: none
   std::vector<std::string> command;
+  bool keep_going = false;  // a failed rank does not stop the others
   bool help = false;
 };
 
@@ -251,6 +256,10 @@ StatusOr<Options> ParseArgs(int argc, char** argv) {
     if (arg == "-h" || arg == "--help") {
       o.help = true;
       return o;
+    }
+    if (arg == "--keep-going") {
+      o.keep_going = true;
+      continue;
     }
     std::string name = arg, value;
     bool has_value = false;
@@ -1112,7 +1121,7 @@ class Launcher {
         // The reader went away (`ciuic-run ... | head`): end the job as a
         // plain writer would end, by SIGPIPE, instead of draining forever.
         if (errno == EPIPE && phase_ == Phase::kRunning) {
-          cause_ = 128 + SIGPIPE;
+          if (cause_ == 0) cause_ = 128 + SIGPIPE;
           BeginStop();
         }
       }
@@ -1158,14 +1167,14 @@ class Launcher {
         for (Stream& s : streams_) {
           if (s.rank == static_cast<int>(r) && s.fd >= 0) Drain(s, kFinalReads);
         }
+        const std::string going = o_.keep_going ? " (--keep-going: the others run on)" : "";
         if (killed) {
-          Say("rank " + std::to_string(r) + " killed by signal " + SignalName(info.si_status));
-          cause_ = 128 + info.si_status;
+          Say("rank " + std::to_string(r) + " killed by signal " + SignalName(info.si_status) + going);
         } else {
-          Say("rank " + std::to_string(r) + " exited with status " + std::to_string(info.si_status));
-          cause_ = info.si_status;
+          Say("rank " + std::to_string(r) + " exited with status " + std::to_string(info.si_status) + going);
         }
-        BeginStop();
+        if (cause_ == 0) cause_ = killed ? 128 + info.si_status : info.si_status;  // the first failure's
+        if (!o_.keep_going) BeginStop();
       }
     }
   }
@@ -1178,7 +1187,7 @@ class Launcher {
       if (phase_ == Phase::kRunning) {
         Say(SignalName(sig) + " received: stopping " + std::to_string(ranks_.size()) +
             (ranks_.size() == 1 ? " rank" : " ranks"));
-        cause_ = 128 + sig;
+        if (cause_ == 0) cause_ = 128 + sig;
         BeginStop();
       } else if (phase_ == Phase::kTerm) {
         Escalate();  // asked twice: do not wait for the grace period
@@ -1210,7 +1219,7 @@ class Launcher {
       const auto now = Clock::now();
       if (phase_ == Phase::kRunning && job_deadline_ && now >= *job_deadline_) {
         Say("timeout: the job ran longer than --timeout " + FormatSeconds(o_.timeout_s) + " s; stopping it");
-        cause_ = kExitTimeout;
+        if (cause_ == 0) cause_ = kExitTimeout;
         BeginStop();
       }
       if (exited && phase_ == Phase::kRunning) {

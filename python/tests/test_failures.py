@@ -65,6 +65,55 @@ def test_rank_killed_mid_call_is_named_on_every_survivor(backend, tmp_path):
         assert again.endswith("Error"), again
 
 
+def stopped_mid_collective(rank, n, victim, sync_dir):
+    import threading
+
+    timeout = 3
+    ctx = ciuic.CiuicContext(backend="tcp", timeout=timeout)
+    x = np.ones(1 << 22, dtype=np.float32)  # 16 MiB: a schedule of many steps and chunks
+    ctx.all_reduce(x)
+    open(os.path.join(sync_dir, f"ready.{rank}"), "w").close()
+    while not all(os.path.exists(os.path.join(sync_dir, f"ready.{r}")) for r in range(n)):
+        time.sleep(0.001)
+    if rank == victim:
+        pid = os.getpid()
+        if os.fork() == 0:
+            # The reaper: ends the stopped rank once every survivor has its error.
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not all(
+                    os.path.exists(os.path.join(sync_dir, f"error.{r}")) for r in range(n) if r != victim):
+                time.sleep(0.01)
+            os.kill(pid, signal.SIGKILL)
+            os._exit(0)
+        # Stopped from a thread while the main thread is inside a call.
+        threading.Thread(target=lambda: (time.sleep(0.2), os.kill(pid, signal.SIGSTOP)), daemon=True).start()
+    t0 = time.monotonic()
+    try:
+        for _ in range(100000):
+            ctx.all_reduce(x)
+        return "no error"
+    except ciuic.CiuicError as e:
+        took = time.monotonic() - t0 - (0.2 if rank != victim else 0)
+        open(os.path.join(sync_dir, f"error.{rank}"), "w").close()
+        return e.rank, str(e), took, timeout
+
+
+def test_a_rank_stopped_mid_collective_is_named_with_the_stalled_step(tmp_path):
+    # Every survivor names the stopped rank (not only the neighbour it waits
+    # on), and the step of the schedule that stalled, within 2 x timeout.
+    n, victim = 4, 2
+    res = ranks.run(n, stopped_mid_collective, victim, str(tmp_path), allow_signals=(signal.SIGKILL,), timeout=120)
+    assert res[victim] == ("signal", signal.SIGKILL), res[victim]
+    for r in range(n):
+        if r == victim:
+            continue
+        assert res[r] != "no error", f"rank {r} saw no error"
+        culprit, msg, took, timeout = res[r]
+        assert culprit == victim, f"rank {r}: {msg}"
+        assert "step" in msg and "timed out" in msg, f"rank {r}: {msg}"
+        assert took < 2 * timeout, f"rank {r} noticed only after {took:.1f} s: {msg}"
+
+
 def killed_async(rank, n, sync_dir):
     ctx = ciuic.CiuicContext(timeout=20)
     x = np.ones(1 << 16, dtype=np.float32)

@@ -1059,6 +1059,52 @@ TEST(CollectivesTopology, AnUnreadableTopologyFileIsAnErrorNamingTheKnob) {
   for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
 }
 
+// CIUIC_SECRET_FILE set in the Config given to CreateWithStore is read and
+// proved by the data connections (it was ignored: only CreateFromEnv read
+// it): one file works, two different files never connect, and a
+// world-readable file is refused naming the knob.
+TEST(CollectivesSecrets, SecretFileIsProvedOnTheDataPlane) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("ciuic-secret-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text, std::filesystem::perms perms) {
+    const std::filesystem::path p = dir / name;
+    std::ofstream(p) << text << "\n";
+    std::filesystem::permissions(p, perms);
+    return p.string();
+  };
+  using P = std::filesystem::perms;
+  const std::string a = write("a", "secret-a", P::owner_read | P::owner_write);
+  const std::string b = write("b", "secret-b", P::owner_read | P::owner_write);
+  const std::string loose = write("loose", "secret-o", P::owner_read | P::owner_write | P::others_read);
+  auto job = [&](const std::vector<std::string>& files, int64_t timeout_ms) {
+    return RunRanks(2, [&](int rank, transport::Store& store) -> Status {
+      CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
+      config.transport = "tcp";
+      config.secret.clear();
+      config.secret_file = files[static_cast<size_t>(rank)];
+      config.timeout_ms = timeout_ms;
+      std::shared_ptr<transport::Store> st(&store, [](transport::Store*) {});
+      CIUIC_ASSIGN_OR_RETURN(auto comm, Communicator::CreateWithStore(rank, 2, st, config));
+      float x = 1, y = 0;
+      CIUIC_RETURN_IF_ERROR(comm->AllReduce(&x, &y, 1, DataType::kFloat32, ReduceOp::kSum));
+      EXPECT_OR_FAIL(y == 2.0f, "wrong sum");
+      return Status::Ok();
+    }, milliseconds(60000));
+  };
+  auto same = job({a, a}, 30000);
+  for (const auto& r : same) EXPECT_TRUE(r.ok()) << ResultsText(same);
+  auto differ = job({a, b}, 3000);
+  for (const auto& r : differ) EXPECT_FALSE(r.ok()) << "ranks with different secret files connected";
+  auto refused = job({loose, loose}, 3000);
+  for (const auto& r : refused) {
+    EXPECT_FALSE(r.ok());
+    EXPECT_NE(r.message.find("CIUIC_SECRET_FILE"), std::string::npos) << ResultsText(refused);
+    EXPECT_NE(r.message.find("world-readable"), std::string::npos) << ResultsText(refused);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CollectivesPipelining, ChunksSmallerThanSlotsGiveExactResults) {
   for (int n : {2, 3, 4}) {
     for (const std::string& algo : AllReduceSchedules()) {
@@ -1409,6 +1455,42 @@ TEST(CollectivesGroups, CallerPrefixesMeetWhateverEachRankMadeBefore) {
     return Status::Ok();
   }, milliseconds(60000));
   for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+}
+
+// Two communicators of the same ranks driven at once from two threads of
+// each rank (what sub-communicators and torch process groups do): both
+// exact, neither waits for the other (run under TSan in CI).
+TEST(CollectivesGroups, TwoCommunicatorsFromTwoThreadsAtOnce) {
+  for (const std::string kind : {"shm", "tcp"}) {
+    auto results = RunRanks(3, [&](int rank, transport::Store& store) -> Status {
+      CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
+      config.transport = kind;
+      config.timeout_ms = 30000;
+      std::shared_ptr<transport::Store> s(&store, [](transport::Store*) {});
+      CIUIC_ASSIGN_OR_RETURN(auto a, Communicator::CreateWithStore(rank, 3, s, config, "threads-a"));
+      CIUIC_ASSIGN_OR_RETURN(auto b, Communicator::CreateWithStore(rank, 3, s, config, "threads-b"));
+      Status results[2];
+      auto drive = [&](Communicator* c, int salt, Status* out) {
+        *out = [&]() -> Status {
+          for (int i = 0; i < 20; ++i) {
+            const size_t count = i % 2 ? 100000 : 1000;
+            std::vector<float> x(count, static_cast<float>(rank + salt + i));
+            CIUIC_RETURN_IF_ERROR(c->AllReduce(x.data(), x.data(), count, DataType::kFloat32, ReduceOp::kSum));
+            const float want = static_cast<float>(0 + 1 + 2 + 3 * (salt + i));
+            for (float v : x) EXPECT_OR_FAIL(v == want, "sum of communicator " + std::to_string(salt));
+          }
+          return Status::Ok();
+        }();
+      };
+      std::thread ta(drive, a.get(), 0, &results[0]);
+      std::thread tb(drive, b.get(), 100, &results[1]);
+      ta.join();
+      tb.join();
+      CIUIC_RETURN_IF_ERROR(results[0]);
+      return results[1];
+    }, milliseconds(90000));
+    for (const auto& r : results) EXPECT_TRUE(r.ok()) << kind << "\n" << ResultsText(results);
+  }
 }
 
 TEST(CollectivesErrors, BadInput) {

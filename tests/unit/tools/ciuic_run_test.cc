@@ -375,6 +375,24 @@ TEST_F(CiuicRunTest, FailingRankStopsTheOthers) {
   EXPECT_NE(r.out.find("[2] last words\n"), std::string::npos) << r.out;
 }
 
+// --keep-going: the others finish on their own (they could name the dead
+// rank); the status is still the first failure's, and later failures are
+// announced too.
+TEST_F(CiuicRunTest, KeepGoingLetsTheOthersFinish) {
+  Launch l(Args({"-n", "3", "--keep-going"},
+                Sh("if [ $CIUIC_RANK = 1 ]; then "
+                   "while [ $(ls \"$D\" | wc -l) -lt 2 ]; do sleep 0.02; done; kill -9 $$; fi; "
+                   "ready; sleep 2; echo survived; [ $CIUIC_RANK = 2 ] && exit 4; exit 0")));
+  const Result r = l.Finish();
+  EXPECT_EQ(r.code, 128 + 9) << r.err;
+  EXPECT_EQ(Count(r.err, "ciuic-run: rank 1 killed by signal SIGKILL (--keep-going: the others run on)\n"), 1u)
+      << r.err;
+  EXPECT_EQ(Count(r.err, "ciuic-run: rank 2 exited with status 4 (--keep-going: the others run on)\n"), 1u)
+      << r.err;
+  EXPECT_NE(r.out.find("[0] survived\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[2] survived\n"), std::string::npos) << r.out;
+}
+
 TEST_F(CiuicRunTest, RankKilledBySignalGives128PlusSignal) {
   Launch l(Args({"-n", "3"}, Sh("if [ $CIUIC_RANK = 1 ]; then "
                                 "while [ $(ls \"$D\" | wc -l) -lt 2 ]; do sleep 0.02; done; kill -9 $$; fi; "
