@@ -552,12 +552,14 @@ namespace {
 
 // Follows the fault records from `blamed`: each failed rank records in the
 // store whom its error names; the chain ends at a rank that records nothing
-// within `grace` (stopped or dead: the job's first fault). Returns the
-// chain, this rank first.
+// in time (stopped or dead: the job's first fault). `blamed`'s record is
+// waited for `first_wait`; the rest within `then_wait` more (0: within the
+// same deadline). Returns the chain, this rank first.
 std::vector<int> FollowFaultRecords(transport::Store& store, const std::string& key, int self, int size,
-                                    int blamed, std::chrono::milliseconds grace) {
+                                    int blamed, std::chrono::milliseconds first_wait,
+                                    std::chrono::milliseconds then_wait) {
   std::vector<int> chain{self, blamed};
-  const auto deadline = std::chrono::steady_clock::now() + grace;
+  auto deadline = std::chrono::steady_clock::now() + first_wait;
   for (int at = blamed; static_cast<int>(chain.size()) <= size;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     StatusOr<std::string> rec = store.Get(key + std::to_string(at), std::max(left, std::chrono::milliseconds(1)));
@@ -575,6 +577,7 @@ std::vector<int> FollowFaultRecords(transport::Store& store, const std::string& 
     }
     chain.push_back(static_cast<int>(next));
     at = static_cast<int>(next);
+    if (chain.size() == 3 && then_wait.count() > 0) deadline = std::chrono::steady_clock::now() + then_wait;
   }
   return chain;
 }
@@ -587,26 +590,30 @@ Status CommImpl::NameFirstFault(const Status& s) {
   if ((s.code() != StatusCode::kDeadlineExceeded && s.code() != StatusCode::kUnavailable) || size_ < 3) return s;
   const int blamed = RankNamedLast(s.message(), rank_);
   if (blamed < 0 || blamed >= size_) return s;
-  // A peer seen to die is the first fault itself: the record is left for
-  // the others, and nothing is waited for.
+  // A peer seen gone (dead, exited, aborted) wrote its record, if any,
+  // before it went: that is read at once, nothing is waited for. It may
+  // have left after failing on another rank (a survivor that exited after
+  // its own error), so its record is followed; none means it is the first
+  // fault itself.
   const std::string& m = s.message();
-  // So is a peer whose own user aborted it: it records no fault of its own.
-  const bool follow = m.find("died") == std::string::npos && m.find("exited") == std::string::npos &&
-                      m.find("killed") == std::string::npos && m.find("ABORTED") == std::string::npos &&
-                      m.find("aborted") == std::string::npos;
+  const bool gone = m.find("died") != std::string::npos || m.find("exited") != std::string::npos ||
+                    m.find("killed") != std::string::npos || m.find("ABORTED") != std::string::npos ||
+                    m.find("aborted") != std::string::npos;
   // The store may be gone or stopped with the faulty rank (rank 0 serves
   // it): the lookup runs on a thread of its own that may outlive this call
   // (it holds only the store), and its answer counts only within the grace.
   const auto grace = std::chrono::milliseconds(std::clamp<int64_t>(config_.timeout_ms / 4, 100, 2000));
+  const auto first_wait = gone ? std::chrono::milliseconds(50) : grace;
+  const auto then_wait = gone ? grace : std::chrono::milliseconds(0);
   auto answer = std::make_shared<std::promise<std::vector<int>>>();
   std::future<std::vector<int>> got = answer->get_future();
   std::thread lookup;
   try {
-    lookup = std::thread([store = store_, key = prefix_ + "/fault/", self = rank_, size = size_, blamed, grace,
-                          follow, answer] {
+    lookup = std::thread([store = store_, key = prefix_ + "/fault/", self = rank_, size = size_, blamed,
+                          first_wait, then_wait, answer] {
       std::vector<int> chain{self, blamed};
-      if (store->Set(key + std::to_string(self), std::to_string(blamed)).ok() && follow) {
-        chain = FollowFaultRecords(*store, key, self, size, blamed, grace);
+      if (store->Set(key + std::to_string(self), std::to_string(blamed)).ok()) {
+        chain = FollowFaultRecords(*store, key, self, size, blamed, first_wait, then_wait);
       }
       answer->set_value(std::move(chain));
     });
@@ -615,7 +622,7 @@ Status CommImpl::NameFirstFault(const Status& s) {
   }
   // An abort from another thread cuts the wait short: the caller asked for
   // the call back now, not for a better name.
-  const auto give_up = std::chrono::steady_clock::now() + grace + std::chrono::milliseconds(200);
+  const auto give_up = std::chrono::steady_clock::now() + first_wait + then_wait + std::chrono::milliseconds(200);
   while (got.wait_for(std::chrono::milliseconds(10)) != std::future_status::ready) {
     if (aborted_.load() || std::chrono::steady_clock::now() >= give_up) {
       lookup.detach();  // stuck on the store: it ends with the store's own timeout
@@ -632,8 +639,8 @@ Status CommImpl::NameFirstFault(const Status& s) {
   for (size_t i = 2; i + 1 < chain.size(); ++i) {
     behind += ", rank " + std::to_string(chain[i]) + " on rank " + std::to_string(chain[i + 1]);
   }
-  behind += ", and rank " + std::to_string(chain.back()) + " recorded no failure within " +
-            std::to_string(grace.count()) + " ms (stopped, dead or far behind): the job's first fault is rank " +
+  behind += ", and rank " + std::to_string(chain.back()) +
+            " recorded no failure in time (stopped, dead or far behind): the job's first fault is rank " +
             std::to_string(chain.back());
   return Status(s.code(), s.message() + behind);
 }
