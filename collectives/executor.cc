@@ -527,11 +527,16 @@ class ExecutorRun {
       const std::string to = StepSends(st.op) ? " to rank " + std::to_string(st.send_peer) + unconnected(f.send_link) : "";
       const std::string from =
           StepReceives(st.op) ? " from rank " + std::to_string(st.recv_peer) + unconnected(f.recv_link) : "";
-      // An unconnected link's peer is the one not there yet.
-      const bool send_missing = !to.empty() && !unconnected(f.send_link).empty();
+      // An unconnected link's peer is the one not there yet. A forwarding
+      // step that received more than it passed on (or whose zero-copy
+      // writes are unfinished) waits for its send peer, not its receive peer.
+      const bool forwards = st.op == StepOp::kRecvReduceSend || st.op == StepOp::kRecvCopySend;
+      const bool send_bound = forwards && (f.stored > f.sent || f.sent > f.done);
+      const bool send_missing = !to.empty() && (send_bound || !unconnected(f.send_link).empty());
       peers += send_missing ? from + to : to + from;
+      const std::string received = forwards ? ", " + std::to_string(f.stored) + " received" : "";
       return DeadlineExceededError(Where(f.job, f.index) + " timed out (" + StepOpName(st.op) + peers + ", chunk " +
-                                   std::to_string(f.done) + " of " + std::to_string(f.nchunks) + ")");
+                                   std::to_string(f.done) + " of " + std::to_string(f.nchunks) + received + ")");
     }
     return DeadlineExceededError("collective timed out with every step done (sends still in flight)");
   }

@@ -264,6 +264,40 @@ TEST_P(ExecutorTest, ADeadlineNamesThePeerAndTheStep) {
       << st[0].ToString();
 }
 
+// A forwarding step that has received everything but cannot pass it on
+// (its send peer never reads) names the send peer last: that is the rank
+// it waits for. It named the receive peer, which had long finished.
+TEST_P(ExecutorTest, AForwardingStepStuckOnItsSendNamesTheSendPeer) {
+  ASSERT_NE(store_, nullptr);
+  auto sides = MakePair(GetParam(), *store_, 4096, 2);
+  if (!sides.ok() && sides.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << sides.status().ToString();
+  ASSERT_TRUE(sides.ok()) << sides.status().ToString();
+  const size_t n = 4096;  // 16 chunks of 1 KiB
+  std::array<Job, 2> jobs;
+  {
+    Builder b("test", "fwd", 0, 2);
+    b.Send(1, 0, In(0, n));  // and never receives what comes back
+    jobs[0].schedule = b.Take();
+    jobs[0].in = Iota(n, 0);
+    jobs[0].out.assign(n, 0);
+  }
+  {
+    Builder b("test", "fwd", 1, 2);
+    b.RecvCopySend(0, 0, 0, Out(0, n));
+    jobs[1].schedule = b.Take();
+    jobs[1].in = Iota(n, 0);
+    jobs[1].out.assign(n, 0);
+  }
+  for (auto& j : jobs) j.chunk_bytes = 1024;
+  auto st = RunBoth(*sides, jobs, milliseconds(500));
+  ASSERT_TRUE(st[0].ok()) << st[0].ToString();
+  EXPECT_EQ(st[1].code(), StatusCode::kDeadlineExceeded) << st[1].ToString();
+  EXPECT_NE(st[1].message().find("test/fwd step 0 timed out (recv_copy_send from rank 0 to rank 0, chunk "),
+            std::string::npos)
+      << st[1].ToString();
+  EXPECT_NE(st[1].message().find(" of 16, 16 received)"), std::string::npos) << st[1].ToString();
+}
+
 TEST_P(ExecutorTest, AbortBadRangesAndWrongCountsAreErrors) {
   ASSERT_NE(store_, nullptr);
   auto sides = MakePair(GetParam(), *store_, 4096, 2);
