@@ -46,7 +46,12 @@ for t in "${targets[@]}"; do
   mkdir -p "$work" "$findings"
   log="$dir/fuzz-$t.log"
   # -rss_limit_mb: an input must not make a parser allocate beyond 1 GiB.
-  if ! "$dir/tests/fuzz/fuzz_$t" "$work" "tests/fuzz/corpus/$t" -max_total_time="$secs" -timeout=10 \
+  # topology: hwloc's libxml2 XML importer is a plugin, unloaded before
+  # LeakSanitizer reports, so its leaks cannot be suppressed by module
+  # (README, Findings): leaks are not checked there (crashes still are).
+  leaks=1
+  [[ $t == topology ]] && leaks=0
+  if ! ASAN_OPTIONS=detect_leaks=$leaks:abort_on_error=0 "$dir/tests/fuzz/fuzz_$t" "$work" "tests/fuzz/corpus/$t" -max_total_time="$secs" -timeout=10 \
       -rss_limit_mb=1024 -max_len=65536 -print_final_stats=1 -artifact_prefix="$findings/" > "$log" 2>&1; then
     tail -40 "$log"
     echo "fuzz.sh: $t failed; reproducer in $findings/ (rerun: $dir/tests/fuzz/fuzz_$t <file>)" >&2
