@@ -6,9 +6,10 @@ torch's test/distributed/test_distributed_spawn.py runs them for gloo, with
     PYTHONPATH=build/python OMP_NUM_THREADS=1 \\
         python3 -m pytest -q -rs python/tests/torch_dist_suite.py -k test_all_reduce_sum
 
-CTest runs all of it on ciuic at 2 ranks (python_torch_suite, ~13 min on
-2 cores); -k selects. What torch skips for every backend but gloo (or a GPU),
-and what ciuic refuses by design, is skipped with the reason (-rs).
+CTest runs all of it on ciuic at 2 ranks (python_torch_suite, ~1 min on
+2 cores; ~13 min with CIUIC_SUITE_START=spawn); -k selects. What torch
+skips for every backend but gloo (or a GPU), and what ciuic refuses by
+design, is skipped with the reason (-rs).
 Environment (each with a default):
     BACKEND       ciuic (or gloo, to compare; any other is refused)
     WORLD_SIZE    2
@@ -22,9 +23,17 @@ Environment (each with a default):
     CIUIC_SUITE_GPU_FEATURE=0|1  whether ciuic joins backend_feature["gpu"];
                   default 1 when no CUDA device is visible: those tests then
                   run their CPU paths for gloo, and so for ciuic.
+    CIUIC_SUITE_START=forkserver|spawn  how each test's ranks start. spawn is
+                  torch's way: every rank imports torch and its test modules
+                  afresh (~2.5 s of CPU each, most of a test's time on 2
+                  cores). forkserver (default) forks them from one
+                  single-threaded server that imported this module once, so
+                  ranks are still fresh processes without pytest's threads.
 """
 
 import atexit
+import multiprocessing
+import multiprocessing.context
 import os
 import shutil
 import sys
@@ -98,12 +107,50 @@ if TEST_WITH_DEV_DBG_ASAN or NO_MULTIPROCESSING_SPAWN:
     raise RuntimeError("torch_dist_suite.py needs multiprocessing spawn (and no dev-asan)")
 
 
+_START = os.environ.get("CIUIC_SUITE_START", "forkserver")
+if _START not in ("forkserver", "spawn"):
+    raise RuntimeError(f"torch_dist_suite.py: CIUIC_SUITE_START={_START!r}; expected forkserver or spawn")
+
+
+class _ForkServerProcess(multiprocessing.context.ForkServerProcess):
+    """A rank forked from the server, with the environment of the test that
+    starts it: torch sets TEMP_DIR and INIT_METHOD per test in the parent,
+    and a fork of the server would otherwise see the server's."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._ciuic_env = dict(os.environ)
+
+    def run(self):
+        os.environ.clear()
+        os.environ.update(self._ciuic_env)
+        super().run()
+
+
+def _forkserver_context():
+    ctx = multiprocessing.get_context("forkserver")
+    # The server imports this module (and so torch, the backend and torch's
+    # test modules) once; each rank is then a fork of it.
+    ctx.set_forkserver_preload([__name__])
+    # The server starts with this environment and "-c", so it finds this
+    # module by PYTHONPATH (it does not apply pytest's sys.path), and an
+    # import error there is silent: the ranks would import it all again.
+    path = os.environ.get("PYTHONPATH", "")
+    if _HERE not in path.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_HERE, path) if p)
+    return ctx
+
+
 # (4) the test class, as test_distributed_spawn.py makes it
 def make_test_classes():
     class TestDistBackendWithSpawn(_dt.TestDistBackend, _dt.DistributedTest._DistTestBase):
         def setUp(self):
             super().setUp()
-            self._spawn_processes()
+            if _START == "spawn":
+                self._spawn_processes()
+            else:
+                _forkserver_context()
+                self._start_processes(_ForkServerProcess)
             torch.backends.cudnn.flags(enabled=True, allow_tf32=False).__enter__()
 
     has_init_method = "NoInitFile" if os.environ.get("INIT_METHOD", "env://") == "env://" else ""
