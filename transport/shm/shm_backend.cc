@@ -24,16 +24,7 @@
 // Progress. Peer death is noticed by polling the peer's pidfd at most every
 // kLivenessPeriod from an idle Progress; a clean close is a flag in the ring.
 //
-// Blob wire format (Describe() of endpoints and regions; integers big-endian;
-// nothing may follow the last field):
-//   "CISH" u8 version(=1) u8 type u16 job_len job_id[job_len]
-//   type 1, endpoint: i32 rank i32 peer u32 tag u32 pid
-//                     segment doorbell, segment ring,
-//                     u32 ring_entries u32 entry_bytes
-//   type 2, region:   i32 rank u32 pid u64 size u8 mode
-//                     mode 1 (shared segment): segment, u64 offset
-//                     mode 2 (caller memory):  u64 address
-//   segment:          u32 fd u64 bytes u64 inode u64 seg_id
+// The descriptions a rank publishes (endpoint, region) are in shm_wire.h.
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
@@ -66,6 +57,7 @@
 #include "transport/backends.h"
 #include "transport/net.h"
 #include "transport/shm/shm_ring.h"
+#include "transport/shm/shm_wire.h"
 
 #ifndef MFD_CLOEXEC
 #define MFD_CLOEXEC 0x0001U
@@ -99,13 +91,8 @@ using shm::RingConsumer;
 using shm::RingEntry;
 using shm::RingProducer;
 using shm::RingShared;
+using shm::SegmentDesc;
 
-constexpr char kBlobMagic[4] = {'C', 'I', 'S', 'H'};
-constexpr uint8_t kBlobVersion = 1;
-constexpr uint8_t kBlobEndpoint = 1;
-constexpr uint8_t kBlobRegion = 2;
-constexpr uint8_t kRegionSegment = 1;
-constexpr uint8_t kRegionCaller = 2;
 constexpr size_t kHugePageBytes = 2u << 20;
 // How often an idle Progress asks the kernel whether the peer still lives.
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(2);
@@ -183,116 +170,6 @@ bool PeerExited(int pidfd, pid_t pid) {
 
 long Futex(std::atomic<uint32_t>* word, int op, uint32_t val, const timespec* ts) {
   return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, val, ts, nullptr, 0);
-}
-
-// Where a peer finds a segment (see the wire format above).
-struct SegmentDesc {
-  uint32_t fd = 0;
-  uint64_t bytes = 0;
-  uint64_t inode = 0;
-  uint64_t seg_id = 0;
-};
-
-// Bounds-checked reader of a blob.
-class BlobReader {
- public:
-  explicit BlobReader(const std::string& s)
-      : p_(reinterpret_cast<const uint8_t*>(s.data())), left_(s.size()) {}
-  bool U8(uint8_t* v) {
-    if (left_ < 1) return false;
-    *v = *p_;
-    Skip(1);
-    return true;
-  }
-  bool U16(uint16_t* v) {
-    if (left_ < 2) return false;
-    *v = static_cast<uint16_t>((p_[0] << 8) | p_[1]);
-    Skip(2);
-    return true;
-  }
-  bool U32(uint32_t* v) {
-    if (left_ < 4) return false;
-    *v = net::GetU32(p_);
-    Skip(4);
-    return true;
-  }
-  bool I32(int32_t* v) {
-    uint32_t u;
-    if (!U32(&u)) return false;
-    *v = static_cast<int32_t>(u);
-    return true;
-  }
-  bool U64(uint64_t* v) {
-    if (left_ < 8) return false;
-    *v = net::GetU64(p_);
-    Skip(8);
-    return true;
-  }
-  bool Bytes(size_t n, std::string* out) {
-    if (left_ < n) return false;
-    out->assign(reinterpret_cast<const char*>(p_), n);
-    Skip(n);
-    return true;
-  }
-  bool Segment(SegmentDesc* d) { return U32(&d->fd) && U64(&d->bytes) && U64(&d->inode) && U64(&d->seg_id); }
-  bool done() const { return left_ == 0; }
-
- private:
-  void Skip(size_t n) {
-    p_ += n;
-    left_ -= n;
-  }
-  const uint8_t* p_;
-  size_t left_;
-};
-
-void PutSegment(std::string* s, const SegmentDesc& d) {
-  net::PutU32(s, d.fd);
-  net::PutU64(s, d.bytes);
-  net::PutU64(s, d.inode);
-  net::PutU64(s, d.seg_id);
-}
-
-// Starts a blob of `type`; the job id is cut to 64 KiB - 1 (never reached:
-// job ids are short).
-std::string BlobHeader(uint8_t type, const std::string& job_id) {
-  std::string s(kBlobMagic, sizeof(kBlobMagic));
-  s.push_back(static_cast<char>(kBlobVersion));
-  s.push_back(static_cast<char>(type));
-  const size_t n = std::min<size_t>(job_id.size(), 0xffff);
-  s.push_back(static_cast<char>(n >> 8));
-  s.push_back(static_cast<char>(n & 0xff));
-  s.append(job_id, 0, n);
-  return s;
-}
-
-// Reads and checks the common blob header. Errors: kInvalidArgument saying
-// what is wrong (`what` names the blob for the message).
-Status ReadBlobHeader(BlobReader* r, uint8_t want_type, const std::string& job_id,
-                      const char* what) {
-  std::string magic, job;
-  uint8_t version = 0, type = 0;
-  uint16_t job_len = 0;
-  if (!r->Bytes(4, &magic) || magic != std::string(kBlobMagic, 4) || !r->U8(&version) ||
-      !r->U8(&type) || !r->U16(&job_len) || !r->Bytes(job_len, &job)) {
-    return InvalidArgumentError(std::string("shm: malformed ") + what + " (not an shm blob)");
-  }
-  if (version != kBlobVersion) {
-    return InvalidArgumentError(std::string("shm: ") + what + " has version " +
-                                std::to_string(version) + ", expected " +
-                                std::to_string(kBlobVersion));
-  }
-  if (type != want_type) {
-    return InvalidArgumentError(std::string("shm: ") + what + " is a " +
-                                (type == kBlobEndpoint ? "connection endpoint" :
-                                 type == kBlobRegion   ? "memory region" : "unknown") +
-                                " description");
-  }
-  if (job != job_id) {
-    return InvalidArgumentError(std::string("shm: ") + what + " belongs to job '" + job +
-                                "', this is job '" + job_id + "'");
-  }
-  return Status::Ok();
 }
 
 class ShmBackend;
@@ -577,34 +454,19 @@ class ShmConnection final : public Connection {
 
 StatusOr<RemoteRegion> ShmConnection::ImportRegion(const std::string& blob) {
   if (!error_.ok()) return error_;
-  BlobReader r(blob);
-  CIUIC_RETURN_IF_ERROR(ReadBlobHeader(&r, kBlobRegion, backend_->job_id(), "region description"));
-  int32_t rank = 0;
-  uint32_t pid = 0;
-  uint64_t size = 0;
-  uint8_t mode = 0;
-  SegmentDesc seg;
-  uint64_t offset = 0, address = 0;
-  bool ok = r.I32(&rank) && r.U32(&pid) && r.U64(&size) && r.U8(&mode);
-  if (ok && mode == kRegionSegment) {
-    ok = r.Segment(&seg) && r.U64(&offset);
-  } else if (ok && mode == kRegionCaller) {
-    ok = r.U64(&address);
-  } else {
-    ok = false;
+  StatusOr<shm::RegionDesc> d = shm::DecodeRegion(blob, backend_->job_id());
+  if (!d.ok()) {
+    return Status(d.status().code(), d.status().message() + " (imported from " + Who() + ")");
   }
-  if (!ok || !r.done()) return InvalidArgumentError("shm: malformed region description");
-  if (rank != peer() || static_cast<pid_t>(pid) != peer_pid_) {
-    return InvalidArgumentError("shm: region description of " + RankPid(rank, pid) +
+  const uint64_t size = d->size, offset = d->offset, address = d->address;
+  const SegmentDesc& seg = d->segment;
+  if (d->rank != peer() || static_cast<pid_t>(d->pid) != peer_pid_) {
+    return InvalidArgumentError("shm: region description of " + RankPid(d->rank, static_cast<pid_t>(d->pid)) +
                                 " imported into the connection to " + Who());
   }
   Import imp;
   imp.size = size;
-  if (mode == kRegionSegment) {
-    if (offset > seg.bytes || size > seg.bytes - offset) {
-      return InvalidArgumentError("shm: region description from " + Who() +
-                                  " exceeds its segment");
-    }
+  if (d->mode == shm::RegionMode::kSegment) {
     StatusOr<std::shared_ptr<PeerMapping>> m =
         departed_.ok() ? backend_->MapPeerSegment(pidfd_, peer_pid_, peer(), seg) : departed_;
     // kUnavailable: the peer is exiting or gone, or released the segment.
@@ -844,16 +706,16 @@ class ShmEndpoint final : public Endpoint {
 };
 
 std::string ShmEndpoint::Describe() const {
-  std::string s = BlobHeader(kBlobEndpoint, backend_->job_id());
-  net::PutU32(&s, static_cast<uint32_t>(backend_->rank()));
-  net::PutU32(&s, static_cast<uint32_t>(peer_));
-  net::PutU32(&s, tag_);
-  net::PutU32(&s, static_cast<uint32_t>(backend_->pid()));
-  PutSegment(&s, backend_->doorbell_segment().Desc());
-  PutSegment(&s, ring_desc_);
-  net::PutU32(&s, kRingEntries);
-  net::PutU32(&s, kEntryBytes);
-  return s;
+  shm::EndpointDesc d;
+  d.rank = backend_->rank();
+  d.peer = peer_;
+  d.tag = tag_;
+  d.pid = static_cast<uint32_t>(backend_->pid());
+  d.doorbell = backend_->doorbell_segment().Desc();
+  d.ring = ring_desc_;
+  d.ring_entries = kRingEntries;
+  d.entry_bytes = kEntryBytes;
+  return shm::EncodeEndpoint(backend_->job_id(), d);
 }
 
 StatusOr<std::unique_ptr<Connection>> ShmEndpoint::Connect(const std::string& peer_blob,
@@ -865,32 +727,19 @@ StatusOr<std::unique_ptr<Connection>> ShmEndpoint::Connect(const std::string& pe
     return FailedPreconditionError("shm: endpoint to rank " + std::to_string(peer_) +
                                    " is already connected");
   }
-  BlobReader r(peer_blob);
-  CIUIC_RETURN_IF_ERROR(ReadBlobHeader(&r, kBlobEndpoint, backend_->job_id(),
-                                       "endpoint description"));
-  int32_t rank = 0, peer = 0;
-  uint32_t tag = 0, pid = 0, entries = 0, entry_bytes = 0;
-  SegmentDesc bell, ring;
-  if (!r.I32(&rank) || !r.I32(&peer) || !r.U32(&tag) || !r.U32(&pid) || !r.Segment(&bell) ||
-      !r.Segment(&ring) || !r.U32(&entries) || !r.U32(&entry_bytes) || !r.done()) {
-    return InvalidArgumentError("shm: malformed endpoint description from rank " +
-                                std::to_string(peer_));
+  StatusOr<shm::EndpointDesc> d = shm::DecodeEndpoint(peer_blob, backend_->job_id());
+  if (!d.ok()) {
+    return Status(d.status().code(), d.status().message() + " (from rank " + std::to_string(peer_) + ")");
   }
-  if (rank != peer_ || peer != backend_->rank() || tag != tag_) {
+  const int32_t rank = d->rank;
+  const uint32_t tag = d->tag, pid = d->pid;
+  SegmentDesc bell = d->doorbell, ring = d->ring;
+  if (rank != peer_ || d->peer != backend_->rank() || tag != tag_) {
     return InvalidArgumentError(
         "shm: endpoint description is rank " + std::to_string(rank) + "'s to rank " +
-        std::to_string(peer) + " tag " + std::to_string(tag) + "; expected rank " +
+        std::to_string(d->peer) + " tag " + std::to_string(tag) + "; expected rank " +
         std::to_string(peer_) + "'s to rank " + std::to_string(backend_->rank()) + " tag " +
         std::to_string(tag_));
-  }
-  if (entries != kRingEntries || entry_bytes != kEntryBytes ||
-      ring.bytes < sizeof(RingShared) || bell.bytes < sizeof(DoorbellShared) || pid == 0 ||
-      pid > static_cast<uint32_t>(INT_MAX)) {
-    return InvalidArgumentError("shm: endpoint description of rank " + std::to_string(rank) +
-                                " has an incompatible layout (ring " + std::to_string(entries) +
-                                "x" + std::to_string(entry_bytes) + " B, segments " +
-                                std::to_string(ring.bytes) + "/" + std::to_string(bell.bytes) +
-                                " B)");
   }
   const pid_t peer_pid = static_cast<pid_t>(pid);
   // The pidfd pins the identity of the peer process: segments are fetched
@@ -960,19 +809,19 @@ StatusOr<std::unique_ptr<Connection>> ShmEndpoint::Connect(const std::string& pe
 // Regions and the backend.
 
 std::string ShmRegion::Describe() const {
-  std::string s = BlobHeader(kBlobRegion, backend_->job_id());
-  net::PutU32(&s, static_cast<uint32_t>(backend_->rank()));
-  net::PutU32(&s, static_cast<uint32_t>(backend_->pid()));
-  net::PutU64(&s, size());
+  shm::RegionDesc d;
+  d.rank = backend_->rank();
+  d.pid = static_cast<uint32_t>(backend_->pid());
+  d.size = size();
   if (segment_ != nullptr) {
-    s.push_back(static_cast<char>(kRegionSegment));
-    PutSegment(&s, segment_->Desc());
-    net::PutU64(&s, offset_);
+    d.mode = shm::RegionMode::kSegment;
+    d.segment = segment_->Desc();
+    d.offset = offset_;
   } else {
-    s.push_back(static_cast<char>(kRegionCaller));
-    net::PutU64(&s, reinterpret_cast<uintptr_t>(data()));
+    d.mode = shm::RegionMode::kCaller;
+    d.address = reinterpret_cast<uintptr_t>(data());
   }
-  return s;
+  return shm::EncodeRegion(backend_->job_id(), d);
 }
 
 Status ShmBackend::Init() {
@@ -1064,8 +913,18 @@ StatusOr<std::shared_ptr<Segment>> ShmBackend::CreateSegment(size_t bytes, const
     seg->bytes = map_bytes;
     // Transparent huge pages for shmem where the system allows them.
     if (pool) madvise(p, map_bytes, MADV_HUGEPAGE);
-    // Pre-fault now: a first touch costs ~12 us per 4 KiB page here.
+    // Pre-fault now: a first touch costs ~12 us per 4 KiB page here. Only a
+    // kernel without MADV_POPULATE_WRITE (EINVAL, before 5.14) is touched
+    // page by page; any other failure means the memory is not there, and a
+    // touch would be a SIGBUS or the OOM killer instead of an error.
     if (madvise(p, map_bytes, MADV_POPULATE_WRITE) != 0) {
+      const int err = errno;
+      if (err != EINVAL) {
+        return ResourceExhaustedError("shm: backing a " + std::to_string(map_bytes) + "-byte " + what +
+                                      " segment with memory: " + Errno(err) +
+                                      " (shared memory is short on this host: lower CIUIC_BUFFER_SIZE or "
+                                      "the ranks per host)");
+      }
       for (size_t off = 0; off < map_bytes; off += PageBytes()) {
         reinterpret_cast<volatile char*>(seg->base)[off] = 0;
       }

@@ -37,26 +37,6 @@ namespace ciuic::transport {
 namespace tcp {
 namespace {
 
-// A stranger's bytes in a log line: printable ASCII kept, the rest as \xNN,
-// cut at 64 characters (no forged lines, no megabyte warnings).
-std::string LogSafe(const std::string& in) {
-  std::string out;
-  size_t i = 0;
-  for (; i < in.size() && out.size() < 64; ++i) {
-    const auto c = static_cast<unsigned char>(in[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') {
-      out += static_cast<char>(c);
-    } else {
-      static const char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  if (i < in.size()) out += "...";
-  return out;
-}
-
 std::string IfaceAddress(const Interface& itf, uint16_t port) {
   sockaddr_storage ss = itf.addr;
   if (ss.ss_family == AF_INET) {
@@ -547,7 +527,7 @@ void TcpBackend::PumpLocked() {
       auto ep = endpoints_.find(h.acceptor_nonce);
       if (h.job_id != job_id_) {
         drop = true;
-        why = "hello of job '" + LogSafe(h.job_id) + "' (this is job '" + LogSafe(job_id_) + "')";
+        why = "hello of job '" + net::LogSafe(h.job_id) + "' (this is job '" + net::LogSafe(job_id_) + "')";
       } else if (!HelloMacMatches(data_key_, p.buf.data(), p.need - kMacBytes)) {
         drop = true;
         // Nothing of an unproven hello is believed: the rank is a claim.

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -30,6 +32,7 @@
 #include "transport/transport.h"
 #include "transport/backends.h"
 #include "transport/shm/shm_ring.h"
+#include "transport/shm/shm_wire.h"
 
 namespace ciuic::transport {
 namespace {
@@ -1110,6 +1113,255 @@ TEST(ShmBackendTest, ForeignOrMalformedBlobsAreInvalidArgument) {
   EXPECT_EQ(import_code(too_big), StatusCode::kInvalidArgument);
   auto ok = (*c0)->ImportRegion(rblob);
   EXPECT_TRUE(ok.ok()) << ok.status().ToString();
+}
+
+// Two backends of one process, each with a pool segment of `bytes`: rank 0
+// writes a pattern into rank 1's through the connection. Returns "" when
+// the pattern arrived, else what went wrong; *where gets rank 1's Describe.
+int HugePagesFree() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  long v = -1;
+  while (in >> key) {
+    if (key == "HugePages_Free:") {
+      in >> v;
+      return static_cast<int>(v);
+    }
+  }
+  return -1;
+}
+
+std::string WriteThroughPools(size_t bytes, std::string* where, int* huge_free = nullptr) {
+  LocalPair p = MakeLocalPair(NewJobId());
+  if (!p.c0 || !p.c1) return "no connection";
+  auto src = p.b0->Allocate(bytes);
+  auto dst = p.b1->Allocate(bytes);
+  if (!src.ok()) return src.status().ToString();
+  if (!dst.ok()) return dst.status().ToString();
+  auto rr = p.c0->ImportRegion((*dst)->Describe());
+  if (!rr.ok()) return rr.status().ToString();
+  FillPattern(static_cast<uint8_t*>((*src)->data()), bytes, 0, kSeed);
+  Status s = p.c0->PostWrite(**src, 0, *rr, 0, bytes, 9, 10);
+  if (!s.ok()) return s.ToString();
+  Poller p0(*p.b0, *p.c0), p1(*p.b1, *p.c1);
+  auto done = p0.Next(Kind::kWriteDone);
+  auto got = p1.Next(Kind::kWriteReceived);
+  if (!done.ok() || !got.ok()) return "no completion";
+  const size_t good = CheckPattern(static_cast<uint8_t*>((*dst)->data()), bytes, 0, kSeed);
+  if (good != bytes) return "pattern wrong from byte " + std::to_string(good);
+  *where = p.b1->Describe() + " / " + p.b0->Describe();
+  if (huge_free != nullptr) *huge_free = HugePagesFree();
+  return "";
+}
+
+// Segments are memfds, not files in /dev/shm: a full /dev/shm (a small
+// tmpfs, as containers have) does not stop the transport. In a child with
+// its own mount namespace, /dev/shm is a 64 KiB tmpfs filled to ENOSPC.
+TEST(ShmBackendTest, AFullDevShmDoesNotMatter) {
+  int pipefd[2];
+  ASSERT_EQ(pipe(pipefd), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(pipefd[0]);
+    auto say = [&](const std::string& m, int code) {
+      (void)!write(pipefd[1], m.data(), m.size());
+      _exit(code);
+    };
+    if (unshare(CLONE_NEWNS) != 0) say(std::string("unshare(CLONE_NEWNS): ") + strerror(errno), 77);
+    if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=64k") != 0) {
+      say(std::string("mounting a small tmpfs on /dev/shm: ") + strerror(errno), 77);
+    }
+    const int fd = open("/dev/shm/filler", O_CREAT | O_WRONLY, 0600);
+    if (fd < 0) say("cannot create /dev/shm/filler", 1);
+    char block[4096] = {};
+    ssize_t n = 0;
+    while ((n = write(fd, block, sizeof block)) > 0) {
+    }
+    if (errno != ENOSPC) say(std::string("filling /dev/shm: ") + strerror(errno), 1);
+    std::string where;
+    const std::string why = WriteThroughPools(8 << 20, &where);
+    say(why.empty() ? where : why, why.empty() ? 0 : 1);
+  }
+  close(pipefd[1]);
+  std::string said;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(pipefd[0], buf, sizeof buf)) > 0) said.append(buf, static_cast<size_t>(n));
+  close(pipefd[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << said;
+  if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "needs a private mount namespace (root): " << said;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << said;
+}
+
+int ReadProcInt(const char* path) {
+  std::ifstream in(path);
+  int v = -1;
+  in >> v;
+  return v;
+}
+bool WriteProcInt(const char* path, int v) {
+  std::ofstream out(path);
+  out << v << "\n";
+  out.flush();
+  return static_cast<bool>(out);
+}
+
+// Pool segments of 2 MiB and more try explicit huge pages first. With none
+// reserved, too few, or enough, a pool works and carries data; with enough,
+// it is on huge pages. Needs /proc/sys/vm/nr_hugepages writable (root) for
+// the last two; the system's value is put back.
+TEST(ShmBackendTest, PoolsWithNoneTooFewOrEnoughHugePages) {
+  const char* knob = "/proc/sys/vm/nr_hugepages";
+  const int before = ReadProcInt(knob);
+  std::string where;
+  if (before != 0 || access(knob, W_OK) != 0) {
+    EXPECT_EQ(WriteThroughPools(4 << 20, &where), "") << "with the system's " << before << " huge pages";
+    GTEST_SKIP() << knob << " is " << before << (access(knob, W_OK) != 0 ? ", read-only" : ", not 0")
+                 << ": only the system's setting was tried";
+  }
+  struct Restore {
+    const char* knob;
+    int value;
+    ~Restore() { WriteProcInt(knob, value); }
+  } restore{knob, before};
+  // 4 MiB pools are two 2 MiB pages each; 1 page is too few for either.
+  for (int pages : {0, 1, 8}) {
+    ASSERT_TRUE(WriteProcInt(knob, pages));
+    const int got = ReadProcInt(knob);
+    int free_while_used = -1;
+    const std::string why = WriteThroughPools(4 << 20, &where, &free_while_used);
+    EXPECT_EQ(why, "") << pages << " huge pages reserved";
+    // ("N on huge pages" also counts transparent huge pages, which
+    // MADV_COLLAPSE gives without any reserved: the reserved pool's free
+    // count says whether explicit ones were used.)
+    if (pages == 8 && got == 8) EXPECT_LT(free_while_used, 8) << "no pool took the reserved huge pages";
+    std::printf("[ info ] %d huge pages reserved (%d granted, %d free while used): %s\n", pages, got,
+                free_while_used, where.c_str());
+  }
+}
+
+// The descriptions as pure functions (shm_wire.h): what a peer publishes
+// decodes to what was encoded, and every malformed or foreign blob is
+// refused with a reason, before any segment is touched.
+shm::EndpointDesc SampleEndpoint() {
+  shm::EndpointDesc d;
+  d.rank = 3;
+  d.peer = 1;
+  d.tag = 77;
+  d.pid = 4242;
+  d.doorbell = {5, 4096, 11, 0x1111222233334444ull};
+  d.ring = {6, sizeof(shm::RingShared), 12, 0x5555666677778888ull};
+  d.ring_entries = shm::kRingEntries;
+  d.entry_bytes = shm::kEntryBytes;
+  return d;
+}
+
+TEST(ShmWire, EndpointRoundTripsAndRefusesWhatIsWrong) {
+  const shm::EndpointDesc d = SampleEndpoint();
+  const std::string blob = shm::EncodeEndpoint("job-a", d);
+  auto back = shm::DecodeEndpoint(blob, "job-a");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->rank, 3);
+  EXPECT_EQ(back->peer, 1);
+  EXPECT_EQ(back->tag, 77u);
+  EXPECT_EQ(back->pid, 4242u);
+  EXPECT_EQ(back->ring.seg_id, d.ring.seg_id);
+  EXPECT_EQ(back->doorbell.inode, 11u);
+  EXPECT_EQ(shm::EncodeEndpoint("job-a", *back), blob);
+
+  auto why = [](const StatusOr<shm::EndpointDesc>& r) {
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    return r.status().message();
+  };
+  for (size_t n = 0; n < blob.size(); ++n) {
+    EXPECT_FALSE(shm::DecodeEndpoint(blob.substr(0, n), "job-a").ok()) << "cut at " << n;
+  }
+  EXPECT_NE(why(shm::DecodeEndpoint(blob + "x", "job-a")).find("malformed"), std::string::npos);
+  std::string v = blob;
+  v[4] = 2;
+  EXPECT_NE(why(shm::DecodeEndpoint(v, "job-a")).find("version 2"), std::string::npos);
+  shm::RegionDesc r;
+  r.rank = 3;
+  r.pid = 4242;
+  EXPECT_NE(why(shm::DecodeEndpoint(shm::EncodeRegion("job-a", r), "job-a")).find("memory region"),
+            std::string::npos);
+  // Another job's blob names that job, escaped (its bytes come from outside).
+  const std::string stranger = why(shm::DecodeEndpoint(shm::EncodeEndpoint("evil\njob", d), "job-a"));
+  EXPECT_NE(stranger.find("'evil\\x0ajob'"), std::string::npos) << stranger;
+  EXPECT_EQ(stranger.find('\n'), std::string::npos) << stranger;
+
+  shm::EndpointDesc bad = d;
+  bad.ring_entries = 512;
+  EXPECT_NE(why(shm::DecodeEndpoint(shm::EncodeEndpoint("job-a", bad), "job-a")).find("incompatible layout"),
+            std::string::npos);
+  bad = d;
+  bad.ring.bytes = 64;
+  EXPECT_FALSE(shm::DecodeEndpoint(shm::EncodeEndpoint("job-a", bad), "job-a").ok()) << "ring too small";
+  bad = d;
+  bad.doorbell.bytes = 1;
+  EXPECT_FALSE(shm::DecodeEndpoint(shm::EncodeEndpoint("job-a", bad), "job-a").ok()) << "doorbell too small";
+  for (uint32_t pid : {0u, 0x80000000u, 0xffffffffu}) {
+    bad = d;
+    bad.pid = pid;
+    EXPECT_NE(why(shm::DecodeEndpoint(shm::EncodeEndpoint("job-a", bad), "job-a")).find("pid"), std::string::npos)
+        << pid;
+  }
+  bad = d;
+  bad.rank = -1;
+  EXPECT_FALSE(shm::DecodeEndpoint(shm::EncodeEndpoint("job-a", bad), "job-a").ok()) << "negative rank";
+}
+
+TEST(ShmWire, RegionRoundTripsAndStaysInsideItsSegment) {
+  shm::RegionDesc seg;
+  seg.rank = 2;
+  seg.pid = 99;
+  seg.size = 1000;
+  seg.mode = shm::RegionMode::kSegment;
+  seg.segment = {7, 4096, 13, 0xabcdef};
+  seg.offset = 3096;
+  const std::string blob = shm::EncodeRegion("j", seg);
+  auto back = shm::DecodeRegion(blob, "j");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->mode, shm::RegionMode::kSegment);
+  EXPECT_EQ(back->offset, 3096u);
+  EXPECT_EQ(back->segment.seg_id, 0xabcdefu);
+  EXPECT_EQ(shm::EncodeRegion("j", *back), blob);
+  for (size_t n = 0; n < blob.size(); ++n) EXPECT_FALSE(shm::DecodeRegion(blob.substr(0, n), "j").ok()) << n;
+  EXPECT_FALSE(shm::DecodeRegion(blob + "x", "j").ok());
+  EXPECT_FALSE(shm::DecodeRegion(blob, "k").ok()) << "another job";
+  EXPECT_FALSE(shm::DecodeRegion(shm::EncodeEndpoint("j", SampleEndpoint()), "j").ok()) << "an endpoint";
+
+  shm::RegionDesc bad = seg;
+  bad.offset = 3097;  // one byte past the segment's end
+  EXPECT_NE(shm::DecodeRegion(shm::EncodeRegion("j", bad), "j").status().message().find("exceeds its segment"),
+            std::string::npos);
+  bad.offset = ~0ull;  // offset + size would wrap
+  EXPECT_FALSE(shm::DecodeRegion(shm::EncodeRegion("j", bad), "j").ok());
+  bad = seg;
+  bad.pid = 0;
+  EXPECT_FALSE(shm::DecodeRegion(shm::EncodeRegion("j", bad), "j").ok());
+  std::string mode = blob;
+  mode[8 + 1 + 4 + 4 + 8] = 3;  // "CISH" v t len(2) job(1) | rank pid size | mode
+  EXPECT_FALSE(shm::DecodeRegion(mode, "j").ok()) << "unknown mode";
+
+  shm::RegionDesc caller;
+  caller.rank = 2;
+  caller.pid = 99;
+  caller.size = 4096;
+  caller.mode = shm::RegionMode::kCaller;
+  caller.address = 0x7f0000001000ull;
+  const std::string cblob = shm::EncodeRegion("j", caller);
+  auto cback = shm::DecodeRegion(cblob, "j");
+  ASSERT_TRUE(cback.ok()) << cback.status().ToString();
+  EXPECT_EQ(cback->address, caller.address);
+  EXPECT_EQ(shm::EncodeRegion("j", *cback), cblob);
+  caller.address = ~0ull - 10;
+  EXPECT_NE(shm::DecodeRegion(shm::EncodeRegion("j", caller), "j").status().message().find("wraps"),
+            std::string::npos);
 }
 
 // A connection to oneself (peer == rank) works like any other.
