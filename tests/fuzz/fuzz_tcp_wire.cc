@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "fuzz_check.h"
+#include "transport/backend.h"
 #include "transport/tcp/tcp_wire.h"
 
 using namespace ciuic::transport::tcp;
@@ -110,6 +111,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       uint8_t out[kFrameHeaderBytes];
       EncodeFrameHeader(h, out);
       FUZZ_CHECK(std::memcmp(out, data, kFrameHeaderBytes) == 0);
+      // What the receiver acts on: a known type, bounded lengths, the
+      // sequence it expects and no stray fields.
+      if (CheckFrameHeader(h, h.seq).empty()) {
+        FUZZ_CHECK(h.type == kFrameWrite || h.type == kFrameMessage || h.type == kFrameGoodbye);
+        FUZZ_CHECK(h.type != kFrameWrite || (h.length <= kPieceBytes && (h.flags & ~kFlagLast) == 0));
+        FUZZ_CHECK(h.type != kFrameMessage || (h.length <= ciuic::transport::kMaxMessageBytes && h.flags == kFlagLast &&
+                                               h.region_id == 0 && h.offset == 0));
+        FUZZ_CHECK(h.type != kFrameGoodbye || h.length == 0);
+        FUZZ_CHECK(!CheckFrameHeader(h, h.seq + 1).empty());
+      }
     }
   }
   return 0;

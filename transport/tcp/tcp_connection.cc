@@ -375,34 +375,24 @@ Status TcpConnection::ParseHeader(int s) {
                          std::to_string(s) + ": " + why);
   };
   if (!DecodeFrameHeader(r.header, &h)) return bad("bad magic");
-  if (h.seq != static_cast<uint32_t>(r.next_seq)) {
-    return bad("sequence " + std::to_string(h.seq) + ", expected " +
-               std::to_string(static_cast<uint32_t>(r.next_seq)));
+  if (std::string why = CheckFrameHeader(h, static_cast<uint32_t>(r.next_seq)); !why.empty()) {
+    return bad(why);
   }
   switch (h.type) {
     case kFrameWrite: {
-      if ((h.flags & ~kFlagLast) != 0) return bad("unknown flags");
-      if (h.length > kPieceBytes) return bad("write piece of " + std::to_string(h.length) + " bytes");
       std::string why;
       r.dst = backend_->ResolveRegion(h.region_id, h.region_key, h.offset, h.length, &why);
       if (r.dst == nullptr) return bad(why);
       break;
     }
     case kFrameMessage:
-      if (h.flags != kFlagLast || h.region_id != 0 || h.region_key != 0 || h.offset != 0) {
-        return bad("message with write fields");
-      }
-      if (h.length > kMaxMessageBytes) return bad("message of " + std::to_string(h.length) + " bytes");
       r.dst = r.message;
       break;
-    case kFrameGoodbye:
-      if (h.length != 0) return bad("goodbye with a payload");
+    default:  // kFrameGoodbye
       r.closed = true;
       r.goodbye = true;
       r.header_got = 0;
       return Status::Ok();
-    default:
-      return bad("unknown type " + std::to_string(h.type));
   }
   r.in_payload = true;
   r.done = 0;

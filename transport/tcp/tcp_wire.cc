@@ -8,6 +8,7 @@
 
 #include <cstring>
 
+#include "transport/backend.h"
 #include "transport/net.h"
 
 namespace ciuic::transport::tcp {
@@ -211,6 +212,29 @@ Status DecodeHelloFixed(const uint8_t* p, Hello* hello, size_t* job_id_len) {
   }
   if (*job_id_len > kMaxJobId) return InvalidArgumentError("hello with an oversized job id");
   return Status::Ok();
+}
+
+std::string CheckFrameHeader(const FrameHeader& h, uint32_t expected_seq) {
+  if (h.seq != expected_seq) {
+    return "sequence " + std::to_string(h.seq) + ", expected " + std::to_string(expected_seq);
+  }
+  switch (h.type) {
+    case kFrameWrite:
+      if ((h.flags & ~kFlagLast) != 0) return "unknown flags";
+      if (h.length > kPieceBytes) return "write piece of " + std::to_string(h.length) + " bytes";
+      return "";
+    case kFrameMessage:
+      if (h.flags != kFlagLast || h.region_id != 0 || h.region_key != 0 || h.offset != 0) {
+        return "message with write fields";
+      }
+      if (h.length > kMaxMessageBytes) return "message of " + std::to_string(h.length) + " bytes";
+      return "";
+    case kFrameGoodbye:
+      if (h.length != 0) return "goodbye with a payload";
+      return "";
+    default:
+      return "unknown type " + std::to_string(h.type);
+  }
 }
 
 }  // namespace ciuic::transport::tcp

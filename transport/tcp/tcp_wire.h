@@ -188,6 +188,12 @@ inline bool DecodeFrameHeader(const uint8_t* p, FrameHeader* h) {
   return true;
 }
 
+// Whether a decoded header is a frame a receiver may act on, expecting
+// sequence number `expected_seq` on its socket: "" if so, else why not (for
+// the DataLoss error naming the peer). A write's region, offset and length
+// are checked against the receiver's region table by the caller.
+std::string CheckFrameHeader(const FrameHeader& h, uint32_t expected_seq);
+
 }  // namespace ciuic::transport::tcp
 
 #endif  // CIUIC_TRANSPORT_TCP_TCP_WIRE_H_
