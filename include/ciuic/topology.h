@@ -198,7 +198,10 @@ StatusOr<Topology> DiscoverLive();
 
 // A saved hwloc XML topology (`lstopo --of xml`, hwloc v1 or v2 format).
 // Errors: kNotFound (no such file, named), kDataLoss (not a valid hwloc XML,
-// named), kUnimplemented (built without hwloc).
+// named; or hwloc crashed on it), kDeadlineExceeded (hwloc took over 10 s),
+// kUnimplemented (built without hwloc). hwloc's XML importers are not
+// hardened against malformed files, so the file is parsed first in a
+// forked child: a crash there is this error, not the caller's.
 StatusOr<Topology> LoadXmlFile(const std::string& path);
 // The same from XML text; `name` is used in messages.
 StatusOr<Topology> LoadXmlString(const std::string& xml, const std::string& name = "<string>");

@@ -4,9 +4,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <string>
+#include <utility>
 #include <set>
 
 #include "ciuic/topology.h"
@@ -306,6 +312,71 @@ TEST(FixtureErrors, CorruptFileIsDataLossAndNamed) {
   std::remove(path.c_str());
   t = LoadXmlString("<topology version=\"2.0\"><object type=", "inline");
   EXPECT_FALSE(t.ok());
+}
+
+// Runs `body` in a forked child with hwloc's plugins out of reach (so its
+// built-in XML importer parses); returns the child's wait status and what it
+// wrote to the pipe.
+std::pair<int, std::string> InChildWithoutHwlocPlugins(const std::function<std::string()>& body) {
+  int fds[2];
+  if (pipe(fds) != 0) return {-1, "pipe"};
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    setenv("HWLOC_PLUGINS_PATH", "/nonexistent", 1);
+    const std::string said = body();
+    (void)!write(fds[1], said.data(), said.size());
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string said;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof buf)) > 0) said.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return {status, said};
+}
+
+// hwloc 2.9's built-in XML importer dies of SIGSEGV on this file (found by
+// the topology fuzz target). A CIUIC_TOPO_FILE naming it is an error naming
+// the file, parsed first in a child process, and the caller lives on.
+TEST(FixtureErrors, AFileThatCrashesHwlocIsAnErrorNotACrash) {
+  if (!HaveHwloc()) GTEST_SKIP() << "built without hwloc";
+  const std::string path = FixturePath("malformed/crashes_hwloc_xml_importer.xml");
+  std::ifstream in(path);
+  const std::string xml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(xml.empty()) << path;
+  // The file is what it claims: parsed in this process, hwloc dies.
+  auto [raw, raw_said] = InChildWithoutHwlocPlugins([&] {
+    return LoadXmlString(xml, "direct").status().ToString();
+  });
+  if (WIFEXITED(raw) && WEXITSTATUS(raw) == 0) {
+    GTEST_SKIP() << "this hwloc no longer crashes on " << path << " (" << raw_said << ")";
+  }
+  auto [status, said] = InChildWithoutHwlocPlugins([&] {
+    Config c;
+    if (!c.Set("CIUIC_TOPO_FILE", path).ok()) return std::string("Config::Set failed");
+    return Discover(c).status().ToString();
+  });
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the caller died: status " << status;
+  EXPECT_THAT(said, HasSubstr("DATA_LOSS")) << said;
+  EXPECT_THAT(said, HasSubstr("hwloc crashed parsing it")) << said;
+  EXPECT_THAT(said, HasSubstr(path)) << said;
+  EXPECT_THAT(said, HasSubstr("CIUIC_TOPO_FILE")) << said;
+}
+
+// A good file still loads through the trial parse, and fast enough to
+// notice nothing (one fork).
+TEST(FixtureErrors, TheTrialParseLetsGoodFilesThrough) {
+  if (!HaveHwloc()) GTEST_SKIP() << "built without hwloc";
+  auto [status, said] = InChildWithoutHwlocPlugins([&] {
+    auto t = LoadXmlFile(FixturePath("two_socket_2nic.xml"));
+    return t.ok() ? "cores=" + std::to_string(t->cores.size()) : t.status().ToString();
+  });
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_THAT(said, HasSubstr("cores=")) << said;
 }
 
 }  // namespace
