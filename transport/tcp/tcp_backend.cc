@@ -335,6 +335,18 @@ void TcpBackend::ConfigureSocket(int fd) const {
   net::SetNoDelay(fd);
 }
 
+void TcpBackend::LingerRanOut(std::chrono::steady_clock::time_point at) {
+  linger_ran_out_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count(),
+                           std::memory_order_relaxed);
+}
+
+bool TcpBackend::LingerRanOutWithin(std::chrono::steady_clock::duration window) const {
+  const int64_t at = linger_ran_out_ns_.load(std::memory_order_relaxed);
+  if (at == 0) return false;
+  const auto since = std::chrono::steady_clock::now().time_since_epoch() - std::chrono::nanoseconds(at);
+  return since < window;
+}
+
 uint32_t TcpBackend::RandomKey() {
   std::lock_guard<std::mutex> lock(rng_mu_);
   uint32_t k;

@@ -132,6 +132,13 @@ class TcpBackend final : public Backend {
 
   uint32_t RandomKey();
 
+  // A closing connection's linger (TcpConnection::LingerBeforeClose) that
+  // ran out says so here; connections closed within the next `window` then
+  // do not wait again. Closing many connections to unreachable peers (a cut
+  // link) so costs one linger, not one per connection.
+  void LingerRanOut(std::chrono::steady_clock::time_point at);
+  bool LingerRanOutWithin(std::chrono::steady_clock::duration window) const;
+
  private:
   TcpBackend() = default;
   // Accepts pending connections and reads their hellos without blocking;
@@ -157,6 +164,7 @@ class TcpBackend final : public Backend {
 
   std::mutex rng_mu_;
   std::mt19937_64 rng_;
+  std::atomic<int64_t> linger_ran_out_ns_{0};  // steady_clock; 0: never
 
   struct RegionEntry {
     uint8_t* base = nullptr;

@@ -105,6 +105,9 @@ void TcpConnection::LingerBeforeClose() {
   // (SIOCOUTQ 0), the peer has closed too, or kLinger has passed.
   constexpr auto kLinger = std::chrono::seconds(2);
   const auto until = std::chrono::steady_clock::now() + kLinger;
+  // Another connection's linger ran out just now: peers are unreachable
+  // (a cut link, a stopped host), so this one looks once and closes.
+  const bool wait = !backend_->LingerRanOutWithin(kLinger);
   for (int s = 0; s < nsocks_; ++s) shutdown(tx_[s].fd, SHUT_WR);
   std::vector<pollfd> fds;
   char discard[4096];
@@ -125,7 +128,11 @@ void TcpConnection::LingerBeforeClose() {
         if (fd == tx && ioctl(tx, SIOCOUTQ, &unsent) == 0 && unsent > 0) pending = true;
       }
     }
-    if (!pending || std::chrono::steady_clock::now() >= until) return;
+    if (!pending || !wait) return;
+    if (std::chrono::steady_clock::now() >= until) {
+      backend_->LingerRanOut(std::chrono::steady_clock::now());
+      return;
+    }
     (void)poll(fds.data(), fds.size(), 5);
   }
 }
@@ -388,11 +395,13 @@ Status TcpConnection::ParseHeader(int s) {
     case kFrameMessage:
       r.dst = r.message;
       break;
-    default:  // kFrameGoodbye
+    case kFrameGoodbye:
       r.closed = true;
       r.goodbye = true;
       r.header_got = 0;
       return Status::Ok();
+    default:
+      return bad("unhandled type " + std::to_string(h.type));
   }
   r.in_payload = true;
   r.done = 0;

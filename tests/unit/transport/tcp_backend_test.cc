@@ -1133,6 +1133,47 @@ TEST_F(TcpBackendTest, CleanDestroyIsDistinguishable) {
   for (const auto& r : rs) EXPECT_TRUE(r.ok()) << Results(rs);
 }
 
+// Closing connections whose peer takes nothing (a cut link, a stopped host:
+// their bytes stay unsent) lingers once for all of them, not 2 s each. The
+// peer here is a backend of this process that never progresses.
+TEST_F(TcpBackendTest, ClosingManyConnectionsToAStuckPeerLingersOnce) {
+  auto b0 = Open(Options(0, 2));
+  auto b1 = Open(Options(1, 2));
+  ASSERT_TRUE(b0 && b1);
+  constexpr size_t kBytes = 64u << 20;  // more than the sockets' buffers hold
+  auto src = b0->Allocate(kBytes);
+  auto dst = b1->Allocate(kBytes);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  std::vector<std::unique_ptr<Connection>> mine, theirs;
+  for (uint32_t tag = 0; tag < 3; ++tag) {
+    auto e0 = b0->CreateEndpoint(1, tag);
+    auto e1 = b1->CreateEndpoint(0, tag);
+    ASSERT_TRUE(e0.ok() && e1.ok());
+    const auto deadline = Clock::now() + kTimeout;
+    auto c0 = (*e0)->Connect((*e1)->Describe(), deadline);
+    auto c1 = (*e1)->Connect((*e0)->Describe(), deadline);
+    ASSERT_TRUE(c0.ok() && c1.ok()) << c0.status().ToString() << " " << c1.status().ToString();
+    auto rr = (*c0)->ImportRegion((*dst)->Describe());
+    ASSERT_TRUE(rr.ok()) << rr.status().ToString();
+    ASSERT_TRUE((*c0)->PostWrite(**src, 0, *rr, 0, kBytes, tag, tag).ok());
+    mine.push_back(std::move(*c0));
+    theirs.push_back(std::move(*c1));
+  }
+  // Push until the sockets are full: rank 1 never reads.
+  const auto push_until = Clock::now() + milliseconds(300);
+  while (Clock::now() < push_until) {
+    for (auto& c : mine) {
+      Completion buf[16];
+      ASSERT_TRUE(c->Progress(buf, 16).ok());
+    }
+  }
+  const auto t0 = Clock::now();
+  mine.clear();
+  const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_GE(took, 1.5) << "the first close lingers (2 s) for its unsent bytes";
+  EXPECT_LT(took, 3.5) << "the other two do not linger again (before: 2 s each)";
+}
+
 TEST_F(TcpBackendTest, WaitForActivityWakesOnData) {
   Pair p = MakePair(1, 1);
   ASSERT_TRUE(p.c0 && p.c1);
