@@ -201,7 +201,8 @@ StatusOr<Topology> DiscoverLive();
 // named; or hwloc crashed on it), kDeadlineExceeded (hwloc took over 10 s),
 // kUnimplemented (built without hwloc). hwloc's XML importers are not
 // hardened against malformed files, so the file is parsed first in a
-// forked child: a crash there is this error, not the caller's.
+// forked child: a crash there is this error, not the caller's. (Where the
+// process reaps its children itself, SIGCHLD ignored, the guard lapses.)
 StatusOr<Topology> LoadXmlFile(const std::string& path);
 // The same from XML text; `name` is used in messages.
 StatusOr<Topology> LoadXmlString(const std::string& xml, const std::string& name = "<string>");

@@ -26,9 +26,10 @@ Environment (each with a default):
     CIUIC_SUITE_START=forkserver|spawn  how each test's ranks start. spawn is
                   torch's way: every rank imports torch and its test modules
                   afresh (~2.5 s of CPU each, most of a test's time on 2
-                  cores). forkserver (default) forks them from one
-                  single-threaded server that imported this module once, so
-                  ranks are still fresh processes without pytest's threads.
+                  cores). forkserver (the default without a GPU) forks them
+                  from one server that imported this module once, so ranks
+                  are still fresh processes without pytest's threads; each
+                  gets the environment of the test that starts it.
 """
 
 import atexit
@@ -107,7 +108,9 @@ if TEST_WITH_DEV_DBG_ASAN or NO_MULTIPROCESSING_SPAWN:
     raise RuntimeError("torch_dist_suite.py needs multiprocessing spawn (and no dev-asan)")
 
 
-_START = os.environ.get("CIUIC_SUITE_START", "forkserver")
+# A server that touched CUDA (torch's test modules ask whether it is there)
+# cannot fork ranks that use it: with a GPU, spawn.
+_START = os.environ.get("CIUIC_SUITE_START") or ("spawn" if torch.cuda.is_available() else "forkserver")
 if _START not in ("forkserver", "spawn"):
     raise RuntimeError(f"torch_dist_suite.py: CIUIC_SUITE_START={_START!r}; expected forkserver or spawn")
 
@@ -124,6 +127,8 @@ class _ForkServerProcess(multiprocessing.context.ForkServerProcess):
     def run(self):
         os.environ.clear()
         os.environ.update(self._ciuic_env)
+        # distributed_test reads INIT_METHOD once, at import (the server's).
+        _dt.INIT_METHOD = os.environ.get("INIT_METHOD", "env://")
         super().run()
 
 

@@ -117,7 +117,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         FUZZ_CHECK(h.type == kFrameWrite || h.type == kFrameMessage || h.type == kFrameGoodbye);
         FUZZ_CHECK(h.type != kFrameWrite || (h.length <= kPieceBytes && (h.flags & ~kFlagLast) == 0));
         FUZZ_CHECK(h.type != kFrameMessage || (h.length <= ciuic::transport::kMaxMessageBytes && h.flags == kFlagLast &&
-                                               h.region_id == 0 && h.offset == 0));
+                                               h.region_id == 0 && h.region_key == 0 && h.offset == 0));
         FUZZ_CHECK(h.type != kFrameGoodbye || h.length == 0);
         FUZZ_CHECK(!CheckFrameHeader(h, h.seq + 1).empty());
       }
