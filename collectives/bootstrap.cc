@@ -134,6 +134,39 @@ CommDecision Decide(const std::vector<HostRecord>& hosts, const Config& config, 
   return d;
 }
 
+namespace {
+
+// At a rendezvous timeout: the ranks whose host record never arrived, as
+// "rank 2" / "ranks 2, 3 and 5" ("" if none is missing).
+std::string MissingRanks(transport::Store& store, const std::string& prefix, int size) {
+  std::vector<int> missing;
+  for (int r = 0; r < size; ++r) {
+    if (!store.Get(prefix + "/host/" + std::to_string(r), std::chrono::milliseconds(0)).ok()) missing.push_back(r);
+  }
+  if (missing.empty()) return "";
+  std::string out = missing.size() == 1 ? "rank " : "ranks ";
+  const size_t shown = std::min<size_t>(missing.size(), 16);
+  for (size_t i = 0; i < shown; ++i) {
+    if (i > 0) out += (i + 1 == missing.size()) ? " and " : ", ";
+    out += std::to_string(missing[i]);
+  }
+  if (shown < missing.size()) out += " and " + std::to_string(missing.size() - shown) + " more";
+  return out;
+}
+
+// A rendezvous wait that timed out, naming who never joined.
+Status NotJoined(transport::Store& store, const std::string& prefix, int size, std::chrono::milliseconds timeout,
+                 const Status& waited) {
+  if (waited.code() != StatusCode::kDeadlineExceeded) return waited;
+  const std::string missing = MissingRanks(store, prefix, size);
+  if (missing.empty()) return waited;
+  return DeadlineExceededError(missing + " of " + std::to_string(size) + " did not join the communicator within " +
+                               std::to_string(timeout.count()) + " ms (no record under '" + prefix +
+                               "/host/'): failed before reaching the store, or not started");
+}
+
+}  // namespace
+
 StatusOr<CommDecision> AgreeOnCommunicator(transport::Store& store, const std::string& prefix, int rank, int size,
                                            const Config& config, const std::string& tuning_id,
                                            std::chrono::milliseconds timeout, LocalRanks* local) {
@@ -149,8 +182,9 @@ StatusOr<CommDecision> AgreeOnCommunicator(transport::Store& store, const std::s
   if (rank == 0) {
     std::vector<HostRecord> hosts;
     for (int r = 0; r < size; ++r) {
-      CIUIC_ASSIGN_OR_RETURN(std::string v, store.Get(prefix + "/host/" + std::to_string(r), timeout));
-      StatusOr<HostRecord> h = HostRecord::Decode(v);
+      StatusOr<std::string> v = store.Get(prefix + "/host/" + std::to_string(r), timeout);
+      if (!v.ok()) return NotJoined(store, prefix, size, timeout, v.status());
+      StatusOr<HostRecord> h = HostRecord::Decode(*v);
       if (!h.ok()) return DataLossError("rank " + std::to_string(r) + ": " + h.status().message());
       hosts.push_back(std::move(*h));
     }
@@ -165,8 +199,16 @@ StatusOr<CommDecision> AgreeOnCommunicator(transport::Store& store, const std::s
     for (const auto& [host, l] : per_host) CIUIC_RETURN_IF_ERROR(store.Set(prefix + "/local/" + host, l.Encode()));
     CIUIC_RETURN_IF_ERROR(store.Set(prefix + "/transport", Decide(hosts, config, size, tuning_id).Encode()));
   }
-  CIUIC_ASSIGN_OR_RETURN(std::string text, store.Get(prefix + "/transport", timeout));
-  StatusOr<CommDecision> d = CommDecision::Decode(text);
+  StatusOr<std::string> text = store.Get(prefix + "/transport", timeout);
+  if (!text.ok()) {
+    // Rank 0 decides once every rank has joined: name who has not, or
+    // rank 0's own failure.
+    if (StatusOr<std::string> failed = store.Get(InitFailedKey(prefix, 0), std::chrono::milliseconds(0)); failed.ok()) {
+      return UnavailableError("rank 0 failed to initialise: " + *failed);
+    }
+    return NotJoined(store, prefix, size, timeout, text.status());
+  }
+  StatusOr<CommDecision> d = CommDecision::Decode(*text);
   if (!d.ok()) return Status(d.status().code(), "rank " + std::to_string(rank) + ": " + d.status().message());
   if (d->tuning_id != tuning_id) {
     return InvalidArgumentError("rank " + std::to_string(rank) + ": CIUIC_TUNING_FILE (" +

@@ -23,6 +23,12 @@
 
 namespace ciuic::collectives {
 
+// The store key where a rank that failed in Communicator creation leaves
+// its error for the ranks waiting to connect to it.
+inline std::string InitFailedKey(const std::string& prefix, int rank) {
+  return prefix + "/init_failed/" + std::to_string(rank);
+}
+
 // One rank's host record: "<host name> <cpu>,<cpu>,...".
 struct HostRecord {
   std::string host;

@@ -55,8 +55,13 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::CreateWithStore(
   Config resolved = config;
   CIUIC_ASSIGN_OR_RETURN(resolved.secret, transport::ResolveSecret(config));
   resolved.secret_file.clear();
-  auto impl = std::make_shared<CommImpl>(rank, size, resolved, std::move(store), prefix);
-  CIUIC_RETURN_IF_ERROR(impl->Init());
+  auto impl = std::make_shared<CommImpl>(rank, size, resolved, store, prefix);
+  if (Status s = impl->Init(); !s.ok()) {
+    // The ranks waiting to connect to this one name it and why at their
+    // next look (LinkTable::CheckPeer), not at their timeout. Best effort.
+    (void)store->Set(collectives::InitFailedKey(prefix, rank), s.ToString());
+    return s;
+  }
   return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
 }
 

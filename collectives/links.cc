@@ -3,6 +3,8 @@
 
 #include <thread>
 
+#include "collectives/bootstrap.h"
+
 namespace ciuic::collectives {
 
 using Clock = std::chrono::steady_clock;
@@ -33,6 +35,11 @@ Status LinkTable::CheckPeer(int peer) {
   const Clock::time_point now = Clock::now();
   if (now - pp.checked < transport::kPeerCheckEvery) return Status::Ok();
   pp.checked = now;
+  StatusOr<std::string> failed = store_.Get(InitFailedKey(prefix_, peer), std::chrono::milliseconds(0));
+  if (failed.ok()) {
+    return UnavailableError("rank " + std::to_string(peer) + " failed to initialise and will never connect: " +
+                            *failed);
+  }
   if (!pp.read) {
     StatusOr<std::string> v = store_.Get(prefix_ + "/process/" + std::to_string(peer), std::chrono::milliseconds(0));
     if (!v.ok()) return Status::Ok();  // not there (yet): nothing to tell

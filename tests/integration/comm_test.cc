@@ -1653,12 +1653,28 @@ TEST(CollectivesTuning, EveryRankMustUseTheSameFile) {
   const std::string b = WriteFile("tuning_b", "ciuic-tuning 1\nrule allreduce shm ranks 2 from 0 tree\n");
   auto results = RunRanks(2, [&](int rank, transport::Store& store) -> Status {
     StatusOr<std::unique_ptr<Communicator>> comm = MakeTunedComm(rank, 2, store, rank == 0 ? a : b);
-    if (rank == 0) return Status::Ok();  // rank 0 decides; the other one notices
+    if (rank == 0) {
+      // Rank 0 decides and is made; its first call needs rank 1, which
+      // failed: named with its reason at the next look, while rank 1 lives.
+      CIUIC_RETURN_IF_ERROR(comm.status());
+      std::vector<float> x(1000, 1.0f);
+      const auto t0 = std::chrono::steady_clock::now();
+      Status s = (*comm)->AllReduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
+      const auto took = std::chrono::steady_clock::now() - t0;
+      CIUIC_RETURN_IF_ERROR(store.Set("checked", "1"));
+      if (s.ok()) return InternalError("an all-reduce with a rank that failed to initialise succeeded");
+      if (s.message().find("rank 1 failed to initialise") == std::string::npos ||
+          s.message().find("CIUIC_TUNING_FILE") == std::string::npos) {
+        return InternalError("rank 0's error does not name rank 1's failure: " + s.ToString());
+      }
+      if (took > std::chrono::seconds(5)) return InternalError("rank 1's failure was named only at the timeout");
+      return Status::Ok();
+    }
     if (comm.ok()) return InternalError("rank 1 accepted a tuning file that differs from rank 0's");
     if (comm.status().message().find("CIUIC_TUNING_FILE") == std::string::npos) {
       return InternalError("the error does not name CIUIC_TUNING_FILE: " + comm.status().ToString());
     }
-    return Status::Ok();
+    return store.Get("checked", milliseconds(60000)).status();
   }, milliseconds(60000));
   for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
 }
