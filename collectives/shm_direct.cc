@@ -73,6 +73,11 @@ struct Control {  // NOLINT(clang-analyzer-optin.performance.Padding)
   // running into the timeout.
   std::atomic<uint32_t> failed;
   char reason[256];
+  // Whom the owner waits for right now (rank + 1; 0: nobody) and when it
+  // last looked (steady clock, ns; comparable between processes): a rank
+  // that times out follows these to where the chain of waits ends.
+  alignas(64) std::atomic<uint32_t> waiting_on;
+  std::atomic<int64_t> looked_ns;
   // Rank 0's measured better stores per size class (log2 of the bytes):
   // 0 cached, 1 streaming (see Impl::streaming).
   alignas(64) std::atomic<uint8_t> best_stores[64];
@@ -187,6 +192,38 @@ struct ShmDirect::Impl {
   // kDataLoss when rank `r` announced this very operation (the same
   // sequence number) with other arguments or on the other ring: then it
   // would never publish what this rank waits for.
+  // At a timeout waiting for `peer`: who `peer` waits for, and so on, to
+  // the rank the chain ends at (not waiting, or stopped inside a wait: its
+  // last look is old). That rank is named when it is not `peer` itself; a
+  // chain back to this rank or around a cycle names nobody.
+  std::string WaitChain(int peer, Clock::time_point now) const {
+    constexpr int64_t kStaleNs = 250'000'000;  // waiters look every ~1 ms
+    const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
+    std::vector<bool> seen(static_cast<size_t>(size), false);
+    std::string path;
+    int r = peer;
+    bool stale = false;
+    for (;;) {
+      seen[static_cast<size_t>(r)] = true;
+      const uint32_t w = ctrl[r]->waiting_on.load(std::memory_order_acquire);
+      const int64_t looked = ctrl[r]->looked_ns.load(std::memory_order_relaxed);
+      if (w == 0 || static_cast<int>(w) - 1 == r) break;
+      if (now_ns - looked > kStaleNs) {
+        stale = true;
+        break;
+      }
+      const int next = static_cast<int>(w) - 1;
+      if (next == rank || next >= size || seen[static_cast<size_t>(next)]) return "";
+      path += (path.empty() ? "rank " : ", rank ") + std::to_string(r) + " waits for rank " + std::to_string(next);
+      r = next;
+    }
+    if (r == peer) return "";
+    return "; behind it: " + path + ", and rank " + std::to_string(r) +
+           (stale ? " has not moved for " + std::to_string((now_ns - ctrl[r]->looked_ns.load()) / 1000000) + " ms"
+                  : " is not waiting for anyone") +
+           " (stopped, dead or far behind): the job's first fault is rank " + std::to_string(r);
+  }
+
   Status CheckStarted(int r) const {
     const Control* p = ctrl[r];
     const uint64_t started = p->started.load(std::memory_order_acquire);
@@ -346,7 +383,11 @@ class Stall {
  public:
   Stall(ShmDirect::Impl& impl, Clock::time_point deadline, const std::atomic<bool>* abort)
       : impl_(impl), deadline_(deadline), abort_(abort) {}
-  void Reset() { stalled_ = false; }
+  ~Stall() { Reset(); }
+  void Reset() {
+    if (stalled_) impl_.ctrl[impl_.rank]->waiting_on.store(0, std::memory_order_release);
+    stalled_ = false;
+  }
 
   // Waits a little for rank `peer`'s `word` to reach `target` (a chunk
   // counter, named in the timeout error, unless `counts_chunks` is false).
@@ -358,12 +399,17 @@ class Stall {
       since_ = now;
       last_liveness_ = now;
     }
+    Control* me = impl_.ctrl[impl_.rank];
+    me->waiting_on.store(static_cast<uint32_t>(peer) + 1, std::memory_order_release);
+    me->looked_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count(),
+                        std::memory_order_relaxed);
     if (abort_ != nullptr && abort_->load(std::memory_order_relaxed)) {
       return AbortedError("direct shm: communicator aborted");
     }
     if (now >= deadline_) {
       return DeadlineExceededError("direct shm: timed out waiting for rank " + std::to_string(peer) + " (" + what +
-                                   (counts_chunks ? ", chunk " + std::to_string(target - 1) : std::string()) + ")");
+                                   (counts_chunks ? ", chunk " + std::to_string(target - 1) : std::string()) + ")" +
+                                   impl_.WaitChain(peer, now));
     }
     Status gone;
     if (peer != impl_.rank) {

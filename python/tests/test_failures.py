@@ -114,6 +114,45 @@ def test_a_rank_stopped_mid_collective_is_named_with_the_stalled_step(tmp_path):
         assert took < 2 * timeout, f"rank {r} noticed only after {took:.1f} s: {msg}"
 
 
+def broadcast_behind_a_stalled_rank(rank, n, victim, sync_dir):
+    timeout = 3
+    ctx = ciuic.CiuicContext(backend="shm", timeout=timeout)
+    x = np.ones(1 << 24, dtype=np.float32)  # 64 MiB: more chunks than the ring holds
+    ctx.broadcast(x, src=0)
+    ctx.barrier()
+    if rank == victim:  # alive, never calls again
+        while not all(os.path.exists(os.path.join(sync_dir, f"error.{r}")) for r in range(n) if r != victim):
+            time.sleep(0.01)
+        return "stalled"
+    if rank == 0:
+        time.sleep(1)  # the other reader waits longer: its timeout comes first
+    t0 = time.monotonic()
+    try:
+        ctx.broadcast(x, src=0)
+        return "no error"
+    except ciuic.CiuicError as e:
+        open(os.path.join(sync_dir, f"error.{rank}"), "w").close()
+        return e.rank, str(e), time.monotonic() - t0, timeout
+
+
+def test_a_stalled_rank_behind_a_direct_shm_broadcast_is_named_by_every_survivor(tmp_path):
+    # The root waits for the stalled rank to free a slot, and the other
+    # reader, which entered the call first, for the root: the reader's
+    # timeout follows the root's wait to the stalled rank, and the root,
+    # seeing the reader fail, names it too. (Before: the reader named the
+    # root and the root the reader; the soak's seed 470492201, trial 41.)
+    n, victim = 3, 2
+    res = ranks.run(n, broadcast_behind_a_stalled_rank, victim, str(tmp_path), timeout=120)
+    assert res[victim] == "stalled", res[victim]
+    for r in range(n):
+        if r == victim:
+            continue
+        assert res[r] != "no error", f"rank {r} saw no error"
+        culprit, msg, took, timeout = res[r]
+        assert culprit == victim, f"rank {r}: {msg}"
+        assert took < 2 * timeout, f"rank {r} noticed only after {took:.1f} s: {msg}"
+
+
 def killed_async(rank, n, sync_dir):
     ctx = ciuic.CiuicContext(timeout=20)
     x = np.ones(1 << 16, dtype=np.float32)
