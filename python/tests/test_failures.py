@@ -98,20 +98,29 @@ def stopped_mid_collective(rank, n, victim, sync_dir):
         return e.rank, str(e), took, timeout
 
 
+def assert_survivors_name(res, victim):
+    """Every survivor's (culprit, message, took, timeout) names `victim`
+    within 2 x timeout; returns the survivors' messages."""
+    msgs = []
+    for r, x in enumerate(res):
+        if r == victim:
+            continue
+        assert x != "no error", f"rank {r} saw no error"
+        culprit, msg, took, timeout = x
+        assert culprit == victim, f"rank {r}: {msg}"
+        assert took < 2 * timeout, f"rank {r} noticed only after {took:.1f} s: {msg}"
+        msgs.append(f"rank {r}: {msg}")
+    return msgs
+
+
 def test_a_rank_stopped_mid_collective_is_named_with_the_stalled_step(tmp_path):
     # Every survivor names the stopped rank (not only the neighbour it waits
     # on), and the step of the schedule that stalled, within 2 x timeout.
     n, victim = 4, 2
     res = ranks.run(n, stopped_mid_collective, victim, str(tmp_path), allow_signals=(signal.SIGKILL,), timeout=120)
     assert res[victim] == ("signal", signal.SIGKILL), res[victim]
-    for r in range(n):
-        if r == victim:
-            continue
-        assert res[r] != "no error", f"rank {r} saw no error"
-        culprit, msg, took, timeout = res[r]
-        assert culprit == victim, f"rank {r}: {msg}"
-        assert "step" in msg and "timed out" in msg, f"rank {r}: {msg}"
-        assert took < 2 * timeout, f"rank {r} noticed only after {took:.1f} s: {msg}"
+    for msg in assert_survivors_name(res, victim):
+        assert "step" in msg and "timed out" in msg, msg
 
 
 def broadcast_behind_a_stalled_rank(rank, n, victim, sync_dir):
@@ -144,13 +153,7 @@ def test_a_stalled_rank_behind_a_direct_shm_broadcast_is_named_by_every_survivor
     n, victim = 3, 2
     res = ranks.run(n, broadcast_behind_a_stalled_rank, victim, str(tmp_path), timeout=120)
     assert res[victim] == "stalled", res[victim]
-    for r in range(n):
-        if r == victim:
-            continue
-        assert res[r] != "no error", f"rank {r} saw no error"
-        culprit, msg, took, timeout = res[r]
-        assert culprit == victim, f"rank {r}: {msg}"
-        assert took < 2 * timeout, f"rank {r} noticed only after {took:.1f} s: {msg}"
+    assert_survivors_name(res, victim)
 
 
 def killed_async(rank, n, sync_dir):
