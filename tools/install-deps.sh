@@ -11,7 +11,7 @@ packages=(
   libhwloc-dev hwloc
   libibverbs-dev librdmacm-dev ibverbs-providers rdma-core libpmix-dev
   openmpi-bin libopenmpi-dev
-  clang libclang-rt-dev
+  clang libclang-rt-dev clang-tidy cppcheck
 )
 missing=()
 for p in "${packages[@]}"; do
