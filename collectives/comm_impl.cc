@@ -88,12 +88,15 @@ Status DivideInPlace(const kernels::Reducer& reducer, void* buf, size_t count,
       for (size_t i = 0; i < count; ++i) p[i] /= n;
       return Status::Ok();
     }
+// T is a type: it cannot take parentheses.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define CIUIC_DIV_INT(T)                                      \
   {                                                           \
     auto* p = static_cast<T*>(buf);                           \
     for (size_t i = 0; i < count; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(n)); \
     return Status::Ok();                                      \
   }
+// NOLINTEND(bugprone-macro-parentheses)
     case DataType::kInt8: CIUIC_DIV_INT(int8_t)
     case DataType::kUint8: CIUIC_DIV_INT(uint8_t)
     case DataType::kInt16: CIUIC_DIV_INT(int16_t)
@@ -228,10 +231,15 @@ std::string CommImpl::last_algorithm() const {
   return last_algorithm_;
 }
 
-void CommImpl::Ran(const CallPlan* plan, const std::string* text) {
-  if (plan != nullptr && plan == last_algorithm_plan_) return;  // said already
-  last_algorithm_ = plan != nullptr ? plan->why : *text;
-  last_algorithm_plan_ = plan;
+void CommImpl::Ran(const CallPlan& plan) {
+  if (&plan == last_algorithm_plan_) return;  // said already
+  last_algorithm_ = plan.why;
+  last_algorithm_plan_ = &plan;
+}
+
+void CommImpl::Ran(const std::string& text) {
+  last_algorithm_ = text;
+  last_algorithm_plan_ = nullptr;
 }
 
 StatusOr<const CallPlan*> CommImpl::PlanFor(const OpDesc& d) {
@@ -450,7 +458,7 @@ Status CommImpl::ExecuteCollective(const OpDesc& d, Clock::time_point deadline) 
     std::string ran;
     Status s = gpu_->Execute(d, deadline, &aborted_,
                              [this](const OpDesc& h, Clock::time_point dl) { return ExecuteCollective(h, dl); }, &ran);
-    if (!ran.empty()) Ran(nullptr, &ran);
+    if (!ran.empty()) Ran(ran);
     return s;
   }
   if (IsReduction(d.coll)) {
@@ -458,7 +466,7 @@ Status CommImpl::ExecuteCollective(const OpDesc& d, Clock::time_point deadline) 
     if (widen || d.op == ReduceOp::kPremulSum) return RunWorking(d, widen, deadline);
   }
   CIUIC_ASSIGN_OR_RETURN(const CallPlan* plan, PlanFor(d));
-  Ran(plan, nullptr);
+  Ran(*plan);
   // CIUIC_DEBUG=INFO: the model's prediction next to the measured time of
   // every call (not timed otherwise: this is the small-message path).
   const bool timed = LogEnabled(LogLevel::kInfo);
@@ -512,7 +520,7 @@ Status CommImpl::ExecutePointToPoint(OpQueue::Batch* batch, Clock::time_point de
     }
     staged_at.push_back(d.on_device() ? static_cast<int>(staged.size()) - 1 : -1);
     plans.push_back(std::move(*plan));
-    Ran(nullptr, &plans.back().why);
+    Ran(plans.back().why);
     return JobFor(*h, plans.back());
   };
   CIUIC_ASSIGN_OR_RETURN(ExecJob job, prepare((*batch)[0]->desc));

@@ -122,8 +122,10 @@ class CommImpl {
   // scaled by premul_sum's factor, then summed; the result converted or
   // copied back.
   Status RunWorking(const OpDesc& d, bool widen, Clock::time_point deadline);
-  // Says what ran (last_algorithm()).
-  void Ran(const CallPlan* plan, const std::string* text);
+  // Says what ran (last_algorithm()): a cached plan's why, set once per
+  // plan, or the text of a call planned afresh.
+  void Ran(const CallPlan& plan);
+  void Ran(const std::string& text);
   // The first failure of this communicator, with the job's first fault
   // appended when the peer it names failed in turn (the fault records in
   // the store, see comm_impl.cc): a survivor names the rank that stopped or

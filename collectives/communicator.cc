@@ -39,12 +39,13 @@ Communicator::Communicator(std::shared_ptr<CommImpl> impl) : impl_(std::move(imp
 Communicator::~Communicator() = default;
 
 StatusOr<std::unique_ptr<Communicator>> Communicator::CreateWithStore(
-    int rank, int size, std::shared_ptr<transport::Store> store, const Config& config) {
-  return CreateWithStore(rank, size, std::move(store), config, collectives::NextCommPrefix());
+    int rank, int size, const std::shared_ptr<transport::Store>& store, const Config& config) {
+  return CreateWithStore(rank, size, store, config, collectives::NextCommPrefix());
 }
 
 StatusOr<std::unique_ptr<Communicator>> Communicator::CreateWithStore(
-    int rank, int size, std::shared_ptr<transport::Store> store, const Config& config, const std::string& prefix) {
+    int rank, int size, const std::shared_ptr<transport::Store>& store, const Config& config,
+    const std::string& prefix) {
   if (prefix.empty()) return InvalidArgumentError("CreateWithStore: an empty store prefix");
   if (size < 1) return InvalidArgumentError("size must be >= 1 (got " + std::to_string(size) + ")");
   if (rank < 0 || rank >= size) {

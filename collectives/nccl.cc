@@ -193,7 +193,7 @@ StatusOr<std::unique_ptr<NcclComm>> NcclComm::Create(transport::Store& store, co
   im.cuda = cuda;
   c->device_ = device;
   CudaDriver::Scope scope(*cuda, device);
-  CIUIC_RETURN_IF_ERROR(scope.status());
+  if (!scope.status().ok()) return scope.status();
   ncclUniqueId id;
   std::memset(&id, 0, sizeof(id));
   const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());

@@ -48,6 +48,7 @@ struct AlgoKnob {
   // Errors: kInvalidArgument naming CIUIC_ALGO and what is wrong (an
   // unknown name or collective, a name the collective does not have).
   static StatusOr<AlgoKnob> Parse(const std::string& text);
+  // cppcheck-suppress CastIntegerToAddressAtReturn ; forced holds pointers (cppcheck 2.10 misreads the array)
   const AlgorithmInfo* For(Collective c) const { return forced[static_cast<size_t>(c)]; }
   // kInvalidArgument when a forced algorithm cannot run on `backend` at all
   // (e.g. direct on tcp).

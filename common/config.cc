@@ -130,7 +130,7 @@ Status ParseProgressCpu(const std::string& text, Config* c) {
       !std::all_of(v.begin(), v.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); })) {
     return InvalidArgumentError("expected auto, none or a CPU number");
   }
-  c->progress_cpu = std::atoi(v.c_str());
+  c->progress_cpu = static_cast<int>(std::strtol(v.c_str(), nullptr, 10));  // at most 6 digits
   return Status::Ok();
 }
 

@@ -353,11 +353,12 @@ struct OpSum {
   template <class D, class V>
   static HWY_INLINE V Apply(D, V a, V b) { return hn::Add(a, b); }
 };
+// The derived ops hide their parent's flag on purpose: that is the trait.
 struct OpAvg : OpSum {  // floats: sum, then one division by n on the way out
-  static constexpr bool kDivide = true;
+  static constexpr bool kDivide = true;  // cppcheck-suppress duplInheritedMember
 };
 struct OpPremulSum : OpSum {
-  static constexpr bool kPre = true;
+  static constexpr bool kPre = true;  // cppcheck-suppress duplInheritedMember
 };
 struct OpBand {
   static constexpr bool kDivide = false;

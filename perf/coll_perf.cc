@@ -121,8 +121,11 @@ Options Parse(int argc, char** argv) {
     else if (a == "-e") o.max_bytes = Bytes(argv[0], "-e", next());
     else if (a == "-f") {
       const char* v = next();
-      o.factor = std::atof(v);
-      if (!(o.factor > 1.0)) Usage(argv[0], std::string("-f: factor must be > 1, got '") + v + "'");
+      char* end = nullptr;
+      o.factor = std::strtod(v, &end);
+      if (*v == '\0' || *end != '\0' || !(o.factor > 1.0)) {
+        Usage(argv[0], std::string("-f: factor must be a number > 1, got '") + v + "'");
+      }
     } else if (a == "-i") o.step_bytes = static_cast<long>(Bytes(argv[0], "-i", next()));
     else if (a == "-n") o.iters = Int(argv[0], "-n", next(), 0, 1000000);
     else if (a == "-w") o.warmup = Int(argv[0], "-w", next(), 0, 100000);

@@ -77,6 +77,18 @@ std::vector<std::string> Split(const std::string& s) {
   return out;
 }
 
+// A whole-string number (strtol/strtod with nothing left over), or false.
+bool WholeInt(const std::string& v, long* out) {
+  char* end = nullptr;
+  *out = std::strtol(v.c_str(), &end, 10);
+  return !v.empty() && *end == '\0';
+}
+bool WholeDouble(const std::string& v, double* out) {
+  char* end = nullptr;
+  *out = std::strtod(v.c_str(), &end);
+  return !v.empty() && *end == '\0';
+}
+
 bool ParseOptions(int argc, char** argv, Options* o) {
   static const option kLong[] = {{"dtype", 1, nullptr, 't'}, {"op", 1, nullptr, 'o'},
                                  {"nsrcs", 1, nullptr, 'n'}, {"sizes", 1, nullptr, 's'},
@@ -123,12 +135,12 @@ bool ParseOptions(int argc, char** argv, Options* o) {
       case 'n': {
         o->nsrcs.clear();
         for (const std::string& v : Split(optarg)) {
-          const int n = std::atoi(v.c_str());
-          if (n < 1 || n > kernels::kMaxSources) {
+          long n = 0;
+          if (!WholeInt(v, &n) || n < 1 || n > kernels::kMaxSources) {
             std::fprintf(stderr, "kernel_perf: --nsrcs: '%s' is not in 1..16\n", v.c_str());
             return false;
           }
-          o->nsrcs.push_back(n);
+          o->nsrcs.push_back(static_cast<int>(n));
         }
         break;
       }
@@ -144,8 +156,24 @@ bool ParseOptions(int argc, char** argv, Options* o) {
         }
         break;
       }
-      case 'r': o->reps = std::max(1, std::atoi(optarg)); break;
-      case 'm': o->min_ms = std::max(1.0, std::atof(optarg)); break;
+      case 'r': {
+        long r = 0;
+        if (!WholeInt(optarg, &r) || r < 1 || r > 1000000) {
+          std::fprintf(stderr, "kernel_perf: --reps: '%s' is not in 1..1000000\n", optarg);
+          return false;
+        }
+        o->reps = static_cast<int>(r);
+        break;
+      }
+      case 'm': {
+        double m = 0;
+        if (!WholeDouble(optarg, &m) || !(m > 0)) {
+          std::fprintf(stderr, "kernel_perf: --min-ms: '%s' is not a positive number\n", optarg);
+          return false;
+        }
+        o->min_ms = std::max(1.0, m);
+        break;
+      }
       case 'F':
         o->format = optarg;
         if (o->format != "table" && o->format != "csv" && o->format != "json") {
@@ -341,6 +369,7 @@ int Main(int argc, char** argv) {
           if (n == 2 && op == ReduceOp::kSum && dt == DataType::kFloat32) {
             const auto* a = reinterpret_cast<const float*>(srcs[0]);
             const auto* b = reinterpret_cast<const float*>(srcs[1]);
+            // cppcheck-suppress invalidPointerCast ; tmp.p: an aligned byte buffer that holds floats
             auto* d = reinterpret_cast<float*>(tmp.p);
             if (HandSumF32Avx512(d, a, b, 0, false)) {
               hand = static_cast<int>(fns.size());
@@ -363,6 +392,7 @@ int Main(int argc, char** argv) {
             if (dt == DataType::kFloat32) {
               scalar = static_cast<int>(fns.size());
               fns.push_back([&] {
+                // cppcheck-suppress invalidPointerCast ; as above
                 ScalarSumF32(reinterpret_cast<float*>(tmp.p),
                              reinterpret_cast<const float* const*>(srcs.data()), n, count);
               });

@@ -430,6 +430,7 @@ int RunHelper(const std::vector<std::string>& args, std::string* err) {
     return -1;
   }
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   int pfd[2];
@@ -493,9 +494,10 @@ std::string Join(const std::vector<std::string>& args) {
 // is never touched; the store listens there, on the bridge address.
 class SimNet {
  public:
-  explicit SimNet(int hosts) : hosts_(hosts), prefix_("ciuic-" + std::to_string(getpid()) + "-") {
-    subnet_ = "10.77." + std::to_string(getpid() % 250) + ".";
-  }
+  explicit SimNet(int hosts)
+      : hosts_(hosts),
+        prefix_("ciuic-" + std::to_string(getpid()) + "-"),
+        subnet_("10.77." + std::to_string(getpid() % 250) + ".") {}
   ~SimNet() { Teardown(); }
   SimNet(const SimNet&) = delete;
   SimNet& operator=(const SimNet&) = delete;
@@ -944,7 +946,7 @@ class Launcher {
 
   void RaiseFdLimit() {
     rlimit lim;
-    const rlim_t need = static_cast<rlim_t>(2 * o_.nranks + 64);
+    const rlim_t need = 2 * static_cast<rlim_t>(o_.nranks) + 64;
     if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < need) {
       lim.rlim_cur = std::min(need, lim.rlim_max);
       setrlimit(RLIMIT_NOFILE, &lim);

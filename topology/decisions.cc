@@ -265,8 +265,7 @@ StatusOr<std::vector<RankPlacement>> PlaceRanks(const Topology& t, int nranks, c
     gpu_nodes &= out[r].numa_node >= 0 && node_cores.count(out[r].numa_node) > 0;
   }
   if (!gpu_nodes) {
-    size_t total = 0;
-    for (const auto& [node, cores] : node_cores) total += cores.size();
+    const size_t total = t.cores.size();  // each core is in one node; not 0 (checked above)
     size_t before = 0;
     for (const auto& [node, cores] : node_cores) {
       // Rounded up, so that the first nodes fill first (1 rank: node 0).
@@ -352,7 +351,7 @@ int MajorityNode(const Topology& t, const std::vector<int>& cpus) {
 
 // Local rank j's CPUs within the topology (all of them when unknown).
 std::vector<int> RankCpus(const Topology& t, const LocalJob& job, int j) {
-  const std::vector<int> all = t.Cpus();
+  std::vector<int> all = t.Cpus();
   std::vector<int> out;
   if (j < static_cast<int>(job.cpus.size())) {
     for (int c : job.cpus[j]) {

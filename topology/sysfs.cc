@@ -206,8 +206,10 @@ StatusOr<Topology> LoadSysfs(const std::string& root_in) {
   if (!ParseCpuList(ReadLine(sys + "/cpu/online"), &cpus) || cpus.empty()) {
     cpus.clear();
     for (const std::string& n : internal::ListDir(sys + "/cpu")) {
-      if (n.size() > 3 && n.compare(0, 3, "cpu") == 0 && std::isdigit(static_cast<unsigned char>(n[3]))) {
-        cpus.push_back(std::atoi(n.c_str() + 3));
+      std::vector<int> one;  // "cpu<N>" exactly, N a number in range
+      if (n.size() > 3 && n.compare(0, 3, "cpu") == 0 && std::isdigit(static_cast<unsigned char>(n[3])) &&
+          ParseCpuList(n.substr(3), &one) && one.size() == 1) {
+        cpus.push_back(one[0]);
       }
     }
     std::sort(cpus.begin(), cpus.end());

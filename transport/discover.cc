@@ -126,7 +126,7 @@ StatusOr<JobInfo> DiscoverJob(const Config& config, const Lookup& lookup) {
     // Syntax already checked by the knob parser.
     const size_t colon = config.store_addr.rfind(':');
     job.store_host = config.store_addr.substr(0, colon);
-    job.store_port = static_cast<uint16_t>(std::atoi(config.store_addr.c_str() + colon + 1));
+    job.store_port = static_cast<uint16_t>(std::strtoul(config.store_addr.c_str() + colon + 1, nullptr, 10));
   }
   job.store_external = config.store_external;
   CIUIC_ASSIGN_OR_RETURN(job.secret, ResolveSecret(config));

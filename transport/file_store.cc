@@ -58,7 +58,7 @@ Status WriteAtomically(const std::string& dir, const std::string& path, const st
     const ssize_t w = write(fd, value.data() + done, value.size() - done);
     if (w < 0 && errno == EINTR) continue;
     if (w < 0) {
-      const Status s = UnavailableError(Errno("cannot write", tmp));
+      Status s = UnavailableError(Errno("cannot write", tmp));
       close(fd);
       unlink(tmp.c_str());
       return s;
@@ -66,7 +66,7 @@ Status WriteAtomically(const std::string& dir, const std::string& path, const st
     done += static_cast<size_t>(w);
   }
   if (close(fd) != 0 || rename(tmp.c_str(), path.c_str()) != 0) {
-    const Status s = UnavailableError(Errno("cannot write", path));
+    Status s = UnavailableError(Errno("cannot write", path));
     unlink(tmp.c_str());
     return s;
   }

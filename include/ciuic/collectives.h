@@ -95,13 +95,14 @@ class Communicator {
   // go under a per-process count of communicators ("ciuic/commN"), so every
   // process must create its communicators over one store in the same order.
   static StatusOr<std::unique_ptr<Communicator>> CreateWithStore(
-      int rank, int size, std::shared_ptr<transport::Store> store, const Config& config);
+      int rank, int size, const std::shared_ptr<transport::Store>& store, const Config& config);
   // The same with the keys under `prefix`, which names this communicator
   // alike on its ranks and no other in the job: for groups that not every
   // process makes, or not in the same order (a framework's subgroups, each
   // on its own store prefix). Errors: kInvalidArgument for an empty prefix.
   static StatusOr<std::unique_ptr<Communicator>> CreateWithStore(
-      int rank, int size, std::shared_ptr<transport::Store> store, const Config& config, const std::string& prefix);
+      int rank, int size, const std::shared_ptr<transport::Store>& store, const Config& config,
+      const std::string& prefix);
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;

@@ -145,18 +145,23 @@ void StatusOr<T>::CheckOk() const {
 #define CIUIC_STATUS_CONCAT_(a, b) CIUIC_STATUS_CONCAT_INNER_(a, b)
 
 // Returns from the enclosing function when `expr` (a Status) is not ok.
-#define CIUIC_RETURN_IF_ERROR(expr)                  \
-  do {                                               \
-    ::ciuic::Status ciuic_status_tmp_ = (expr);      \
+// (A copy, not a reference: `expr` may be a temporary's member, such as
+// `F().status()`, which a reference would outlive.)
+#define CIUIC_RETURN_IF_ERROR(expr)                        \
+  do {                                                     \
+    ::ciuic::Status ciuic_status_tmp_ = (expr);            \
     if (!ciuic_status_tmp_.ok()) return ciuic_status_tmp_; \
   } while (0)
 
-// `lhs = value of expr` (a StatusOr), or returns its error.
+// `lhs = value of expr` (a StatusOr), or returns its error. `lhs` may be a
+// declaration and `tmp` is a name: neither can take parentheses.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define CIUIC_ASSIGN_OR_RETURN(lhs, expr) \
   CIUIC_ASSIGN_OR_RETURN_IMPL_(CIUIC_STATUS_CONCAT_(ciuic_statusor_, __LINE__), lhs, expr)
 #define CIUIC_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                                 \
   if (!tmp.ok()) return tmp.status();                \
   lhs = std::move(tmp).value()
+// NOLINTEND(bugprone-macro-parentheses)
 
 #endif  // CIUIC_STATUS_H_

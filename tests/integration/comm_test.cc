@@ -957,7 +957,9 @@ TEST(CollectivesRegistry, EveryScheduleRunsOverLinksWhenForced) {
       continue;
     }
     const std::string knob = std::string(collectives::CollectiveName(e.collective)) + ":" + e.name();
-    for (const auto& [t, n] : {std::pair<const char*, int>{"tcp", 3}, {"shm", 5}}) {
+    for (const auto& tn : {std::pair<const char*, int>{"tcp", 3}, {"shm", 5}}) {
+      const char* t = tn.first;  // (a lambda cannot capture a structured binding before C++20)
+      const int n = tn.second;
       auto results = RunRanks(n, [&](int rank, transport::Store& store) -> Status {
         CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, n, store, t, knob));
         int salt = 0;
@@ -1553,7 +1555,10 @@ Status LeaveTogether(transport::Store& store, const std::string& key, int n) {
 // A rank killed in the middle of a collective: every survivor returns an
 // error naming it, well within the timeout.
 TEST(CollectivesErrors, KilledRankNamedBySurvivors) {
-  for (const auto& [t, algo] : {std::pair<const char*, const char*>{"shm", "ring"}, {"shm", "direct"}, {"tcp", "ring"}}) {
+  // (Named copies: lambdas cannot capture structured bindings before C++20.)
+  for (const auto& ta : {std::pair<const char*, const char*>{"shm", "ring"}, {"shm", "direct"}, {"tcp", "ring"}}) {
+    const char* t = ta.first;
+    const char* algo = ta.second;
     auto results = RunRanks(3, [&](int rank, transport::Store& store) -> Status {
       CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, 3, store, t, algo, 20000));
       std::vector<float> x(1 << 20, 1.0f);
@@ -1582,7 +1587,10 @@ TEST(CollectivesErrors, KilledRankNamedBySurvivors) {
 // the links or the direct region, waiting for the peer's store keys) names
 // it within a few checks of its process, not at the 20 s timeout.
 TEST(CollectivesErrors, RankKilledBeforeItsFirstCollectiveNamedAtOnce) {
-  for (const auto& [t, algo] : {std::pair<const char*, const char*>{"shm", "ring"}, {"shm", "direct"}, {"tcp", "ring"}}) {
+  // (Named copies: lambdas cannot capture structured bindings before C++20.)
+  for (const auto& ta : {std::pair<const char*, const char*>{"shm", "ring"}, {"shm", "direct"}, {"tcp", "ring"}}) {
+    const char* t = ta.first;
+    const char* algo = ta.second;
     auto results = RunRanks(3, [&](int rank, transport::Store& store) -> Status {
       CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, 3, store, t, algo, 20000));
       if (rank == 2) kill(getpid(), SIGKILL);

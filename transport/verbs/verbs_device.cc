@@ -80,7 +80,7 @@ std::string GidType(ibv_context* ctx, const std::string& dev, int port, int inde
   ibv_gid g{};
   if (ibv_query_gid(ctx, static_cast<uint8_t>(port), index, &g) != 0) return "";
   std::memcpy(gid, g.raw, 16);
-  const std::string t = ReadSysfsLine("/sys/class/infiniband/" + dev + "/ports/" + std::to_string(port) +
+  std::string t = ReadSysfsLine("/sys/class/infiniband/" + dev + "/ports/" + std::to_string(port) +
                                       "/gid_attrs/types/" + std::to_string(index));
   if (t.find("v2") != std::string::npos) return "RoCE v2";
   if (t.find("v1") != std::string::npos) return "RoCE v1";

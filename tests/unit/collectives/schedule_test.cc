@@ -201,7 +201,7 @@ TEST(ScheduleTest, MessageMatching) {
 }
 
 // Simulates hand-made schedules of int32 elements with the given inputs.
-StatusOr<SimResult> Sim(const std::vector<Schedule>& s, const std::vector<BufferLayout>& layouts, SimOptions opt = {}) {
+StatusOr<SimResult> Sim(const std::vector<Schedule>& s, const std::vector<BufferLayout>& layouts, const SimOptions& opt = {}) {
   std::vector<SimRankInput> in(s.size());
   for (size_t r = 0; r < s.size(); ++r) {
     in[r].layout = layouts[r];

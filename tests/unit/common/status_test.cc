@@ -45,7 +45,7 @@ TEST(StatusTest, CopiesAndMovesKeepTheMessage) {
   EXPECT_EQ(b, a);
   Status c = std::move(a);
   EXPECT_EQ(c.message(), "rank 3 is gone");
-  EXPECT_EQ(a.message(), "");  // NOLINT(bugprone-use-after-move): documented safe
+  EXPECT_EQ(a.message(), "");  // NOLINT(bugprone-use-after-move,clang-analyzer-cplusplus.Move): documented safe
   b = Status::Ok();
   EXPECT_TRUE(b.ok());
   EXPECT_EQ(b.message(), "");

@@ -118,6 +118,7 @@ TEST_P(ConvertTest, OddSizesAndUnalignedPointers) {
   uint16_t o[4];
   EXPECT_EQ(r_.ConvertF32ToF16(nullptr, o, 4).code(), StatusCode::kInvalidArgument);
   float f[4] = {};
+  // cppcheck-suppress invalidPointerCast ; an overlapping source on purpose
   EXPECT_EQ(r_.ConvertBF16ToF32(reinterpret_cast<uint16_t*>(f) + 1, f, 2).code(),
             StatusCode::kInvalidArgument);  // overlapping
 }

@@ -19,7 +19,6 @@ namespace ciuic {
 namespace {
 
 namespace topo = topology;
-using transport::BackendKind;
 
 std::string Fixture(const std::string& name) { return std::string(CIUIC_FIXTURES) + "/" + name; }
 

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <memory>
 
 #include "transport/transport.h"
 #include "transport/mem_monitor.h"
@@ -78,7 +79,9 @@ TEST_F(MemMonitorTest, FreeOfMappedChunkDropsTheRegistration) {
   uint64_t misses = 0, same_address = 0;
   void* last = nullptr;
   for (int round = 0; round < 50; ++round) {
-    auto* p = static_cast<uint8_t*>(malloc(kBytes));
+    // Owned, so that a failed assertion does not leak it; freed by reset().
+    std::unique_ptr<uint8_t, void (*)(void*)> owner(static_cast<uint8_t*>(malloc(kBytes)), free);
+    uint8_t* p = owner.get();
     ASSERT_NE(p, nullptr);
     memset(p, round, kBytes);
     same_address += p == last;
@@ -91,7 +94,7 @@ TEST_F(MemMonitorTest, FreeOfMappedChunkDropsTheRegistration) {
     ASSERT_TRUE(again.ok());
     EXPECT_EQ(again->region, h->region);
     cache.Unref(*again);
-    free(p);
+    owner.reset();
     auto s = cache.stats();
     ASSERT_EQ(s.entries, 0u) << "round " << round << ": the registration outlived free()";
     EXPECT_EQ(s.misses, misses);
@@ -103,17 +106,19 @@ TEST_F(MemMonitorTest, FreeOfMappedChunkDropsTheRegistration) {
 // A small heap chunk stays mapped after free(): same pages, still valid.
 TEST_F(MemMonitorTest, FreeThatKeepsTheMemoryMappedKeepsTheRegistration) {
   RegistrationCache cache(*backend_, RegistrationCache::Watch::kAlways);
-  auto* p = static_cast<uint8_t*>(malloc(3 * kPage));
-  void* guard = malloc(64);  // keeps p's chunk away from the top (no trim)
+  std::unique_ptr<uint8_t, void (*)(void*)> owner(static_cast<uint8_t*>(malloc(3 * kPage)), free);
+  uint8_t* p = owner.get();
+  // Keeps p's chunk away from the top (no trim).
+  std::unique_ptr<void, void (*)(void*)> guard(malloc(64), free);
+  ASSERT_NE(p, nullptr);
   memset(p, 1, 3 * kPage);
   auto h = cache.Ref(p + kPage, kPage);
   ASSERT_TRUE(h.ok());
   cache.Unref(*h);
-  free(p);
+  owner.reset();
   auto s = cache.stats();
   EXPECT_EQ(s.entries, 1u);
   EXPECT_EQ(s.released, 0u);
-  free(guard);
 }
 
 TEST_F(MemMonitorTest, MunmapMremapAndDontneedDropOverlappingRegistrations) {

@@ -1177,8 +1177,7 @@ TEST(ShmBackendTest, AFullDevShmDoesNotMatter) {
     const int fd = open("/dev/shm/filler", O_CREAT | O_WRONLY, 0600);
     if (fd < 0) say("cannot create /dev/shm/filler", 1);
     char block[4096] = {};
-    ssize_t n = 0;
-    while ((n = write(fd, block, sizeof block)) > 0) {
+    while (write(fd, block, sizeof block) > 0) {
     }
     if (errno != ENOSPC) say(std::string("filling /dev/shm: ") + strerror(errno), 1);
     std::string where;
@@ -1441,7 +1440,7 @@ TEST(ShmBackendTest, SegmentsAreOwnerOnlyAndSealed) {
     struct stat st;
     ASSERT_EQ(stat(path.c_str(), &st), 0) << path;
     EXPECT_EQ(st.st_mode & 07777, 0600u) << std::string(target, n);
-    const int fd = std::atoi(e->d_name);
+    const int fd = static_cast<int>(std::strtol(e->d_name, nullptr, 10));  // a /proc/self/fd entry
     const int seals = fcntl(fd, F_GET_SEALS);
     EXPECT_EQ(seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
         << std::string(target, n);
