@@ -64,10 +64,15 @@ TEST(HmacSha256Test, Rfc4231Vectors) {
 // a thread makes the first MAC while the main thread forks.
 TEST(HmacSha256Test, ForkDuringAnotherThreadsFirstMacLeavesTheChildAWorkingLibcrypto) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  // Under ASan 4 rounds in 100 still hung with the handlers (CI of 5c97d7a);
-  // whether in the sanitizer runtime's own locks or in libcrypto is not yet
-  // known (issue #21).
-  GTEST_SKIP() << "fork from a threaded process hangs under the sanitizers (cause open, issue #21)";
+  // Under GCC 12's ASan 4-6 rounds in 100 hang. A hung child (gdb) waits in
+  // the sanitizer's own allocator: a size-class mutex that another thread
+  // held at the fork (asan_realloc <- libcrypto's first init). That runtime
+  // takes no allocator locks around fork(); LLVM's does since 18 (asan,
+  // 2023) and TSan's since 19. CIUIC_TEST_SANITIZER_FORK=1 runs it anyway.
+  if (std::getenv("CIUIC_TEST_SANITIZER_FORK") == nullptr) {
+    GTEST_SKIP() << "a fork beside a thread in malloc hangs in this sanitizer runtime's allocator lock "
+                    "(not libcrypto's: see the comment); CIUIC_TEST_SANITIZER_FORK=1 runs it";
+  }
 #endif
   static const char kWant[] = "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7";  // RFC 4231 #1
   if (std::getenv("CIUIC_TEST_FRESH_MAC") != nullptr) {
