@@ -7,6 +7,11 @@
 #   tools/lint.sh build 'transport/tcp/'     # one directory while working
 # CIUIC_JOBS sets the parallel jobs (default 2). The CUDA kernels (.cu) are
 # compiled by nvcc and left out: clang cannot read nvcc's flags.
+# CIUIC_LINT_SINCE=REV (CI: the commit in .ci/lint-clean, the last one a
+# whole run found clean) gives clang-tidy only the translation units that
+# changed since REV or include a file that did (ninja's header deps of
+# BUILD_DIR); a change to the lint configuration, or an unknown REV, lints
+# everything. cppcheck (seconds) always reads the whole tree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-build}
@@ -38,6 +43,42 @@ for e in json.load(open(db)):
 PY
 )
 [[ ${#files[@]} -gt 0 ]] || { echo "lint.sh: no source matches '$filter'" >&2; exit 2; }
+tidy_files=("${files[@]}")
+since=${CIUIC_LINT_SINCE:-}
+if [[ -n $since ]]; then
+  if ! git rev-parse -q --verify "$since^{commit}" >/dev/null; then
+    echo "lint.sh: CIUIC_LINT_SINCE=$since is no commit here: linting everything"
+  else
+    changed=$(mktemp)
+    { git diff --name-only "$since" --; git ls-files --others --exclude-standard; } > "$changed"
+    mapfile -t tidy_files < <(python3 - "$dir" "$root" "$changed" "${files[@]}" <<'PY'
+import subprocess, sys
+build, root, changed_list, *files = sys.argv[1:]
+changed = {l.strip() for l in open(changed_list) if l.strip()}
+if changed & {".clang-tidy", "tests/.clang-tidy", "tools/lint.sh"}:
+    print("\n".join(files))
+    sys.exit(0)
+deps = subprocess.run(["ninja", "-C", build, "-t", "deps"], capture_output=True, text=True, check=True).stdout
+hit, src = set(), None
+for line in deps.splitlines():
+    if line and not line.startswith(" "):
+        src = ""  # an object; its first dep is its source
+        continue
+    path = line.strip()
+    rel = path[len(root) + 1:] if path.startswith(root + "/") else None
+    if src == "":
+        src = rel
+    elif src and rel in changed:
+        hit.add(src)
+for f in files:
+    if f in changed or f in hit:
+        print(f)
+PY
+    )
+    rm -f "$changed"
+    echo "lint.sh: clang-tidy on the ${#tidy_files[@]} of ${#files[@]} units touched since $(git rev-parse --short "$since")"
+  fi
+fi
 echo "lint.sh: $(clang-tidy --version | grep -o 'version [0-9.]*'), cppcheck $(cppcheck --version | cut -d' ' -f2), ${#files[@]} files"
 
 status=0
@@ -54,7 +95,8 @@ echo "== clang-tidy"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 # Quiet per file; the findings (with their notes) are printed once at the end.
-if ! printf '%s\n' "${files[@]}" | xargs -P "$jobs" -n 2 clang-tidy -p "$dir" --quiet > "$log" 2>&1; then
+if [[ ${#tidy_files[@]} -gt 0 ]] &&
+   ! printf '%s\n' "${tidy_files[@]}" | xargs -P "$jobs" -n 2 clang-tidy -p "$dir" --quiet > "$log" 2>&1; then
   status=1
 fi
 grep -v -E '^[0-9]+ warnings? (and [0-9]+ errors? )?generated\.$|^Suppressed [0-9]+ warnings|^Use -header-filter|^Error while processing' "$log" || true
