@@ -4,11 +4,11 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <random>
 #include <set>
-#include <sstream>
 
 #include "transport/backend.h"
 
@@ -27,14 +27,6 @@ std::string RandomHex(int bytes) {
   return s;
 }
 
-// The fields of `text` separated by single spaces.
-std::vector<std::string> Fields(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string f; in >> f;) out.push_back(f);
-  return out;
-}
-
 }  // namespace
 
 HostRecord HostRecord::OfThisProcess() {
@@ -49,50 +41,6 @@ HostRecord HostRecord::OfThisProcess() {
     }
   }
   return r;
-}
-
-std::string HostRecord::Encode() const {
-  std::string out = host;
-  for (size_t i = 0; i < cpus.size(); ++i) out += (i == 0 ? " " : ",") + std::to_string(cpus[i]);
-  return out;
-}
-
-StatusOr<HostRecord> HostRecord::Decode(const std::string& text) {
-  const std::vector<std::string> f = Fields(text);
-  if (f.empty() || f.size() > 2) return DataLossError("malformed host record '" + text + "'");
-  HostRecord r;
-  r.host = f[0];
-  if (f.size() == 2) {
-    std::istringstream in(f[1]);
-    for (std::string cpu; std::getline(in, cpu, ',');) {
-      char* end = nullptr;
-      const long c = std::strtol(cpu.c_str(), &end, 10);
-      if (cpu.empty() || *end != '\0' || c < 0) return DataLossError("malformed CPU list in host record '" + text + "'");
-      r.cpus.push_back(static_cast<int>(c));
-    }
-  }
-  return r;
-}
-
-std::string CommDecision::Encode() const {
-  return std::string(transport::BackendName(transport)) + " " + job_id + " " + (ranks_outnumber_cpus ? "1" : "0") +
-         " " + tuning_id + " " + accumulate;
-}
-
-StatusOr<CommDecision> CommDecision::Decode(const std::string& text) {
-  const std::vector<std::string> f = Fields(text);
-  if (f.size() != 5 || (f[2] != "0" && f[2] != "1")) {
-    return DataLossError("malformed decision of rank 0: '" + text + "'");
-  }
-  CommDecision d;
-  StatusOr<transport::BackendKind> kind = transport::ParseBackendKind(f[0]);
-  if (!kind.ok()) return DataLossError("decision of rank 0 '" + text + "': " + kind.status().message());
-  d.transport = *kind;
-  d.job_id = f[1];
-  d.ranks_outnumber_cpus = f[2] == "1";
-  d.tuning_id = f[3];
-  d.accumulate = f[4];
-  return d;
 }
 
 std::string TuningId(const std::string* canonical_text) {

@@ -18,6 +18,7 @@
 #include "ciuic/config.h"
 #include "ciuic/status.h"
 #include "ciuic/store.h"
+#include "collectives/bootstrap_wire.h"
 #include "collectives/topology_plan.h"
 #include "transport/backend_kind.h"
 
@@ -28,39 +29,6 @@ namespace ciuic::collectives {
 inline std::string InitFailedKey(const std::string& prefix, int rank) {
   return prefix + "/init_failed/" + std::to_string(rank);
 }
-
-// One rank's host record: "<host name> <cpu>,<cpu>,...".
-struct HostRecord {
-  std::string host;
-  std::vector<int> cpus;  // empty: unknown (no affinity)
-
-  // This process's: gethostname and sched_getaffinity.
-  static HostRecord OfThisProcess();
-  std::string Encode() const;
-  // Errors: kDataLoss naming what is malformed.
-  static StatusOr<HostRecord> Decode(const std::string& text);
-};
-
-// What rank 0 decided for the communicator.
-struct CommDecision {
-  transport::BackendKind transport = transport::BackendKind::kShm;
-  // Unique per communicator: names shared segments and tags handshakes, so
-  // a stale process of another job cannot connect by mistake.
-  std::string job_id;
-  // Some host runs more ranks than the CPUs they may use together: waits
-  // then yield at once instead of spinning, and selection leaves out
-  // algorithms whose many messages each cost a context switch.
-  bool ranks_outnumber_cpus = false;
-  // The id of rank 0's tuning file ("none" without one): every rank must
-  // load the same, or ranks would pick different algorithms for one call.
-  std::string tuning_id = "none";
-  std::string accumulate = "wire";  // rank 0's CIUIC_ACCUMULATE (all must match)
-
-  // "<transport> <job id> <0|1> <tuning id> <accumulate>".
-  std::string Encode() const;
-  // Errors: kDataLoss naming what is malformed.
-  static StatusOr<CommDecision> Decode(const std::string& text);
-};
 
 // The id of a tuning file's contents (its canonical text's hash), or
 // "none".

@@ -9,41 +9,6 @@
 
 namespace ciuic::collectives {
 
-std::string LocalRanks::Encode() const {
-  std::string out;
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    out += (i ? ";" : "") + std::to_string(ranks[i]) + ":" + topology::FormatCpuList(cpus[i]);
-  }
-  return out;
-}
-
-StatusOr<LocalRanks> LocalRanks::Decode(const std::string& text) {
-  LocalRanks l;
-  for (size_t at = 0; at < text.size();) {
-    const size_t semi = std::min(text.find(';', at), text.size());
-    const std::string item = text.substr(at, semi - at);
-    at = semi + 1;
-    const size_t colon = item.find(':');
-    char* end = nullptr;
-    const long r = colon == std::string::npos ? -1 : std::strtol(item.c_str(), &end, 10);
-    if (colon == std::string::npos || colon == 0 || end != item.c_str() + colon || r < 0) {
-      return DataLossError("malformed local ranks '" + text + "'");
-    }
-    StatusOr<std::vector<int>> c = topology::ParseCpuList(item.substr(colon + 1));
-    if (!c.ok()) return DataLossError("malformed local ranks '" + text + "': " + c.status().message());
-    l.ranks.push_back(static_cast<int>(r));
-    l.cpus.push_back(std::move(*c));
-  }
-  return l;
-}
-
-int LocalRanks::LocalRankOf(int rank) const {
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (ranks[i] == rank) return static_cast<int>(i);
-  }
-  return -1;
-}
-
 StatusOr<const topology::Topology*> MachineTopology(const Config& config) {
   // Once per process and file: the ranks of a job each read it.
   static std::mutex mu;

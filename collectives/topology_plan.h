@@ -16,22 +16,10 @@
 #include "ciuic/config.h"
 #include "ciuic/status.h"
 #include "ciuic/topology.h"
+#include "collectives/bootstrap_wire.h"
 #include "transport/backend_kind.h"
 
 namespace ciuic::collectives {
-
-// The ranks of one host and their CPUs, in rank order:
-// "<rank>:<cpus>;<rank>:<cpus>;..." (cpus as "0-3,8"; empty: unknown).
-struct LocalRanks {
-  std::vector<int> ranks;
-  std::vector<std::vector<int>> cpus;
-
-  std::string Encode() const;
-  // Errors: kDataLoss naming what is malformed.
-  static StatusOr<LocalRanks> Decode(const std::string& text);
-  // The position of `rank` (its local rank), -1 when it is not here.
-  int LocalRankOf(int rank) const;
-};
 
 // This machine's topology (topology::DiscoverForPlans), once per process:
 // CIUIC_TOPO_FILE when set (an error names it), else /sys (null when that

@@ -95,6 +95,10 @@ if ! cppcheck --project="$db" "${filters[@]}" --enable=warning,performance,porta
 fi
 
 echo "== clang-tidy"
+# Largest first: comm_test.cc alone takes minutes and must not start last.
+if [[ ${#tidy_files[@]} -gt 0 ]]; then
+  mapfile -t tidy_files < <(for f in "${tidy_files[@]}"; do echo "$(stat -c %s "$f") $f"; done | sort -rn | cut -d' ' -f2-)
+fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 # Quiet per file; the findings (with their notes) are printed once at the end.

@@ -505,18 +505,27 @@ StatusOr<std::vector<int>> ParseCpuList(const std::string& text) {
     const std::string item = text.substr(at, comma - at);
     at = comma + 1;
     const size_t dash = item.find('-');
+    // Each number must end where its field does (the dash, the item's end):
+    // not at a stray byte, nor at a NUL inside the text.
+    const char* const begin = item.c_str();
     char* end = nullptr;
-    const long lo = std::strtol(item.c_str(), &end, 10);
-    const bool lo_ok = !item.empty() && end != item.c_str() && (*end == '\0' || *end == '-');
+    const long lo = std::strtol(begin, &end, 10);
+    const bool lo_ok = !item.empty() && end != begin &&
+                       end == (dash == std::string::npos ? begin + item.size() : begin + dash);
     long hi = lo;
     bool hi_ok = true;
     if (dash != std::string::npos) {
       const std::string h = item.substr(dash + 1);
       hi = std::strtol(h.c_str(), &end, 10);
-      hi_ok = !h.empty() && *end == '\0';
+      hi_ok = !h.empty() && end == h.c_str() + h.size();
     }
     if (!lo_ok || !hi_ok || lo < 0 || hi < lo || hi > 1 << 20) {
       return InvalidArgumentError("CPU list '" + text + "': bad item '" + item + "'");
+    }
+    // Each item is bounded; so is the list, or "0-1048576," repeated would
+    // make gigabytes from a short text.
+    if (out.size() + static_cast<size_t>(hi - lo + 1) > (size_t{1} << 20) + 1) {
+      return InvalidArgumentError("CPU list '" + text.substr(0, 64) + "...': more than 2^20 CPUs");
     }
     for (long c = lo; c <= hi; ++c) out.push_back(static_cast<int>(c));
   }

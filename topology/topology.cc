@@ -307,18 +307,24 @@ bool ParseCpuList(const std::string& text, std::vector<int>* out) {
   while (std::getline(ss, item, ',')) {
     if (item.empty()) return false;
     const size_t dash = item.find('-');
+    // Each number must end where its field does (the dash, the item's end):
+    // not at a stray byte, nor at a NUL inside the text.
+    const char* const begin = item.c_str();
+    const char* const stop = begin + item.size();
     char* end = nullptr;
-    const long lo = std::strtol(item.c_str(), &end, 10);
-    if (end == item.c_str()) return false;
+    const long lo = std::strtol(begin, &end, 10);
+    if (end == begin || end != (dash == std::string::npos ? stop : begin + dash)) return false;
     long hi = lo;
     if (dash != std::string::npos) {
-      const char* p = item.c_str() + dash + 1;
+      const char* p = begin + dash + 1;
       hi = std::strtol(p, &end, 10);
-      if (end == p) return false;
+      if (end == p || end != stop) return false;
     }
     // CPU numbers beyond 2^20 are no CPU list of a real machine (and near
     // LONG_MAX the loop below would overflow).
-    if (*end != '\0' || lo < 0 || hi < lo || hi > 1 << 20) return false;
+    if (lo < 0 || hi < lo || hi > 1 << 20) return false;
+    // And 2^20 + 1 in all: a repeated range must not make gigabytes.
+    if (out->size() + static_cast<size_t>(hi - lo + 1) > (size_t{1} << 20) + 1) return false;
     for (long v = lo; v <= hi; ++v) out->push_back(static_cast<int>(v));
   }
   return true;

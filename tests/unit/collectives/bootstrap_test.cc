@@ -19,7 +19,11 @@ TEST(BootstrapTest, RecordsRoundTripAndMalformedOnesAreNamed) {
   auto bare = HostRecord::Decode("node17");
   ASSERT_TRUE(bare.ok());
   EXPECT_TRUE(bare->cpus.empty());
-  for (const char* bad : {"", "a b c", "node 1,,2", "node -1", "node 1x"}) {
+  // One encoding only: no sign, leading zero, trailing comma, extra or
+  // other whitespace; CPU numbers within 2^20 (no int overflow).
+  for (const char* bad : {"", "a b c", "node 1,,2", "node -1", "node 1x", "node 1,", "node +1", "node 01",
+                          "node 1048577", "node 99999999999", "node  1", " node", "node ", "node 1\n",
+                          "no\tde 1"}) {
     EXPECT_EQ(HostRecord::Decode(bad).status().code(), StatusCode::kDataLoss) << bad;
   }
   EXPECT_FALSE(HostRecord::OfThisProcess().host.empty());
@@ -39,10 +43,26 @@ TEST(BootstrapTest, RecordsRoundTripAndMalformedOnesAreNamed) {
   EXPECT_EQ(e->tuning_id, "123");
   EXPECT_EQ(e->accumulate, "wire");
   for (const char* bad : {"", "tcp abcd 1", "tcp abcd 2 x f32", "rdma abcd 0 none f32", "tcp a 0 none f32 extra",
-                          "tcp abcd 1 123"}) {
+                          "tcp abcd 1 123", "tcp  abcd 1 123 wire", "tcp abcd 1 123 wire ", "tcp abcd 1 123 wire\n"}) {
     auto s = CommDecision::Decode(bad);
     EXPECT_EQ(s.status().code(), StatusCode::kDataLoss) << bad;
     EXPECT_NE(s.status().message().find("rank 0"), std::string::npos) << s.status().ToString();
+  }
+}
+
+TEST(BootstrapTest, LocalRanksRoundTripAndMalformedOnesAreNamed) {
+  LocalRanks l;
+  l.ranks = {0, 2};
+  l.cpus = {{0, 1, 2, 3}, {5}};
+  EXPECT_EQ(l.Encode(), "0:0-3;2:5");
+  auto back = LocalRanks::Decode(l.Encode());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->ranks, l.ranks);
+  EXPECT_EQ(back->cpus, l.cpus);
+  // Ranks as Encode writes them (no sign, leading zero, int overflow), and
+  // a bounded sum of CPUs: two full ranges would be 8 MiB from 30 bytes.
+  for (const char* bad : {"+1:0", "01:0", "99999999999:0", ":0", "1", "1:x", "1:0-1048576;2:0-1048576"}) {
+    EXPECT_EQ(LocalRanks::Decode(bad).status().code(), StatusCode::kDataLoss) << bad;
   }
 }
 

@@ -361,6 +361,21 @@ TEST(TopologyHelpers, CpuListsAndNaturalOrder) {
   EXPECT_FALSE(internal::ParseCpuList("2147483648", &v));
   ASSERT_TRUE(internal::ParseCpuList("1048575-1048576", &v));
   EXPECT_EQ(v, (std::vector<int>{1048575, 1048576}));
+  // A number ends where its field does: not at a stray byte before the
+  // dash, nor at a NUL inside the text (both parsers).
+  EXPECT_FALSE(internal::ParseCpuList("1x-3", &v));
+  EXPECT_FALSE(internal::ParseCpuList(std::string("0\0junk", 6), &v));
+  EXPECT_FALSE(ParseCpuList(std::string("0\0junk", 6)).ok());
+  EXPECT_FALSE(ParseCpuList(std::string("0-3\0", 4)).ok());
+  // Bounded in all, not only per item: a repeated range is refused, not
+  // expanded to gigabytes (both parsers).
+  ASSERT_TRUE(internal::ParseCpuList("0-1048576", &v));
+  EXPECT_EQ(v.size(), 1048577u);
+  EXPECT_FALSE(internal::ParseCpuList("0-1048576,0", &v));
+  EXPECT_TRUE(ParseCpuList("0-1048576").ok());
+  StatusOr<std::vector<int>> many = ParseCpuList("0-1048576,0-1048576");
+  EXPECT_EQ(many.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(many.status().message().find("more than 2^20 CPUs"), std::string::npos) << many.status().ToString();
   EXPECT_TRUE(internal::NaturalLess("mlx5_2", "mlx5_10"));
   EXPECT_FALSE(internal::NaturalLess("mlx5_10", "mlx5_2"));
   EXPECT_TRUE(internal::IsPciBusId("0000:1b:00.0"));

@@ -1,0 +1,74 @@
+// Private: the text records of a communicator's agreement (bootstrap.h),
+// as pure functions: each rank's host record, rank 0's decision and the
+// ranks of one host with their CPUs. They come from the store, so from other
+// processes: every decoder checks what it reads and names what is
+// malformed, and is fuzzed (tests/fuzz/fuzz_bootstrap.cc).
+//
+// Thread contract: pure values and functions.
+#ifndef CIUIC_COLLECTIVES_BOOTSTRAP_WIRE_H_
+#define CIUIC_COLLECTIVES_BOOTSTRAP_WIRE_H_
+
+#include <string>
+#include <vector>
+
+#include "ciuic/status.h"
+#include "transport/backend_kind.h"
+
+namespace ciuic::collectives {
+
+// `text` as std::to_string writes a number in [0, max] (no sign, space or
+// leading zero): the records below have one encoding each, so what decodes
+// re-encodes to the same bytes.
+bool ParseCanonicalInt(const std::string& text, int max, int* out);
+// The largest CPU number a record may carry (topology::ParseCpuList's).
+inline constexpr int kMaxCpuNumber = 1 << 20;
+
+// One rank's host record: "<host name> <cpu>,<cpu>,...".
+struct HostRecord {
+  std::string host;
+  std::vector<int> cpus;  // empty: unknown (no affinity)
+
+  // This process's: gethostname and sched_getaffinity.
+  static HostRecord OfThisProcess();
+  std::string Encode() const;
+  // Errors: kDataLoss naming what is malformed.
+  static StatusOr<HostRecord> Decode(const std::string& text);
+};
+
+// What rank 0 decided for the communicator.
+struct CommDecision {
+  transport::BackendKind transport = transport::BackendKind::kShm;
+  // Unique per communicator: names shared segments and tags handshakes, so
+  // a stale process of another job cannot connect by mistake.
+  std::string job_id;
+  // Some host runs more ranks than the CPUs they may use together: waits
+  // then yield at once instead of spinning, and selection leaves out
+  // algorithms whose many messages each cost a context switch.
+  bool ranks_outnumber_cpus = false;
+  // The id of rank 0's tuning file ("none" without one): every rank must
+  // load the same, or ranks would pick different algorithms for one call.
+  std::string tuning_id = "none";
+  std::string accumulate = "wire";  // rank 0's CIUIC_ACCUMULATE (all must match)
+
+  // "<transport> <job id> <0|1> <tuning id> <accumulate>".
+  std::string Encode() const;
+  // Errors: kDataLoss naming what is malformed.
+  static StatusOr<CommDecision> Decode(const std::string& text);
+};
+
+// The ranks of one host and their CPUs, in rank order:
+// "<rank>:<cpus>;<rank>:<cpus>;..." (cpus as "0-3,8"; empty: unknown).
+struct LocalRanks {
+  std::vector<int> ranks;
+  std::vector<std::vector<int>> cpus;
+
+  std::string Encode() const;
+  // Errors: kDataLoss naming what is malformed.
+  static StatusOr<LocalRanks> Decode(const std::string& text);
+  // The position of `rank` (its local rank), -1 when it is not here.
+  int LocalRankOf(int rank) const;
+};
+
+}  // namespace ciuic::collectives
+
+#endif  // CIUIC_COLLECTIVES_BOOTSTRAP_WIRE_H_

@@ -1,0 +1,62 @@
+// The communicator's agreement records, read from the store at creation:
+// each rank's host record, rank 0's decision and the local ranks of a host.
+// Host records and decisions have one encoding, so what decodes re-encodes
+// to the input itself; local ranks (CPU lists as ranges) decode again to the
+// same value. Numbers stay in range and no short text makes a huge list.
+#include <algorithm>
+#include <climits>
+
+#include "collectives/bootstrap.h"
+#include "fuzz_check.h"
+
+using namespace ciuic::collectives;
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  const char* dir = SeedDir();
+  if (dir == nullptr) return 0;
+  WriteSeed(dir, "host", HostRecord{"node17", {0, 1, 5}}.Encode());
+  WriteSeed(dir, "host_bare", HostRecord{"node17", {}}.Encode());
+  CommDecision d;
+  d.transport = ciuic::transport::BackendKind::kTcp;
+  d.job_id = "0123abcd";
+  d.ranks_outnumber_cpus = true;
+  d.tuning_id = "1234567";
+  WriteSeed(dir, "decision", d.Encode());
+  LocalRanks l;
+  l.ranks = {0, 2, 5};
+  l.cpus = {{0, 1, 2, 3}, {8}, {}};
+  WriteSeed(dir, "local", l.Encode());
+  std::exit(0);
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string s = FuzzText(data, size);
+  if (auto h = HostRecord::Decode(s); h.ok()) {
+    FUZZ_CHECK(h->Encode() == s);
+    FUZZ_CHECK(!h->host.empty() && h->cpus.size() <= static_cast<size_t>(kMaxCpuNumber) + 1);
+    for (int c : h->cpus) FUZZ_CHECK(c >= 0 && c <= kMaxCpuNumber);
+  }
+  if (auto d = CommDecision::Decode(s); d.ok()) {
+    FUZZ_CHECK(d->Encode() == s);
+  }
+  if (auto l = LocalRanks::Decode(s); l.ok()) {
+    FUZZ_CHECK(l->ranks.size() == l->cpus.size());
+    size_t total = 0;
+    for (size_t i = 0; i < l->ranks.size(); ++i) {
+      FUZZ_CHECK(l->ranks[i] >= 0);
+      total += l->cpus[i].size();
+      for (int c : l->cpus[i]) FUZZ_CHECK(c >= 0 && c <= kMaxCpuNumber);
+    }
+    FUZZ_CHECK(total <= static_cast<size_t>(kMaxCpuNumber) + 1);
+    // A rank's CPUs are a set: Encode writes them sorted, as ranges.
+    auto again = LocalRanks::Decode(l->Encode());
+    FUZZ_CHECK(again.ok() && again->ranks == l->ranks);
+    for (size_t i = 0; i < l->cpus.size(); ++i) {
+      std::vector<int> set = l->cpus[i];
+      std::sort(set.begin(), set.end());
+      set.erase(std::unique(set.begin(), set.end()), set.end());
+      FUZZ_CHECK(again->cpus[i] == set);
+    }
+  }
+  return 0;
+}
