@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${CIUIC_FUZZ_DIR:-build-fuzz}
-all=(tcp_wire verbs_wire store shm_wire tuning config partition topology bootstrap)
+all=(tcp_wire verbs_wire store shm_wire tuning config partition topology bootstrap link_wire pyargs)
 command -v clang++ >/dev/null || { echo "fuzz.sh: needs clang++ (apt-get install clang libclang-rt-14-dev)" >&2; exit 1; }
 
 if [[ ! -f "$dir/build.ninja" ]]; then
@@ -21,8 +21,8 @@ fi
 targets=("${all[@]}")
 
 if [[ ${1:-} == seeds ]]; then
-  cmake --build "$dir" -j "${CIUIC_JOBS:-2}" --target fuzz_tcp_wire fuzz_verbs_wire fuzz_store fuzz_shm_wire fuzz_bootstrap
-  for t in tcp_wire verbs_wire store shm_wire bootstrap; do
+  cmake --build "$dir" -j "${CIUIC_JOBS:-2}" --target fuzz_tcp_wire fuzz_verbs_wire fuzz_store fuzz_shm_wire fuzz_bootstrap fuzz_link_wire fuzz_pyargs
+  for t in tcp_wire verbs_wire store shm_wire bootstrap link_wire pyargs; do
     mkdir -p "tests/fuzz/corpus/$t"
     CIUIC_FUZZ_WRITE_SEEDS=tests/fuzz/corpus/$t "$dir/tests/fuzz/fuzz_$t"
   done

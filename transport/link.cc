@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "transport/link_wire.h"
 #include "transport/net.h"
 #include "transport/transport.h"
 #include "common/cpu_relax.h"
@@ -38,19 +39,6 @@ constexpr uint64_t kRunAheadBytes = 1u << 20;
 constexpr uint64_t kCreditBatchMax = 32;
 
 
-// Ring description published through the store: slot size, slot count and
-// offset of the ring in its region (u64 each, little-endian), then the
-// region's own description.
-std::string EncodeRing(const LinkOptions& o, const BufferPool::Lease& ring) {
-  std::string out(24, '\0');
-  auto* p = reinterpret_cast<uint8_t*>(out.data());
-  net::PutLe64(p, o.slot_size);
-  net::PutLe64(p + 8, o.nslots);
-  net::PutLe64(p + 16, ring.offset);
-  return out + ring.region->Describe();
-}
-
-
 }  // namespace
 
 StatusOr<LinkOptions> LinkOptions::FromConfig(const Config& config) {
@@ -74,7 +62,7 @@ Link::Link(std::unique_ptr<Connection> conn, BufferPool& pool, const LinkOptions
       // under a slot, the chunk's slot), but full chunks on slot boundaries
       // skip at nslots slots and so keep to the first nslots: the slack is
       // only touched after small chunks moved the places off the boundaries.
-      ring_bytes_(options.slot_size * (options.nslots + 1) - 1),
+      ring_bytes_(RingBytes(options.slot_size, options.nslots)),
       max_chunks_(std::max(options.nslots, kMaxChunks)),
       send_(max_chunks_),
       recv_(max_chunks_) {}
@@ -117,30 +105,23 @@ std::string Link::RingKey(Backend& backend, const std::string& prefix, uint32_t 
 
 Status Link::PublishRing(Backend& backend, Store& store, const std::string& prefix, int rank, uint32_t tag) {
   CIUIC_ASSIGN_OR_RETURN(recv_ring_, pool_.Acquire(ring_bytes_));
-  return store.Set(RingKey(backend, prefix, tag, rank, peer()), EncodeRing(options_, recv_ring_));
+  RingDesc d;
+  d.slot_size = options_.slot_size;
+  d.nslots = options_.nslots;
+  d.offset = recv_ring_.offset;
+  d.region = recv_ring_.region->Describe();
+  return store.Set(RingKey(backend, prefix, tag, rank, peer()), EncodeRing(d));
 }
 
 Status Link::AdoptPeerRing(const std::string& theirs) {
   const int peer_rank = peer();
-  const size_t ring_bytes = ring_bytes_;
-  if (theirs.size() < 24) return DataLossError("link to rank " + std::to_string(peer_rank) + ": short ring description");
-  const auto* p = reinterpret_cast<const uint8_t*>(theirs.data());
-  const uint64_t slot = net::GetLe64(p), nslots = net::GetLe64(p + 8);
-  remote_ring_offset_ = net::GetLe64(p + 16);
-  if (slot != options_.slot_size || nslots != options_.nslots) {
-    return InvalidArgumentError("link to rank " + std::to_string(peer_rank) + ": it uses " +
-                                std::to_string(nslots) + " slots of " + std::to_string(slot) +
-                                " B, this rank " + std::to_string(options_.nslots) + " of " +
-                                std::to_string(options_.slot_size) +
-                                " B (CIUIC_CHUNK_SIZE / CIUIC_BUFFER_SIZE must match on all ranks)");
-  }
-  CIUIC_ASSIGN_OR_RETURN(remote_ring_, conn_->ImportRegion(theirs.substr(24)));
-  if (remote_ring_offset_ + ring_bytes > remote_ring_.size || remote_ring_offset_ + ring_bytes < remote_ring_offset_) {
-    return DataLossError("link to rank " + std::to_string(peer_rank) + ": ring outside its region");
-  }
+  CIUIC_ASSIGN_OR_RETURN(RingDesc d, DecodeRing(theirs, peer_rank, options_.slot_size, options_.nslots));
+  CIUIC_ASSIGN_OR_RETURN(remote_ring_, conn_->ImportRegion(d.region));
+  CIUIC_RETURN_IF_ERROR(CheckRingInRegion(d, remote_ring_.size, peer_rank));
+  remote_ring_offset_ = d.offset;
   in_peer_memory_ = conn_->PeerMemoryPointer(remote_ring_, remote_ring_offset_) != nullptr;
   if (!in_peer_memory_) {
-    CIUIC_ASSIGN_OR_RETURN(send_staging_, pool_.Acquire(ring_bytes));
+    CIUIC_ASSIGN_OR_RETURN(send_staging_, pool_.Acquire(ring_bytes_));
   }
   return Status::Ok();
 }
@@ -149,8 +130,8 @@ StatusOr<std::unique_ptr<Link>> Link::Create(Backend& backend, BufferPool& pool,
                                              const std::string& prefix, int rank, int peer,
                                              uint32_t tag, const LinkOptions& options,
                                              std::chrono::milliseconds timeout, const PeerCheck& check) {
-  if (options.nslots < 2 || options.slot_size == 0 || options.slot_size > (1u << 30)) {
-    return InvalidArgumentError("Link: need at least 2 slots of 1 B to 1 GiB");
+  if (!RingShapeOk(options.slot_size, options.nslots)) {
+    return InvalidArgumentError("Link: need 2 to 2^20 slots of 1 B to 1 GiB");
   }
   CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn,
                          ConnectThroughStore(backend, store, prefix, rank, peer, tag, timeout, check));
@@ -181,8 +162,8 @@ StatusOr<std::unique_ptr<Link::Builder>> Link::Builder::Start(Backend& backend, 
                                                               const std::string& prefix, int rank, int peer,
                                                               uint32_t tag, const LinkOptions& options,
                                                               std::chrono::milliseconds timeout) {
-  if (options.nslots < 2 || options.slot_size == 0 || options.slot_size > (1u << 30)) {
-    return InvalidArgumentError("Link: need at least 2 slots of 1 B to 1 GiB");
+  if (!RingShapeOk(options.slot_size, options.nslots)) {
+    return InvalidArgumentError("Link: need 2 to 2^20 slots of 1 B to 1 GiB");
   }
   std::unique_ptr<Builder> b(new Builder(backend, pool, store, prefix, rank, peer, tag, options, timeout));
   CIUIC_ASSIGN_OR_RETURN(b->endpoint_, PublishEndpoint(backend, store, prefix, rank, peer, tag));

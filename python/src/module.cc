@@ -18,6 +18,7 @@
 
 #include "ciuic/ciuic.hpp"
 #include "common/version.h"
+#include "python/src/args.h"
 #include "tools/info_main.h"
 #include "transport/bootstrap.h"
 
@@ -86,14 +87,10 @@ void Check(const Status& s, int self) {
   throw py::error_already_set();
 }
 
-// numpy's names, as Python users write them.
-constexpr const char* kTypeNames[ciuic::kNumDataTypes] = {
-    "int8",    "uint8",   "int32",   "uint32", "int64",         "uint64",     "float16", "bfloat16",
-    "float32", "float64", "int16",   "uint16", "bool",          "float8_e4m3fn", "float8_e5m2"};
-constexpr const char* kTakes =
-    "ciuic takes float32 float64 float16 bfloat16 float8_e4m3fn float8_e5m2 int8 uint8 int16 uint16 int32 uint32 "
-    "int64 uint64 bool";
-const char* TypeName(DataType t) { return kTypeNames[static_cast<int>(t)]; }
+using ciuic::pyargs::DataTypeByName;
+using ciuic::pyargs::FromFormat;
+using ciuic::pyargs::kTakes;
+using ciuic::pyargs::TypeName;
 
 // ---------------------------------------------------------------------------
 // Buffers: an array's or tensor's memory as (pointer, count, dtype).
@@ -126,48 +123,7 @@ const TorchTypes* Torch() {
   return &types;
 }
 
-// Parses a dtype given by name ("bfloat16", "float32", ...): the override of
-// an array's own type (a uint16 array holding bfloat16).
-std::optional<DataType> DataTypeByName(const std::string& name) {
-  for (int i = 0; i < ciuic::kNumDataTypes; ++i) {
-    const auto t = static_cast<DataType>(i);
-    if (name == kTypeNames[i] || name == ciuic::DataTypeName(t)) return t;
-  }
-  if (name == "bf16") return DataType::kBFloat16;
-  if (name == "fp16" || name == "half") return DataType::kFloat16;
-  if (name == "float" || name == "fp32") return DataType::kFloat32;
-  if (name == "double" || name == "fp64") return DataType::kFloat64;
-  if (name == "fp8_e4m3" || name == "float8_e4m3") return DataType::kFloat8E4M3;
-  if (name == "fp8_e5m2") return DataType::kFloat8E5M2;
-  return std::nullopt;
-}
-
 size_t SizeOf(DataType t) { return ciuic::DataTypeSize(t); }
-
-std::optional<DataType> FromFormat(const char* f, Py_ssize_t itemsize) {
-  if (f == nullptr) return DataType::kUint8;
-  if (*f == '@' || *f == '=' || *f == '<') ++f;
-  if (*f == '\0' || f[1] != '\0') return std::nullopt;
-  switch (*f) {
-    case 'b': return DataType::kInt8;
-    case 'B': return DataType::kUint8;
-    case '?': return DataType::kBool;
-    case 'h': return itemsize == 2 ? std::optional<DataType>(DataType::kInt16) : std::nullopt;
-    case 'H': return itemsize == 2 ? std::optional<DataType>(DataType::kUint16) : std::nullopt;
-    case 'e': return DataType::kFloat16;
-    case 'f': return DataType::kFloat32;
-    case 'd': return DataType::kFloat64;
-    case 'i': case 'l': case 'q':
-      if (itemsize == 4) return DataType::kInt32;
-      if (itemsize == 8) return DataType::kInt64;
-      return std::nullopt;
-    case 'I': case 'L': case 'Q':
-      if (itemsize == 4) return DataType::kUint32;
-      if (itemsize == 8) return DataType::kUint64;
-      return std::nullopt;
-    default: return std::nullopt;
-  }
-}
 
 // One argument's memory. Holds the buffer (or the tensor) until destroyed,
 // which must happen with the GIL held.
@@ -675,17 +631,12 @@ py::object ReduceScatter(PyComm& self, py::handle out, py::handle x, int op, con
                  [=](Communicator& c) { return c.IReduceScatter(s, r, n, t, o); });
 }
 
-std::vector<size_t> Counts(const std::vector<int64_t>& v, const char* name, int size) {
-  if (static_cast<int>(v.size()) != size) {
-    Throw(PyExc_ValueError, std::string(name) + " has " + std::to_string(v.size()) + " entries, expected world_size (" +
-                                std::to_string(size) + ")");
-  }
-  std::vector<size_t> out;
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (v[i] < 0) Throw(PyExc_ValueError, std::string(name) + "[" + std::to_string(i) + "] is negative");
-    out.push_back(static_cast<size_t>(v[i]));
-  }
-  return out;
+// Elements per rank: the splits given, or b's split evenly.
+std::vector<size_t> Splits(const std::optional<std::vector<int64_t>>& given, const Buf& b, size_t n, const char* what,
+                           const char* buffer) {
+  StatusOr<std::vector<size_t>> c = ciuic::pyargs::SplitCounts(given ? &*given : nullptr, b.count, n, what, buffer);
+  if (!c.ok()) Throw(PyExc_ValueError, c.status().message());
+  return std::move(*c);
 }
 
 // all-to-all; with counts (elements per rank) all-to-all-v.
@@ -710,22 +661,8 @@ py::object AllToAll(PyComm& self, py::handle out, py::handle x, std::optional<st
     return self.Do(async, std::move(bufs), [=](Communicator& c) { return c.AllToAll(s, r, per, t); },
                    [=](Communicator& c) { return c.IAllToAll(s, r, per, t); });
   }
-  auto even = [&](const Buf& b, const char* name) {
-    if (b.count % n != 0) {
-      Throw(PyExc_ValueError, std::string(name) + " has " + std::to_string(b.count) +
-                                  " elements, not a multiple of world_size; give its splits");
-    }
-    return std::vector<size_t>(n, b.count / n);
-  };
-  const std::vector<size_t> sc = in_counts ? Counts(*in_counts, "in_splits", self.size()) : even(bufs[0], "x");
-  const std::vector<size_t> rc = out_counts ? Counts(*out_counts, "out_splits", self.size()) : even(bufs[1], "out");
-  size_t ssum = 0, rsum = 0;
-  for (size_t p = 0; p < n; ++p) {
-    ssum += sc[p];
-    rsum += rc[p];
-  }
-  CountIs(bufs[0], "x", ssum, "the sum of in_splits");
-  CountIs(bufs[1], "out", rsum, "the sum of out_splits");
+  const std::vector<size_t> sc = Splits(in_counts, bufs[0], n, "in_splits", "x");
+  const std::vector<size_t> rc = Splits(out_counts, bufs[1], n, "out_splits", "out");
   if (s == r && n > 1) Throw(PyExc_ValueError, "out is x: all-to-all cannot run in place");
   return self.Do(async, std::move(bufs),
                  [=](Communicator& c) { return c.AllToAllV(s, sc.data(), nullptr, r, rc.data(), nullptr, t); },

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "ciuic/ciuic.hpp"
+#include "python/src/args.h"
 
 namespace py = pybind11;
 using ciuic::Communicator;
@@ -709,26 +710,17 @@ class ProcessGroupCiuic : public c10d::Backend {
                   "), got ", t.numel(), " x ", c10::toString(t.scalar_type()));
     }
   }
-  std::vector<size_t> Splits(const std::vector<int64_t>& splits, const at::Tensor& t, int n, const char* what) {
-    std::vector<size_t> bytes(static_cast<size_t>(n));
-    if (splits.empty()) {
-      TORCH_CHECK(t.numel() % n == 0, "ciuic: all_to_all_single: ", t.numel(), " elements do not split evenly over ",
-                  n, " ranks");
-      std::fill(bytes.begin(), bytes.end(), Bytes(t) / static_cast<size_t>(n));
-      return bytes;
-    }
-    TORCH_CHECK(splits.size() == static_cast<size_t>(n), "ciuic: all_to_all_single: ", what, " has ", splits.size(),
-                " entries for ", n, " ranks");
-    const size_t row = t.dim() == 0 || t.size(0) == 0 ? 0 : Bytes(t) / static_cast<size_t>(t.size(0));
-    int64_t total = 0;
-    for (int p = 0; p < n; ++p) {
-      TORCH_CHECK(splits[p] >= 0, "ciuic: all_to_all_single: ", what, "[", p, "] is negative");
-      bytes[p] = static_cast<size_t>(splits[p]) * row;
-      total += splits[p];
-    }
-    TORCH_CHECK(t.dim() > 0 && total == t.size(0), "ciuic: all_to_all_single: ", what, " sum to ", total,
-                ", the tensor has ", t.dim() > 0 ? t.size(0) : 0, " rows");
-    return bytes;
+  // Bytes per rank of an all_to_all_single: the rows given (empty: t's rows
+  // split evenly, as torch means it), checked with no overflow.
+  static std::vector<size_t> Splits(const std::vector<int64_t>& splits, const at::Tensor& t, int n, const char* what) {
+    TORCH_CHECK(t.dim() > 0 || splits.empty(), "ciuic: all_to_all_single: ", what, " given for a 0-dim tensor");
+    const uint64_t rows = t.dim() == 0 ? static_cast<uint64_t>(t.numel()) : static_cast<uint64_t>(t.size(0));
+    StatusOr<std::vector<size_t>> c = ciuic::pyargs::SplitCounts(splits.empty() ? nullptr : &splits, rows,
+                                                                 static_cast<size_t>(n), what, "the tensor", "rows");
+    TORCH_CHECK(c.ok(), "ciuic: all_to_all_single: ", c.ok() ? "" : c.status().message());
+    const size_t row = rows == 0 ? 0 : Bytes(t) / rows;
+    for (size_t& v : *c) v *= row;
+    return std::move(*c);
   }
 
   std::function<void()> WriteBack(const Staged& s, const at::Tensor& t) {

@@ -114,6 +114,18 @@ def test_bad_arrays_name_the_argument(ctx):
         ctx.all_reduce(np.zeros(2, np.float32), dtype="float8")
     with pytest.raises(TypeError, match="needs 2-byte elements"):
         ctx.all_reduce(np.zeros(2, np.float32), dtype="bfloat16")
+    # all-to-all splits: one per rank, none negative, summing to the array
+    # without wrapping around (python/src/args.h; the sums of 3+ ranks are
+    # in tests/unit/python).
+    x4, out4 = np.zeros(4, np.float32), np.zeros(4, np.float32)
+    with pytest.raises(ValueError, match=r"in_splits\[0\] is negative"):
+        ctx.all_to_all(out4, x4, in_splits=[-1])
+    with pytest.raises(ValueError, match="in_splits sum to more than the 4 elements of x"):
+        ctx.all_to_all(out4, x4, in_splits=[2**63 - 1])
+    with pytest.raises(ValueError, match=r"out_splits has 2 entries, expected world_size \(1\)"):
+        ctx.all_to_all(out4, x4, out_splits=[2, 2])
+    with pytest.raises(ValueError, match="out_splits sum to 3, out has 4 elements"):
+        ctx.all_to_all(out4, x4, out_splits=[3])
 
 
 @pytest.mark.skipif(ml_dtypes is None, reason="ml_dtypes is not installed")
