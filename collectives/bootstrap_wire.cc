@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "ciuic/topology.h"
+#include "common/log.h"
 
 namespace ciuic::collectives {
 namespace {
@@ -54,7 +55,7 @@ std::string HostRecord::Encode() const {
 
 StatusOr<HostRecord> HostRecord::Decode(const std::string& text) {
   const std::vector<std::string> f = Fields(text);
-  if (f.empty() || f.size() > 2) return DataLossError("malformed host record '" + text + "'");
+  if (f.empty() || f.size() > 2) return DataLossError("malformed host record '" + LogSafe(text) + "'");
   HostRecord r;
   r.host = f[0];
   if (f.size() == 2) {
@@ -64,7 +65,7 @@ StatusOr<HostRecord> HostRecord::Decode(const std::string& text) {
       // As many CPUs as a CPU list may name (topology::ParseCpuList).
       if (!ParseCanonicalInt(f[1].substr(at, comma - at), kMaxCpuNumber, &c) ||
           r.cpus.size() > static_cast<size_t>(kMaxCpuNumber)) {
-        return DataLossError("malformed CPU list in host record '" + text + "'");
+        return DataLossError("malformed CPU list in host record '" + LogSafe(text) + "'");
       }
       r.cpus.push_back(c);
       if (comma == f[1].size()) break;
@@ -82,11 +83,11 @@ std::string CommDecision::Encode() const {
 StatusOr<CommDecision> CommDecision::Decode(const std::string& text) {
   const std::vector<std::string> f = Fields(text);
   if (f.size() != 5 || (f[2] != "0" && f[2] != "1")) {
-    return DataLossError("malformed decision of rank 0: '" + text + "'");
+    return DataLossError("malformed decision of rank 0: '" + LogSafe(text) + "'");
   }
   CommDecision d;
   StatusOr<transport::BackendKind> kind = transport::ParseBackendKind(f[0]);
-  if (!kind.ok()) return DataLossError("decision of rank 0 '" + text + "': " + kind.status().message());
+  if (!kind.ok()) return DataLossError("decision of rank 0 '" + LogSafe(text) + "': " + kind.status().message());
   d.transport = *kind;
   d.job_id = f[1];
   d.ranks_outnumber_cpus = f[2] == "1";
@@ -113,15 +114,15 @@ StatusOr<LocalRanks> LocalRanks::Decode(const std::string& text) {
     const size_t colon = item.find(':');
     int r = -1;
     if (colon == std::string::npos || !ParseCanonicalInt(item.substr(0, colon), INT_MAX, &r)) {
-      return DataLossError("malformed local ranks '" + text + "'");
+      return DataLossError("malformed local ranks '" + LogSafe(text) + "'");
     }
     StatusOr<std::vector<int>> c = topology::ParseCpuList(item.substr(colon + 1));
-    if (!c.ok()) return DataLossError("malformed local ranks '" + text + "': " + c.status().message());
+    if (!c.ok()) return DataLossError("malformed local ranks '" + LogSafe(text) + "': " + c.status().message());
     // Each list is bounded (2^20 CPUs); so is their sum, or a short text of
     // many "0-1048576" would make gigabytes.
     cpus_total += c->size();
     if (cpus_total > static_cast<size_t>(kMaxCpuNumber) + 1) {
-      return DataLossError("local ranks '" + text.substr(0, 64) + "...': more than 2^20 CPUs in all");
+      return DataLossError("local ranks '" + LogSafe(text) + "': more than 2^20 CPUs in all");
     }
     l.ranks.push_back(r);
     l.cpus.push_back(std::move(*c));

@@ -96,6 +96,24 @@ bool LogEnabled(LogLevel level) {
   return static_cast<int>(level) <= GetSink().level.load(std::memory_order_acquire);
 }
 
+std::string LogSafe(const std::string& in) {
+  std::string out;
+  size_t i = 0;
+  for (; i < in.size() && out.size() < 64; ++i) {
+    const auto c = static_cast<unsigned char>(in[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') {
+      out += static_cast<char>(c);
+    } else {
+      static const char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  if (i < in.size()) out += "...";
+  return out;
+}
+
 std::string LogPrefix() {
   EnsureConfigured();
   Sink& s = GetSink();

@@ -27,6 +27,10 @@ void LogLine(LogLevel level, const char* file, int line, const char* fmt, ...)
 // The "host:pid:rank" prefix for the current configuration.
 std::string LogPrefix();
 
+// A stranger's bytes in a log line or error: printable ASCII kept, the rest
+// as \xNN, cut at 64 characters (no forged lines, no megabyte warnings).
+std::string LogSafe(const std::string& in);
+
 }  // namespace ciuic
 
 #define CIUIC_LOG(level, ...)                                              \

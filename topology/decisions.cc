@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "ciuic/topology.h"
+#include "common/log.h"
 #include "topology/internal.h"
 
 namespace ciuic {
@@ -520,12 +521,12 @@ StatusOr<std::vector<int>> ParseCpuList(const std::string& text) {
       hi_ok = !h.empty() && end == h.c_str() + h.size();
     }
     if (!lo_ok || !hi_ok || lo < 0 || hi < lo || hi > 1 << 20) {
-      return InvalidArgumentError("CPU list '" + text + "': bad item '" + item + "'");
+      return InvalidArgumentError("CPU list '" + LogSafe(text) + "': bad item '" + LogSafe(item) + "'");
     }
     // Each item is bounded; so is the list, or "0-1048576," repeated would
     // make gigabytes from a short text.
     if (out.size() + static_cast<size_t>(hi - lo + 1) > (size_t{1} << 20) + 1) {
-      return InvalidArgumentError("CPU list '" + text.substr(0, 64) + "...': more than 2^20 CPUs");
+      return InvalidArgumentError("CPU list '" + LogSafe(text) + "': more than 2^20 CPUs");
     }
     for (long c = lo; c <= hi; ++c) out.push_back(static_cast<int>(c));
   }

@@ -45,24 +45,6 @@ StatusOr<Address> Resolve(const std::string& host, uint16_t port, bool passive) 
   return out;
 }
 
-std::string LogSafe(const std::string& in) {
-  std::string out;
-  size_t i = 0;
-  for (; i < in.size() && out.size() < 64; ++i) {
-    const auto c = static_cast<unsigned char>(in[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') {
-      out += static_cast<char>(c);
-    } else {
-      static const char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  if (i < in.size()) out += "...";
-  return out;
-}
-
 std::string ToString(const sockaddr* sa) {
   char buf[INET6_ADDRSTRLEN] = "?";
   if (sa->sa_family == AF_INET) {

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "ciuic/status.h"
+#include "common/log.h"
 
 namespace ciuic::transport::net {
 
@@ -29,9 +30,7 @@ StatusOr<Address> Resolve(const std::string& host, uint16_t port, bool passive);
 // "1.2.3.4:5" / "[::1]:5".
 std::string ToString(const sockaddr* sa);
 bool IsLoopback(const sockaddr* sa);
-// A stranger's bytes in a log line or error: printable ASCII kept, the rest
-// as \xNN, cut at 64 characters (no forged lines, no megabyte warnings).
-std::string LogSafe(const std::string& in);
+using ciuic::LogSafe;  // common/log.h
 Status SetNonBlocking(int fd);
 void SetNoDelay(int fd);
 // Fills `out` with `n` random bytes from the kernel. Errors: kInternal.

@@ -66,6 +66,21 @@ TEST(BootstrapTest, LocalRanksRoundTripAndMalformedOnesAreNamed) {
   }
 }
 
+TEST(BootstrapTest, AMalformedRecordIsQuotedShortAndPrintable) {
+  // A record comes from another process: its error quotes at most 64
+  // printable characters, never a megabyte or a forged log line.
+  const std::string huge = "node\n[fake] " + std::string(1 << 20, 'x');
+  const std::string huge_cpus = "0:" + huge;
+  for (const Status& s : {HostRecord::Decode(huge).status(), CommDecision::Decode(huge).status(),
+                          LocalRanks::Decode(huge).status(), LocalRanks::Decode(huge_cpus).status()}) {
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+    EXPECT_LT(s.message().size(), 400u) << s.message().substr(0, 500);
+    EXPECT_EQ(s.message().find('\n'), std::string::npos);
+    EXPECT_NE(s.message().find("node\\x0a[fake] xxx"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("..."), std::string::npos) << s.message();
+  }
+}
+
 TEST(BootstrapTest, DecideFollowsHostsCpusAndTheKnob) {
   Config c;
   std::vector<HostRecord> one = {{"a", {0}}, {"a", {1}}};
