@@ -142,6 +142,12 @@ class CiuicWork : public c10d::Work {
         outputs_(std::move(outputs)),
         future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
 
+  // The completer's last touch of a work is DropRequests, under
+  // requests_mu_; the last reference may go in torch's code, whose
+  // refcount atomics ThreadSanitizer does not see. Taking the lock here
+  // shows it that the completer was done (tools/tsan-torch.sh).
+  ~CiuicWork() override { std::lock_guard<std::mutex> lock(requests_mu_); }
+
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   std::vector<at::Tensor> result() override { return outputs_; }
   void abort() override {}
