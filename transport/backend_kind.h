@@ -7,6 +7,7 @@
 #include <string>
 
 #include "ciuic/status.h"
+#include "common/log.h"
 
 namespace ciuic::transport {
 
@@ -27,7 +28,7 @@ inline StatusOr<BackendKind> ParseBackendKind(const std::string& name) {
   if (name == "shm") return BackendKind::kShm;
   if (name == "tcp") return BackendKind::kTcp;
   if (name == "verbs") return BackendKind::kVerbs;
-  return InvalidArgumentError("unknown transport '" + name + "' (expected shm, tcp or verbs)");
+  return InvalidArgumentError("unknown transport '" + LogSafe(name) + "' (expected shm, tcp or verbs)");
 }
 
 }  // namespace ciuic::transport

@@ -27,7 +27,7 @@ std::string EncodeRing(const RingDesc& d) {
 StatusOr<RingDesc> DecodeRing(const std::string& blob, int peer, uint64_t slot_size, uint64_t nslots) {
   if (blob.size() < kRingHeaderBytes || std::memcmp(blob.data(), kMagic, sizeof(kMagic)) != 0) {
     return DataLossError(Who(peer) + "its ring description is not one (" + std::to_string(blob.size()) +
-                         " bytes, not starting with CILR)");
+                         " bytes, not starting with CILR: every rank must run the same ciuic)");
   }
   const auto* p = reinterpret_cast<const uint8_t*>(blob.data());
   if (p[4] != kVersion) {

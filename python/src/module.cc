@@ -640,8 +640,8 @@ std::vector<size_t> Splits(const std::optional<std::vector<int64_t>>& given, con
 }
 
 // all-to-all; with counts (elements per rank) all-to-all-v.
-py::object AllToAll(PyComm& self, py::handle out, py::handle x, std::optional<std::vector<int64_t>> out_counts,
-                    std::optional<std::vector<int64_t>> in_counts, const std::string& dtype, bool async) {
+py::object AllToAll(PyComm& self, py::handle out, py::handle x, const std::optional<std::vector<int64_t>>& out_counts,
+                    const std::optional<std::vector<int64_t>>& in_counts, const std::string& dtype, bool async) {
   std::vector<Buf> bufs;
   bufs.push_back(Buf::Of(x, "x", false, dtype));
   bufs.push_back(Buf::Of(out, "out", true, dtype));

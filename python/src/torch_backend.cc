@@ -38,6 +38,10 @@
 #include "ciuic/ciuic.hpp"
 #include "python/src/args.h"
 
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#endif
+
 namespace py = pybind11;
 using ciuic::Communicator;
 using ciuic::DataType;
@@ -123,6 +127,23 @@ class TorchStore : public ciuic::transport::Store {
   std::unordered_map<std::thread::id, c10::intrusive_ptr<c10d::Store>> clones_;
 };
 
+// ThreadSanitizer annotations (tools/tsan-torch.sh): happens-before edges
+// that pass through torch's uninstrumented code.
+#if defined(__SANITIZE_THREAD__)
+void TsanAcquire(void* p) { __tsan_acquire(p); }
+void TsanRelease(void* p) { __tsan_release(p); }
+#else
+void TsanAcquire(void*) {}
+void TsanRelease(void*) {}
+#endif
+struct TsanReleaseOnExit {
+  explicit TsanReleaseOnExit(void* p) : p(p) {}
+  ~TsanReleaseOnExit() { TsanRelease(p); }
+  TsanReleaseOnExit(const TsanReleaseOnExit&) = delete;
+  TsanReleaseOnExit& operator=(const TsanReleaseOnExit&) = delete;
+  void* p;
+};
+
 std::exception_ptr BackendError(const std::string& msg) {
   try {
     C10_THROW_ERROR(DistBackendError, "ciuic: " + msg);
@@ -142,20 +163,32 @@ class CiuicWork : public c10d::Work {
         outputs_(std::move(outputs)),
         future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
 
-  // The completer's last touch of a work is DropRequests, under
-  // requests_mu_; the last reference may go in torch's code, whose
-  // refcount atomics ThreadSanitizer does not see. Taking the lock here
-  // shows it that the completer was done (tools/tsan-torch.sh).
-  ~CiuicWork() override { std::lock_guard<std::mutex> lock(requests_mu_); }
+  // The last reference to a work may go in torch's code, whose refcount
+  // atomics ThreadSanitizer does not see (tools/tsan-torch.sh): the
+  // completer's last touch but for dropping its reference is DropRequests,
+  // under requests_mu_, and the caller's methods release `this` to TSan on
+  // the way out, so the destructor shows it both were done (no-ops unless
+  // built with -fsanitize=thread).
+  ~CiuicWork() override {
+    std::lock_guard<std::mutex> lock(requests_mu_);
+    TsanAcquire(this);
+  }
 
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    TsanReleaseOnExit done(this);
+    return future_;
+  }
+  std::vector<at::Tensor> result() override {
+    TsanReleaseOnExit done(this);
+    return outputs_;
+  }
   void abort() override {}
 
   // The caller waits on the library's requests itself (one thread hop, not
   // three through the completer; ~65 us a call on a 2-vCPU VM) and
   // completes the work unless the completer got there first.
   bool wait(std::chrono::milliseconds timeout) override {
+    TsanReleaseOnExit done(this);
     if (!isCompleted()) {
       std::vector<Request> mine;
       {
@@ -599,8 +632,11 @@ class ProcessGroupCiuic : public c10d::Backend {
     at::Tensor src = input.contiguous();
     Staged s = Stage(output);
     const int n = getSize();
-    std::vector<size_t> sc = Splits(inSplits, src, n, "input_split_sizes");
-    std::vector<size_t> rc = Splits(outSplits, s.buf, n, "output_split_sizes");
+    // No splits at all: the elements split evenly, as torch's backends do
+    // (dim 0 need not divide); with either given, rows.
+    const bool even = inSplits.empty() && outSplits.empty();
+    std::vector<size_t> sc = even ? EvenSplit(src, n) : Splits(inSplits, src, n, "input_split_sizes");
+    std::vector<size_t> rc = even ? EvenSplit(s.buf, n) : Splits(outSplits, s.buf, n, "output_split_sizes");
     return Launch(c10d::OpType::ALLTOALL_BASE, {output}, opts.asyncOp, "ciuic:all_to_all_single",
                   {AllToAllVIssue(src, sc, s.buf, rc)}, WriteBack(s, output));
   }
@@ -716,8 +752,13 @@ class ProcessGroupCiuic : public c10d::Backend {
                   "), got ", t.numel(), " x ", c10::toString(t.scalar_type()));
     }
   }
+  static std::vector<size_t> EvenSplit(const at::Tensor& t, int n) {
+    TORCH_CHECK(t.numel() % n == 0, "ciuic: all_to_all_single: ", t.numel(), " elements do not split evenly over ", n,
+                " ranks");
+    return std::vector<size_t>(static_cast<size_t>(n), Bytes(t) / static_cast<size_t>(n));
+  }
   // Bytes per rank of an all_to_all_single: the rows given (empty: t's rows
-  // split evenly, as torch means it), checked with no overflow.
+  // split evenly, as torch's checkSplitSizes wants), checked with no overflow.
   static std::vector<size_t> Splits(const std::vector<int64_t>& splits, const at::Tensor& t, int n, const char* what) {
     TORCH_CHECK(t.dim() > 0 || splits.empty(), "ciuic: all_to_all_single: ", what, " given for a 0-dim tensor");
     const uint64_t rows = t.dim() == 0 ? static_cast<uint64_t>(t.numel()) : static_cast<uint64_t>(t.size(0));

@@ -141,6 +141,14 @@ def every_collective(rank, n, store_dir):
     dist.all_to_all_single(out, x)
     check("all_to_all_single", out, torch.cat([torch.arange(rank * 4, rank * 4 + 4, dtype=torch.float32) + 100 * p
                                                for p in range(n)]), "float32")
+    # No splits: the elements split evenly even where dim 0 does not (n + 1
+    # rows of n), as on gloo and nccl.
+    x = (torch.arange(n * (n + 1), dtype=torch.float32) + 100 * rank).reshape(n + 1, n)
+    out = torch.empty_like(x)
+    dist.all_to_all_single(out, x)
+    check("all_to_all_single elements", out.flatten(),
+          torch.cat([torch.arange(rank * (n + 1), (rank + 1) * (n + 1), dtype=torch.float32) + 100 * p
+                     for p in range(n)]), "float32")
     # rank p sends (p + q + 1) rows of width 3 to rank q
     ins = [(p_q := rank + q + 1) for q in range(n)]
     x = torch.cat([torch.full((rank + q + 1, 3), float(rank * 10 + q)) for q in range(n)])

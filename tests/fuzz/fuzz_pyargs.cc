@@ -32,12 +32,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
   const uint8_t mode = data[0] % 4;
   if (mode == 0) {
-    // A format as C text (up to its first NUL) with a signed item size.
+    // A format as C text (up to its first NUL; none at all: a null format,
+    // which means bytes) with a signed item size.
     const std::string f = FuzzText(data + 2, size - 2);
     const int64_t itemsize = static_cast<int8_t>(data[1]);
-    if (auto t = FromFormat(f.c_str(), itemsize)) {
+    if (auto t = FromFormat(size == 2 ? nullptr : f.c_str(), itemsize)) {
       FUZZ_CHECK(static_cast<int64_t>(DataTypeSize(*t)) == itemsize);
       FUZZ_CHECK(std::strlen(f.c_str()) <= 2);
+      if (size == 2) FUZZ_CHECK(*t == DataType::kUint8);
     }
     return 0;
   }
