@@ -17,12 +17,16 @@ for h in "$work/prefix"/include/ciuic/*; do
   esac
 done
 libdir=$(dirname "$(find "$work/prefix" -name 'libciuic.so' | head -n 1)")
-cmake -S "$src_dir/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+# CIUIC_CONSUMER_FLAGS: compiler and linker flags for both consumers (the
+# sanitizer of a sanitized build).
+flags=${CIUIC_CONSUMER_FLAGS:-}
+cmake -S "$src_dir/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$work/prefix" \
+  -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" >/dev/null
 cmake --build "$work/consumer" >/dev/null
 LD_LIBRARY_PATH="$libdir" "$work/consumer/consumer_cpp"
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
 # shellcheck disable=SC2046
-cc -o "$work/consumer_c" "$src_dir/consumer/consumer.c" $(pkg-config --cflags --libs ciuic)
+cc $flags -o "$work/consumer_c" "$src_dir/consumer/consumer.c" $(pkg-config --cflags --libs ciuic)
 LD_LIBRARY_PATH="$libdir" "$work/consumer_c"
 # The Python package (when built): under P's site-packages, importable from
 # any directory with that folder on PYTHONPATH, finding P's libciuic by its
