@@ -35,7 +35,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // A format as C text (up to its first NUL; none at all: a null format,
     // which means bytes) with a signed item size.
     const std::string f = FuzzText(data + 2, size - 2);
-    const int64_t itemsize = static_cast<int8_t>(data[1]);
+    const int64_t itemsize = data[1] < 128 ? data[1] : int64_t{data[1]} - 256;
     if (auto t = FromFormat(size == 2 ? nullptr : f.c_str(), itemsize)) {
       FUZZ_CHECK(static_cast<int64_t>(DataTypeSize(*t)) == itemsize);
       FUZZ_CHECK(std::strlen(f.c_str()) <= 2);
