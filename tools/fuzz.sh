@@ -4,7 +4,9 @@
 # (default 30) from its committed corpus; new inputs go to a scratch copy,
 # not the repository. Exits non-zero on the first crash, leak, timeout or
 # failed property, leaving the reproducer in build-fuzz/findings/<target>/.
-# CIUIC_FUZZ_DIR names the build directory; CIUIC_JOBS the build's jobs.
+# CIUIC_FUZZ_DIR names the build directory; CIUIC_JOBS the build's jobs;
+# CIUIC_FUZZ_TIMEOUT the seconds one input may take (default 10; raise it for
+# a run that shares the machine, where a starved input looks like a hang).
 #   tools/fuzz.sh 3600 tuning       # one target, an hour
 #   tools/fuzz.sh seeds             # rewrite the encoders' seed inputs
 set -euo pipefail
@@ -51,7 +53,7 @@ for t in "${targets[@]}"; do
   # (README, Findings): leaks are not checked there (crashes still are).
   leaks=1
   [[ $t == topology ]] && leaks=0
-  if ! ASAN_OPTIONS=detect_leaks=$leaks:abort_on_error=0 "$dir/tests/fuzz/fuzz_$t" "$work" "tests/fuzz/corpus/$t" -max_total_time="$secs" -timeout=10 \
+  if ! ASAN_OPTIONS=detect_leaks=$leaks:abort_on_error=0 "$dir/tests/fuzz/fuzz_$t" "$work" "tests/fuzz/corpus/$t" -max_total_time="$secs" -timeout="${CIUIC_FUZZ_TIMEOUT:-10}" \
       -rss_limit_mb=1024 -max_len=65536 -print_final_stats=1 -artifact_prefix="$findings/" > "$log" 2>&1; then
     tail -40 "$log"
     echo "fuzz.sh: $t failed; reproducer in $findings/ (rerun: $dir/tests/fuzz/fuzz_$t <file>)" >&2
