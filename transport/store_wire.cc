@@ -1,10 +1,13 @@
 #include "transport/store_wire.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
 #include "ciuic/store.h"
+#include "common/log.h"
 #include "transport/net.h"
 
 namespace ciuic::transport::store_wire {
@@ -188,6 +191,101 @@ void ServerSession::Handle(uint8_t op, const std::string& key, const char* value
     default:
       return;  // unreachable: Feed checked the op
   }
+}
+
+namespace {
+bool HostByte(unsigned char c) {
+  // Host names, IPv4 and IPv6 (with a zone) addresses.
+  return std::isalnum(c) != 0 || c == '.' || c == '-' || c == ':' || c == '_' || c == '%';
+}
+bool HostOk(const std::string& host) {
+  if (host.empty()) return false;
+  for (unsigned char c : host) {
+    if (!HostByte(c)) return false;
+  }
+  return true;
+}
+}  // namespace
+
+Status EncodeStoreId(const StoreId& id, char* out) {
+  if (!HostOk(id.host)) return InvalidArgumentError("store host '" + LogSafe(id.host) + "' is not an address");
+  if (id.port == 0) return InvalidArgumentError("store port 0 cannot be reached");
+  if (id.host.size() + id.secret.size() > kIdRoom) {
+    return InvalidArgumentError("a unique id holds " + std::to_string(kIdRoom) +
+                                " bytes of store host and secret: the host has " + std::to_string(id.host.size()) +
+                                " and the secret (CIUIC_SECRET) " + std::to_string(id.secret.size()));
+  }
+  std::memset(out, 0, kIdBytes);
+  size_t at = 0;
+  std::memcpy(out, kIdMagic, sizeof(kIdMagic));
+  at += sizeof(kIdMagic);
+  out[at++] = static_cast<char>(kIdVersion);
+  out[at++] = 'A';
+  out[at++] = static_cast<char>(id.host.size());
+  std::memcpy(out + at, id.host.data(), id.host.size());
+  at += id.host.size();
+  out[at++] = static_cast<char>(id.port >> 8);
+  out[at++] = static_cast<char>(id.port & 0xff);
+  out[at++] = static_cast<char>(id.secret.size());
+  std::memcpy(out + at, id.secret.data(), id.secret.size());
+  return Status::Ok();
+}
+
+void EncodeStoreIdError(const std::string& why, char* out) {
+  std::memset(out, 0, kIdBytes);
+  size_t at = 0;
+  std::memcpy(out, kIdMagic, sizeof(kIdMagic));
+  at += sizeof(kIdMagic);
+  out[at++] = static_cast<char>(kIdVersion);
+  out[at++] = 'E';
+  const size_t n = std::min(why.size(), kIdBytes - at - 1);
+  out[at++] = static_cast<char>(n);
+  std::memcpy(out + at, why.data(), n);
+}
+
+StatusOr<StoreId> DecodeStoreId(const char* in) {
+  const auto* u = reinterpret_cast<const unsigned char*>(in);
+  if (std::memcmp(in, kIdMagic, sizeof(kIdMagic)) != 0) {
+    return DataLossError("not a ciuic unique id (its first bytes are '" +
+                         LogSafe(std::string(in, sizeof(kIdMagic))) + "')");
+  }
+  size_t at = sizeof(kIdMagic);
+  if (u[at] != kIdVersion) {
+    return DataLossError("unique id version " + std::to_string(u[at]) + ", expected " + std::to_string(kIdVersion));
+  }
+  ++at;
+  const unsigned char kind = u[at++];
+  // Every length is checked against what is left before it is used.
+  auto take = [&](size_t n, std::string* field) {
+    if (n > kIdBytes - at) return false;
+    field->assign(in + at, n);
+    at += n;
+    return true;
+  };
+  StoreId id;
+  if (kind == 'E') {
+    std::string why;
+    if (!take(u[at++], &why)) return DataLossError("a unique id's error text runs past its end");
+    for (size_t i = at; i < kIdBytes; ++i) {
+      if (in[i] != 0) return DataLossError("a unique id has bytes after its end");
+    }
+    // Quoted whole: LogSafe cuts at 64 characters, which 16 input bytes
+    // never exceed (4 per escaped byte).
+    std::string quoted;
+    for (size_t i = 0; i < why.size(); i += 16) quoted += LogSafe(why.substr(i, 16));
+    return UnavailableError("the unique id says it could not be made: " + quoted);
+  }
+  if (kind != 'A') return DataLossError("unique id of unknown kind " + std::to_string(kind));
+  if (!take(u[at++], &id.host) || !HostOk(id.host)) return DataLossError("a unique id's store host is malformed");
+  if (kIdBytes - at < 3) return DataLossError("a unique id's store port runs past its end");
+  id.port = static_cast<uint16_t>((u[at] << 8) | u[at + 1]);
+  at += 2;
+  if (id.port == 0) return DataLossError("a unique id names store port 0");
+  if (!take(u[at++], &id.secret)) return DataLossError("a unique id's secret runs past its end");
+  for (size_t i = at; i < kIdBytes; ++i) {
+    if (in[i] != 0) return DataLossError("a unique id has bytes after its end");
+  }
+  return id;
 }
 
 }  // namespace ciuic::transport::store_wire

@@ -86,6 +86,32 @@ class ServerSession {
   std::string why_;
 };
 
+// A rendezvous id (Communicator::MakeUniqueId): how to reach the store and
+// prove the job's secret, in kIdBytes bytes, or why no id could be made.
+//   "CIUICID" version(1) kind(1): 'A' an address, 'E' an error
+//   'A': host length (1), host, port (2, big-endian), secret length (1), secret
+//   'E': text length (1), text
+//   then zeros to kIdBytes (checked: garbage is not an id).
+inline constexpr size_t kIdBytes = 256;
+inline constexpr char kIdMagic[7] = {'C', 'I', 'U', 'I', 'C', 'I', 'D'};
+inline constexpr uint8_t kIdVersion = 1;
+// Host and secret share what the header, lengths and port leave.
+inline constexpr size_t kIdRoom = kIdBytes - sizeof(kIdMagic) - 2 - 1 - 2 - 1;
+struct StoreId {
+  std::string host;
+  uint16_t port = 0;
+  std::string secret;
+};
+// Errors: kInvalidArgument naming what does not fit (an empty host or one
+// with characters no address has, port 0, host and secret above kIdRoom).
+Status EncodeStoreId(const StoreId& id, char* out /* kIdBytes */);
+// An id that carries `why` (cut to fit) instead of an address.
+void EncodeStoreIdError(const std::string& why, char* out /* kIdBytes */);
+// Errors: kDataLoss (not an id of this version: magic, version, kind,
+// lengths, host characters, port 0, padding not zero), kUnavailable (an
+// error id: its text, quoted through LogSafe).
+StatusOr<StoreId> DecodeStoreId(const char* in /* kIdBytes */);
+
 }  // namespace ciuic::transport::store_wire
 
 #endif  // CIUIC_TRANSPORT_STORE_WIRE_H_

@@ -5,7 +5,7 @@
 // Properties: the split never changes what the server answers or stores;
 // its output always parses as greeting, verdict and whole replies; a valid
 // proof is never rejected; nothing above the bounds is stored; counters
-// parse back from their own text.
+// parse back from their own text; a unique id has one encoding.
 #include <algorithm>
 #include <map>
 #include <string>
@@ -102,6 +102,11 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   WriteSeed(dir, "unknown_op", std::string(1, '\x01') + EncodeRequest(9, "k", ""));
   WriteSeed(dir, "absurd_lengths", std::string(1, '\x01') + std::string("\x01\xff\xff\xff\xff\x7f\xff\xff\xff", 9));
   WriteSeed(dir, "counter", "-9223372036854775808");
+  std::string id(kIdBytes, '\0');
+  if (!EncodeStoreId({"10.0.0.1", 29500, std::string(64, 'a')}, id.data()).ok()) std::exit(1);
+  WriteSeed(dir, "unique_id", id);
+  EncodeStoreIdError("no usable interface (CIUIC_SOCKET_IFNAME=eth9)", id.data());
+  WriteSeed(dir, "unique_id_error", id);
   std::exit(0);
 }
 
@@ -125,6 +130,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size >= kReplyHeader) {
     const std::string h = s.substr(0, kReplyHeader);
     if (auto r = DecodeReplyHeader(h.data()); r.ok()) FUZZ_CHECK(r->status <= kReplyError && r->len <= kMaxValueBytes);
+  }
+  if (size >= kIdBytes) {
+    // A unique id: one encoding per id (decoding and encoding again gives
+    // the same bytes); anything else is refused as not an id or as an error
+    // id, in printable words.
+    const std::string raw = s.substr(0, kIdBytes);
+    auto id = DecodeStoreId(raw.data());
+    if (id.ok()) {
+      std::string again(kIdBytes, '\0');
+      FUZZ_CHECK(EncodeStoreId(*id, again.data()).ok());
+      FUZZ_CHECK(again == raw);
+    } else {
+      FUZZ_CHECK(id.status().code() == ciuic::StatusCode::kDataLoss ||
+                 id.status().code() == ciuic::StatusCode::kUnavailable);
+      for (unsigned char c : id.status().message()) FUZZ_CHECK(c >= 0x20 && c < 0x7f);
+    }
   }
   if (size == 0) return 0;
   // The server's side.

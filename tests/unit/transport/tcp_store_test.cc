@@ -437,5 +437,61 @@ TEST(StoreWire, CounterTextsAreTheSameForBothStores) {
   std::filesystem::remove_all(tmpl);
 }
 
+TEST(StoreWire, UniqueIdsRoundTripAndRefuseWhatIsNotOne) {
+  using store_wire::kIdBytes;
+  char id[kIdBytes];
+  const std::string secret(64, 'f');
+  for (const std::string host : {"10.0.0.1", "node-17.cluster.example", "fe80::1%eth0"}) {
+    ASSERT_TRUE(store_wire::EncodeStoreId({host, 29500, secret}, id).ok()) << host;
+    auto back = store_wire::DecodeStoreId(id);
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(back->host, host);
+    EXPECT_EQ(back->port, 29500);
+    EXPECT_EQ(back->secret, secret);
+  }
+  // What cannot be an id is refused when made, naming what is wrong.
+  auto refused = [&](const store_wire::StoreId& sid, const char* needle) {
+    Status s = store_wire::EncodeStoreId(sid, id);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.ToString();
+  };
+  refused({"", 1, "s"}, "host");
+  refused({"a b", 1, "s"}, "host");
+  refused({"h", 0, "s"}, "port 0");
+  refused({"h", 1, std::string(store_wire::kIdRoom, 's')}, "CIUIC_SECRET");
+  ASSERT_TRUE(store_wire::EncodeStoreId({"h", 1, std::string(store_wire::kIdRoom - 1, 's')}, id).ok());
+  EXPECT_TRUE(store_wire::DecodeStoreId(id).ok());
+
+  // Damage anywhere is kDataLoss: magic, version, kind, a length past the
+  // end, a bad host byte, port 0, bytes after the end.
+  ASSERT_TRUE(store_wire::EncodeStoreId({"host", 7, "key"}, id).ok());
+  const size_t host_at = 10, port_at = 14, secret_len_at = 16, end = 20;
+  auto damaged = [&](size_t at, char value, const char* needle) {
+    char copy[kIdBytes];
+    std::memcpy(copy, id, kIdBytes);
+    copy[at] = value;
+    auto got = store_wire::DecodeStoreId(copy);
+    EXPECT_EQ(got.status().code(), StatusCode::kDataLoss) << "byte " << at;
+    EXPECT_NE(got.status().message().find(needle), std::string::npos) << got.status().ToString();
+  };
+  damaged(0, 'X', "not a ciuic unique id");
+  damaged(7, 2, "version 2");
+  damaged(8, 'Q', "unknown kind");
+  damaged(9, static_cast<char>(250), "host");
+  damaged(host_at, ' ', "host");
+  damaged(port_at + 1, 0, "port 0");
+  damaged(secret_len_at, static_cast<char>(255), "secret");
+  damaged(end, 'x', "after its end");
+  damaged(kIdBytes - 1, 1, "after its end");
+
+  // An error id carries its text, quoted printable, as kUnavailable.
+  store_wire::EncodeStoreIdError("no interface\n\x1b[2J" + std::string(400, 'z'), id);
+  auto err = store_wire::DecodeStoreId(id);
+  EXPECT_EQ(err.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(err.status().message().find("no interface"), std::string::npos) << err.status().ToString();
+  EXPECT_EQ(err.status().message().find('\n'), std::string::npos);
+  EXPECT_EQ(err.status().message().find('\x1b'), std::string::npos);
+}
+
 }  // namespace
 }  // namespace ciuic::transport
