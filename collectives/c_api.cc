@@ -1,10 +1,12 @@
 // The C ABI of the collectives (include/ciuic/ciuic.h) over ciuic::Communicator.
+#include <cstring>
 #include <memory>
 #include <new>
 
 #include "ciuic/ciuic.h"
 #include "ciuic/collectives.h"
 #include "common/c_api.h"
+#include "transport/store_wire.h"
 
 struct ciuic_comm {
   std::unique_ptr<ciuic::Communicator> comm;
@@ -62,6 +64,64 @@ ciuic_status_t ciuic_comm_init(ciuic_comm_t* comm, int rank, int size, const cha
   auto c = ciuic::Communicator::Create(rank, size, store_addr, *config);
   if (!c.ok()) return ToCStatus(c.status());
   *comm = new ciuic_comm{std::move(*c)};
+  return ToCStatus(Status::Ok());
+}
+
+ciuic_status_t ciuic_get_unique_id(ciuic_unique_id_t* id) {
+  static_assert(sizeof(ciuic_unique_id_t) == ciuic::UniqueId::kBytes, "the C id is the C++ one");
+  if (id == nullptr) return ToCStatus(InvalidArgumentError("id is null"));
+  ciuic::UniqueId made;
+  Status s = [&]() -> Status {
+    auto config = ciuic::Config::FromEnv();
+    if (!config.ok()) {
+      ciuic::transport::store_wire::EncodeStoreIdError("making a unique id: " + config.status().message(),
+                                                       made.bytes);
+      return config.status();
+    }
+    return ciuic::Communicator::MakeUniqueId(*config, &made);
+  }();
+  std::memcpy(id->internal, made.bytes, sizeof(made.bytes));
+  return ToCStatus(s);
+}
+
+ciuic_status_t ciuic_comm_init_from_id(ciuic_comm_t* comm, int rank, int size, const ciuic_unique_id_t* id) {
+  if (comm == nullptr) return ToCStatus(InvalidArgumentError("comm is null"));
+  if (id == nullptr) return ToCStatus(InvalidArgumentError("id is null"));
+  auto config = ciuic::Config::FromEnv();
+  if (!config.ok()) return ToCStatus(config.status());
+  ciuic::UniqueId copy;
+  std::memcpy(copy.bytes, id->internal, sizeof(copy.bytes));
+  auto c = ciuic::Communicator::CreateFromId(rank, size, copy, *config);
+  if (!c.ok()) return ToCStatus(c.status());
+  *comm = new ciuic_comm{std::move(*c)};
+  return ToCStatus(Status::Ok());
+}
+
+ciuic_status_t ciuic_unique_id_set_error(ciuic_unique_id_t* id, const char* why) {
+  if (id == nullptr) return ToCStatus(InvalidArgumentError("id is null"));
+  if (why == nullptr) return ToCStatus(InvalidArgumentError("why is null"));
+  ciuic::transport::store_wire::EncodeStoreIdError(why, id->internal);
+  return ToCStatus(Status::Ok());
+}
+
+ciuic_status_t ciuic_comm_split(ciuic_comm_t comm, int color, int key, ciuic_comm_t* newcomm) {
+  static_assert(CIUIC_UNDEFINED == ciuic::kUndefinedColor, "one undefined color");
+  CIUIC_COMM_OR_FAIL(comm);
+  if (newcomm == nullptr) return ToCStatus(InvalidArgumentError("newcomm is null"));
+  *newcomm = nullptr;
+  auto c = comm->comm->Split(color, key);
+  if (!c.ok()) return ToCStatus(c.status());
+  if (*c != nullptr) *newcomm = new ciuic_comm{std::move(*c)};
+  return ToCStatus(Status::Ok());
+}
+
+ciuic_status_t ciuic_comm_dup(ciuic_comm_t comm, ciuic_comm_t* newcomm) {
+  CIUIC_COMM_OR_FAIL(comm);
+  if (newcomm == nullptr) return ToCStatus(InvalidArgumentError("newcomm is null"));
+  *newcomm = nullptr;
+  auto c = comm->comm->Dup();
+  if (!c.ok()) return ToCStatus(c.status());
+  *newcomm = new ciuic_comm{std::move(*c)};
   return ToCStatus(Status::Ok());
 }
 

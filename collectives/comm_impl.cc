@@ -653,6 +653,15 @@ Status CommImpl::NameFirstFault(const Status& s) {
   return Status(s.code(), s.message() + behind);
 }
 
+Status CommImpl::NameInOrigin(const Status& s) const {
+  if (origin_ranks_.empty()) return s;
+  const int named = RankNamedLast(s.message(), rank_);
+  if (named < 0 || named >= size_) return s;
+  // The rank here stays the last one named (RankNamedLast's callers).
+  return Status(s.code(), s.message() + " [split from " + origin_prefix_ + ", where it is rank " +
+                              std::to_string(origin_rank(named)) + "; rank " + std::to_string(named) + " here]");
+}
+
 template <typename F>
 Status CommImpl::Guarded(F&& body) {
   std::lock_guard<std::mutex> lock(exec_mu_);
@@ -667,7 +676,7 @@ Status CommImpl::Guarded(F&& body) {
     if (aborted_.load() && s.code() != StatusCode::kAborted) {
       s = AbortedError("communicator aborted while the call ran; it had seen: " + s.message());
     }
-    s = NameFirstFault(s);
+    s = NameInOrigin(NameFirstFault(s));
     error_ = s;
   }
   return s;

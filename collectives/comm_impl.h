@@ -84,8 +84,23 @@ class CommImpl {
   DeviceMemory* device_memory() const { return gpu_ == nullptr ? nullptr : gpu_->memory(); }
   // The topology plan it applies (none when the topology was not found).
   const std::optional<topology::RankPlan>& topology_plan() const { return plan_; }
-  // Keeps the store's server (rank 0 serving it) as long as the communicator.
-  void KeepServer(std::unique_ptr<transport::TcpStoreServer> server) { server_ = std::move(server); }
+  // Keeps the store's server (rank 0 serving it, or the process that made a
+  // unique id) as long as the communicator; communicators split off it
+  // share it.
+  void KeepServer(std::shared_ptr<transport::TcpStoreServer> server) { server_ = std::move(server); }
+  const std::shared_ptr<transport::TcpStoreServer>& server() const { return server_; }
+  // What a communicator split off this one inherits.
+  const Config& config() const { return config_; }
+  const std::shared_ptr<transport::Store>& store() const { return store_; }
+  const std::string& prefix() const { return prefix_; }
+  // A communicator split off another names its culprits in the first
+  // communicator of the line too (`ranks[i]`: rank i's rank there).
+  void SetOrigin(std::string prefix, std::vector<int> ranks) {
+    origin_prefix_ = std::move(prefix);
+    origin_ranks_ = std::move(ranks);
+  }
+  const std::string& origin_prefix() const { return origin_prefix_.empty() ? prefix_ : origin_prefix_; }
+  int origin_rank(int r) const { return origin_ranks_.empty() ? r : origin_ranks_[static_cast<size_t>(r)]; }
 
   // The implementation of a Communicator (tests and bucket.cc reach GPU
   // support through it).
@@ -131,12 +146,16 @@ class CommImpl {
   // the store, see comm_impl.cc): a survivor names the rank that stopped or
   // died, not only the neighbour it waited on.
   Status NameFirstFault(const Status& s);
+  // The culprit's rank in the first communicator of the line (SetOrigin).
+  Status NameInOrigin(const Status& s) const;
 
   const int rank_, size_;
   const Config config_;
   std::shared_ptr<transport::Store> store_;
-  std::unique_ptr<transport::TcpStoreServer> server_;  // rank 0, when it serves the store
+  std::shared_ptr<transport::TcpStoreServer> server_;  // when this process serves the store
   const std::string prefix_;
+  std::string origin_prefix_;     // empty: not split off another
+  std::vector<int> origin_ranks_;
   CommDecision decision_;
   std::optional<topology::RankPlan> plan_;  // topology_plan.h
   std::chrono::microseconds wait_spin_ = transport::kDefaultSpin;  // 0 when ranks outnumber their CPUs

@@ -5,11 +5,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
 
 #include "ciuic/collectives.h"
 #include "collectives/comm_impl.h"
 #include "collectives/partition.h"
+#include "common/log.h"
 #include "transport/pmix.h"
+#include "transport/store_wire.h"
 
 namespace ciuic {
 
@@ -122,6 +128,167 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::CreateTcp(int rank, int si
   comm->impl_->KeepServer(std::move(server));
   return comm;
 }
+
+namespace {
+
+// The store servers of the unique ids this process made, by the id's
+// address and secret: the id's server until a communicator made here from
+// the id holds it (and every later one made from it shares it while any
+// lives).
+struct IdServers {
+  std::mutex mu;
+  struct Entry {
+    std::shared_ptr<transport::TcpStoreServer> pending;  // no communicator holds it yet
+    std::weak_ptr<transport::TcpStoreServer> taken;
+  };
+  std::map<std::tuple<std::string, uint16_t, std::string>, Entry> by_id;
+};
+IdServers& GetIdServers() {
+  static IdServers* servers = new IdServers();  // never destroyed: a server may outlive static destruction
+  return *servers;
+}
+std::tuple<std::string, uint16_t, std::string> IdKey(const transport::store_wire::StoreId& id) {
+  return {id.host, id.port, id.secret};
+}
+
+// The server of an id made here, if any (it stays pending: a failed
+// creation can be retried, and the other ranks keep their store).
+std::shared_ptr<transport::TcpStoreServer> IdServer(const transport::store_wire::StoreId& id) {
+  IdServers& all = GetIdServers();
+  std::lock_guard<std::mutex> lock(all.mu);
+  auto it = all.by_id.find(IdKey(id));
+  if (it == all.by_id.end()) return nullptr;
+  if (it->second.pending != nullptr) return it->second.pending;
+  std::shared_ptr<transport::TcpStoreServer> server = it->second.taken.lock();
+  if (server == nullptr) all.by_id.erase(it);
+  return server;
+}
+// A communicator holds the server now: it lives as long as one does.
+void IdServerHeld(const transport::store_wire::StoreId& id) {
+  IdServers& all = GetIdServers();
+  std::lock_guard<std::mutex> lock(all.mu);
+  auto it = all.by_id.find(IdKey(id));
+  if (it == all.by_id.end() || it->second.pending == nullptr) return;
+  it->second.taken = it->second.pending;
+  it->second.pending.reset();
+}
+
+// Store servers that ranks of other processes may still need after every
+// communicator here is gone: a communicator that was split hands its server
+// here, because the splits of other processes meet (and make their links,
+// and name faults) through it whatever this process does with its own.
+// Kept to the end of the process.
+void KeepServerToTheEnd(std::shared_ptr<transport::TcpStoreServer> server) {
+  static std::mutex mu;
+  static auto* kept = new std::vector<std::shared_ptr<transport::TcpStoreServer>>();
+  std::lock_guard<std::mutex> lock(mu);
+  for (const auto& s : *kept) {
+    if (s == server) return;
+  }
+  kept->push_back(std::move(server));
+}
+
+}  // namespace
+
+Status Communicator::MakeUniqueId(const Config& config, UniqueId* id) {
+  if (id == nullptr) return InvalidArgumentError("id is null");
+  namespace sw = transport::store_wire;
+  static_assert(UniqueId::kBytes == sw::kIdBytes, "the id's size is the wire's");
+  Status s = [&]() -> Status {
+    CIUIC_ASSIGN_OR_RETURN(std::string secret, transport::ResolveSecret(config));
+    if (secret.empty()) {
+      CIUIC_ASSIGN_OR_RETURN(secret, transport::pmix::MakeSecret());
+    }
+    CIUIC_ASSIGN_OR_RETURN(std::string host, transport::pmix::AdvertisedHost(config.socket_ifname));
+    // Checked before the server starts: a secret too long for the id fails here.
+    sw::StoreId sid{host, 1, secret};
+    CIUIC_RETURN_IF_ERROR(sw::EncodeStoreId(sid, id->bytes));
+    const bool loop = host == "127.0.0.1" || host == "::1";
+    CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<transport::TcpStoreServer> server,
+                           transport::TcpStoreServer::Start(loop ? host : "", 0, secret));
+    sid.port = server->port();
+    CIUIC_RETURN_IF_ERROR(sw::EncodeStoreId(sid, id->bytes));
+    IdServers& all = GetIdServers();
+    std::lock_guard<std::mutex> lock(all.mu);
+    all.by_id[IdKey(sid)] = IdServers::Entry{std::move(server), {}};
+    CIUIC_LOG(kInfo, "unique id: the store at %s", transport::pmix::FormatStoreAddress(host, sid.port).c_str());
+    return Status::Ok();
+  }();
+  if (!s.ok()) {
+    s = Status(s.code(), "making a unique id: " + s.message());
+    sw::EncodeStoreIdError(s.message(), id->bytes);
+  }
+  return s;
+}
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::CreateFromId(int rank, int size, const UniqueId& id,
+                                                                   const Config& config) {
+  if (size < 1) return InvalidArgumentError("size must be >= 1 (got " + std::to_string(size) + ")");
+  if (rank < 0 || rank >= size) {
+    return InvalidArgumentError("rank " + std::to_string(rank) + " outside [0, " + std::to_string(size) + ")");
+  }
+  CIUIC_ASSIGN_OR_RETURN(transport::store_wire::StoreId sid, transport::store_wire::DecodeStoreId(id.bytes));
+  // The id's server, when this process made it, lives with the communicator.
+  std::shared_ptr<transport::TcpStoreServer> server = IdServer(sid);
+  CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                         CreateTcp(rank, size, sid.host, sid.port, /*external=*/true, sid.secret, config));
+  if (server != nullptr) {
+    comm->impl_->KeepServer(std::move(server));
+    IdServerHeld(sid);
+  }
+  return comm;
+}
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::Split(int color, int key) {
+  // Every rank's color and key go round first, so a bad color fails every
+  // rank alike instead of leaving the others to wait for it.
+  const int seq = splits_++;
+  const int32_t mine[2] = {color, key};
+  std::vector<int32_t> all(2 * static_cast<size_t>(size()));
+  CIUIC_RETURN_IF_ERROR(AllGather(mine, all.data(), 2, DataType::kInt32));
+  std::vector<std::pair<int32_t, int>> members;  // (key, rank here) of this color
+  for (int r = 0; r < size(); ++r) {
+    const int32_t c = all[2 * static_cast<size_t>(r)];
+    if (c < 0 && c != kUndefinedColor) {
+      return InvalidArgumentError("color " + std::to_string(c) + " of rank " + std::to_string(r) +
+                                  " in Split: a color is >= 0 or kUndefinedColor (CIUIC_UNDEFINED)");
+    }
+    if (c == color) members.emplace_back(all[2 * static_cast<size_t>(r) + 1], r);
+  }
+  // This process may serve the store the new communicators meet through.
+  if (impl_->server() != nullptr) KeepServerToTheEnd(impl_->server());
+  if (color == kUndefinedColor) return std::unique_ptr<Communicator>();
+  std::sort(members.begin(), members.end());
+  int new_rank = 0;
+  while (members[static_cast<size_t>(new_rank)].second != rank()) ++new_rank;
+  const std::string prefix = impl_->prefix() + "/split" + std::to_string(seq) + "/" + std::to_string(color);
+  CIUIC_LOG(kInfo, "split %d of %s: color %d, rank %d of %zu (rank %d here)", seq, impl_->prefix().c_str(), color,
+            new_rank, members.size(), rank());
+  StatusOr<std::unique_ptr<Communicator>> made =
+      CreateWithStore(new_rank, static_cast<int>(members.size()), impl_->store(), impl_->config(), prefix);
+  if (!made.ok()) {
+    // The caller knows this communicator's ranks, not the new one's: the
+    // rank the error names is translated (and stays the last one named).
+    const std::string& why = made.status().message();
+    std::string m = "split " + std::to_string(seq) + " (color " + std::to_string(color) + ") of " +
+                    impl_->prefix() + ": " + why;
+    const int named = RankNamedLast(why, new_rank);
+    if (named >= 0 && static_cast<size_t>(named) < members.size()) {
+      m += " [rank " + std::to_string(named) + " there is rank " +
+           std::to_string(members[static_cast<size_t>(named)].second) + " here]";
+    }
+    return Status(made.status().code(), m);
+  }
+  std::unique_ptr<Communicator> comm = std::move(*made);
+  comm->impl_->KeepServer(impl_->server());
+  std::vector<int> origin;
+  origin.reserve(members.size());
+  for (const auto& m : members) origin.push_back(impl_->origin_rank(m.second));
+  comm->impl_->SetOrigin(impl_->origin_prefix(), std::move(origin));
+  return comm;
+}
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::Dup() { return Split(0, rank()); }
 
 StatusOr<std::unique_ptr<Communicator>> Communicator::CreateFromEnv() {
   CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());

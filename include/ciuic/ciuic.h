@@ -158,6 +158,53 @@ ciuic_status_t ciuic_comm_init_from_env(ciuic_comm_t* comm);
 /* Explicit rank, size and store address "host:port" (rank 0 serves it unless
  * CIUIC_STORE_EXTERNAL=1); every other knob from the environment. */
 ciuic_status_t ciuic_comm_init(ciuic_comm_t* comm, int rank, int size, const char* store_addr);
+/* A rendezvous id (as NCCL's ncclUniqueId), for jobs whose launcher gives
+ * no store address (MPI programs: see ciuic_mpi.h). One process calls
+ * ciuic_get_unique_id, which starts the store in that process (on every
+ * interface, a free port; CIUIC_SOCKET_IFNAME picks the address it
+ * advertises) and a fresh job secret (or CIUIC_SECRET's); it hands the id
+ * to every rank by its own means, and each creates its communicator with
+ * ciuic_comm_init_from_id. The store lives in the making process as long as
+ * a communicator made there from the id does (to the process's end when
+ * none is). The id holds the secret: send it only over a trusted channel.
+ * When making it fails, the id still carries why, so the ranks it is sent
+ * to fail naming it (CIUIC_ERROR_UNAVAILABLE). */
+#define CIUIC_UNIQUE_ID_BYTES 256
+typedef struct {
+  char internal[CIUIC_UNIQUE_ID_BYTES];
+} ciuic_unique_id_t;
+/* Errors: CIUIC_ERROR_INVALID_ARGUMENT (null id, a CIUIC_* value),
+ * CIUIC_ERROR_UNAVAILABLE (no interface or randomness, the store could
+ * not start). */
+ciuic_status_t ciuic_get_unique_id(ciuic_unique_id_t* id);
+/* This rank of `size` over the store `id` names; every rank passes the same
+ * id. Other knobs from the environment. Errors: as ciuic_comm_init, and
+ * CIUIC_ERROR_DATA_LOSS (not an id), CIUIC_ERROR_UNAVAILABLE (an id that
+ * says it could not be made, and why). */
+ciuic_status_t ciuic_comm_init_from_id(ciuic_comm_t* comm, int rank, int size, const ciuic_unique_id_t* id);
+/* For code that hands ids around (ciuic_mpi.h): makes *id an id that carries
+ * `why` (cut to fit) instead of an address, so the ranks it reaches fail in
+ * ciuic_comm_init_from_id naming it. Errors: CIUIC_ERROR_INVALID_ARGUMENT
+ * (null id or why). */
+ciuic_status_t ciuic_unique_id_set_error(ciuic_unique_id_t* id, const char* why);
+
+/* Sub-communicators, as MPI_Comm_split: collective over `comm` (in call
+ * order with its collectives). Ranks passing the same color (>= 0) get a
+ * new communicator in *newcomm, ranked by key (ties by rank in comm); a rank
+ * passing CIUIC_UNDEFINED takes part and gets NULL. The new communicator
+ * has comm's knobs and store, its own connections, queue and progress
+ * thread: collectives on it run concurrently with comm and its siblings,
+ * and it stays usable after comm is destroyed (a process serving the store
+ * keeps it to its end once a communicator it serves was split). Destroy it with
+ * ciuic_comm_destroy. Errors: CIUIC_ERROR_INVALID_ARGUMENT naming a rank
+ * that passed a negative color other than CIUIC_UNDEFINED (on every rank),
+ * comm's errors, those of creating a communicator. */
+#define CIUIC_UNDEFINED (-32766)
+ciuic_status_t ciuic_comm_split(ciuic_comm_t comm, int color, int key, ciuic_comm_t* newcomm);
+/* ciuic_comm_split(comm, 0, rank, newcomm): the same ranks, a communicator
+ * of their own (e.g. for a library that must not share the caller's). */
+ciuic_status_t ciuic_comm_dup(ciuic_comm_t comm, ciuic_comm_t* newcomm);
+
 ciuic_status_t ciuic_comm_rank(ciuic_comm_t comm, int* rank);
 ciuic_status_t ciuic_comm_size(ciuic_comm_t comm, int* size);
 /* Waits for nothing: pending requests fail with CIUIC_ERROR_ABORTED. */

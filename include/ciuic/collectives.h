@@ -70,6 +70,20 @@ class Request {
   std::shared_ptr<collectives::CommImpl> comm_;
 };
 
+// The color of a rank that takes part in a Split but joins no new
+// communicator (MPI_UNDEFINED's role; CIUIC_UNDEFINED in the C ABI).
+inline constexpr int kUndefinedColor = -32766;
+
+// A rendezvous id (the role of NCCL's ncclUniqueId): one process makes it,
+// which starts the store in that process, and hands it to every rank by
+// its own means (MPI_Bcast, a file, a framework's store); every rank then
+// creates its communicator from it. It holds the job secret: pass it only
+// over a channel the job trusts.
+struct UniqueId {
+  static constexpr size_t kBytes = 256;
+  char bytes[kBytes] = {};
+};
+
 class Communicator {
  public:
   // Rank, size and store from the environment (CIUIC_RANK / CIUIC_WORLD_SIZE
@@ -93,7 +107,8 @@ class Communicator {
                                                            const Config& config);
   // With a store the caller made (tests, embedding frameworks). Its keys
   // go under a per-process count of communicators ("ciuic/commN"), so every
-  // process must create its communicators over one store in the same order.
+  // process must create its communicators over one store in the same order
+  // (Split's communicators are named by their parent instead).
   static StatusOr<std::unique_ptr<Communicator>> CreateWithStore(
       int rank, int size, const std::shared_ptr<transport::Store>& store, const Config& config);
   // The same with the keys under `prefix`, which names this communicator
@@ -103,6 +118,23 @@ class Communicator {
   static StatusOr<std::unique_ptr<Communicator>> CreateWithStore(
       int rank, int size, const std::shared_ptr<transport::Store>& store, const Config& config,
       const std::string& prefix);
+  // Makes a rendezvous id in this process: starts a store server on every
+  // interface (a free port; the address of the interface
+  // CIUIC_SOCKET_IFNAME selects) with config.secret, or a fresh random
+  // secret when that is empty. The server lives in this process for as long
+  // as a communicator made here from the id does (until the process ends
+  // when none is). On failure the id still says why (see CreateFromId), so
+  // a process that broadcasts it passes the error on.
+  // Errors: kInvalidArgument (null id, a secret too long for the id:
+  // UniqueId holds 243 bytes of host and secret), kUnavailable (no
+  // interface, no randomness, the server could not start).
+  static Status MakeUniqueId(const Config& config, UniqueId* id);
+  // This rank of `size` over the store an id names (every rank passes the
+  // same id). Errors: kInvalidArgument (rank or size out of range),
+  // kDataLoss (the bytes are not an id), kUnavailable (the id says it could
+  // not be made, and why), those of Create.
+  static StatusOr<std::unique_ptr<Communicator>> CreateFromId(int rank, int size, const UniqueId& id,
+                                                              const Config& config);
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -179,6 +211,26 @@ class Communicator {
   // return here or that was destroyed.
   Status DestroyReduceOp(ReduceOp op);
 
+  // Sub-communicators (MPI_Comm_split): collective over this communicator,
+  // in call order with its collectives. The ranks that pass the same
+  // `color` (>= 0) form a new communicator, ranked by `key` (ties by their
+  // rank here); a rank passing kUndefinedColor takes part and gets null.
+  // The new communicator has this one's knobs, secret and store, its keys
+  // under this one's prefix and the split's number (so communicators split
+  // off one parent never collide, whatever else the processes create), its
+  // own connections, queue and progress thread: it runs concurrently with
+  // the parent and its siblings, and lives on when they are destroyed. It
+  // shares the parent's store (connection and, where this process serves
+  // it, the server, which then stays up to the end of the process: other
+  // processes' splits meet through it). premul_sum ops are not copied.
+  // Errors of forming it name ranks in this communicator's numbering.
+  // Errors: kInvalidArgument naming the rank that passed a color < 0 other
+  // than kUndefinedColor (on every rank); this communicator's errors (the
+  // colors go round as an all-gather); those of creating the new one.
+  StatusOr<std::unique_ptr<Communicator>> Split(int color, int key);
+  // Split(0, rank()): the same ranks on a communicator of their own.
+  StatusOr<std::unique_ptr<Communicator>> Dup();
+
   // Fails every pending and later operation with kAborted; returns at once.
   void Abort();
 
@@ -216,6 +268,7 @@ class Communicator {
 
   std::shared_ptr<collectives::CommImpl> impl_;
   std::map<int, double> premul_ops_;  // CreatePremulSum's ops and factors
+  int splits_ = 0;                    // Split calls so far: names the next one's keys
   int next_premul_op_ = 256;
 };
 

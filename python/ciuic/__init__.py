@@ -37,6 +37,7 @@ from .context import (AVG, BAND, BOR, BXOR, MAX, MIN, PREMUL_SUM, PROD, SUM, Buc
 from .partition import DataPartitioner, partition
 
 _ciuic._set_error_classes(_BY_CODE)
+UNDEFINED = _ciuic.UNDEFINED  # CiuicContext.split's color for "no new context"
 
 
 def _register_torch_backend():
@@ -138,7 +139,7 @@ def info():
 
 __all__ = [
     "CiuicContext", "ReduceOp", "Request", "Bucket", "SUM", "PROD", "MIN", "MAX", "AVG", "BAND", "BOR", "BXOR",
-    "PREMUL_SUM",
+    "PREMUL_SUM", "UNDEFINED",
     "all_reduce", "all_reduce_async", "all_reduce_wait", "all_gather", "broadcast", "reduce", "barrier",
     "partition", "DataPartitioner", "default_context",
     "CiuicError", "InvalidArgumentError", "NotFoundError", "FailedPreconditionError", "ResourceExhaustedError",

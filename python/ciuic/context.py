@@ -415,6 +415,40 @@ class CiuicContext:
         """Releases an op of premul_sum (ValueError: not a live one)."""
         self._c.destroy_op(int(op))
 
+    def split(self, color, key=None):
+        """Sub-contexts, as MPI_Comm_split (for data-, tensor- and
+        pipeline-parallel groups): every rank of this context calls it, in
+        order with its other calls. The ranks passing the same `color` (an
+        int >= 0) get a new context among themselves, ranked by `key`
+        (default: their rank here; ties by rank here); color=None (or
+        ciuic.UNDEFINED) takes part and returns None. The new context has this one's settings and
+        rendezvous, and its own connections and progress thread: calls on it
+        run concurrently with this context and its other splits, and it
+        stays usable after this one is closed. A negative color fails on
+        every rank (InvalidArgumentError naming the rank that passed it)."""
+        for name, v in (("color", color), ("key", key)):
+            if v is not None and (not isinstance(v, (int, np.integer)) or isinstance(v, bool)):
+                raise TypeError(f"{name}={v!r}: expected an int or None")
+        c = self._c.split(_ciuic.UNDEFINED if color is None else int(color), self._rank if key is None else int(key))
+        return None if c is None else self._adopt(c)
+
+    def dup(self):
+        """split(0): the same ranks on a context of their own (e.g. for a
+        library that must not share its caller's order of calls)."""
+        return self.split(0)
+
+    def _adopt(self, c):
+        ctx = object.__new__(CiuicContext)
+        ctx._requested = self._requested
+        ctx._bucket_pool = {}
+        ctx._buffer_size = self._buffer_size
+        ctx._c = c
+        ctx._rank = c.rank
+        ctx._size = c.size
+        with _lock:
+            _open.add(ctx)
+        return ctx
+
     def __enter__(self):
         return self
 

@@ -447,6 +447,20 @@ class PyComm {
   void DestroyOp(int op) { Check(Get().DestroyReduceOp(static_cast<ReduceOp>(op)), rank_); }
   // Keeps `obj` (a store server) alive as long as the communicator.
   void Keep(py::object obj) { kept_.push_back(std::move(obj)); }
+  // Communicator::Split: None for kUndefinedColor. The new one keeps what
+  // this one keeps (its store and the store's server).
+  std::unique_ptr<PyComm> Split(int color, int key) {
+    Communicator& c = Get();
+    StatusOr<std::unique_ptr<Communicator>> made = [&] {
+      py::gil_scoped_release nogil;
+      return c.Split(color, key);
+    }();
+    if (!made.ok()) Raise(made.status(), rank_);
+    if (*made == nullptr) return nullptr;
+    auto out = std::make_unique<PyComm>(std::move(*made), keep_);
+    out->kept_ = kept_;
+    return out;
+  }
 
   // Runs `call` (the GIL released) now, or posts its I-form: a handle.
   template <typename Blocking, typename Async>
@@ -884,6 +898,7 @@ PYBIND11_MODULE(_ciuic, m) {
     }
   });
   m.def("_culprit_rank", &CulpritRank);
+  m.attr("UNDEFINED") = ciuic::kUndefinedColor;
   m.def("datatype_size", [](const std::string& name) {
     std::optional<DataType> t = DataTypeByName(name);
     if (!t) Throw(PyExc_TypeError, "dtype='" + name + "': not a ciuic datatype");
@@ -934,6 +949,7 @@ PYBIND11_MODULE(_ciuic, m) {
       .def("premul_sum", &PyComm::PremulSum, py::arg("factor"))
       .def("destroy_op", &PyComm::DestroyOp, py::arg("op"))
       .def("keep", &PyComm::Keep)
+      .def("split", &PyComm::Split, py::arg("color"), py::arg("key"))
       .def("all_reduce", &AllReduce, py::arg("x"), py::arg("op"), py::arg("out"), py::arg("dtype"), py::arg("async_"))
       .def("broadcast", &Broadcast, py::arg("x"), py::arg("root"), py::arg("dtype"), py::arg("async_"))
       .def("reduce", &Reduce, py::arg("x"), py::arg("out"), py::arg("op"), py::arg("root"), py::arg("dtype"),

@@ -206,3 +206,41 @@ def test_module_functions_use_the_default_context():
         assert g == [0, 1]
         assert b == 1.5
         assert red == (3.0 if r == 0 else None)
+
+
+def split_groups(rank, n):
+    ctx = ciuic.CiuicContext()
+    halves = ctx.split(rank // 2, key=-rank)  # reversed within each half
+    rest = ctx.split(None if rank == 0 else 7)
+    dup = ctx.dup()
+    x = np.array([rank + 1.0])
+    halves.all_reduce(x)
+    y = np.array([rank + 1.0])
+    dup.all_reduce(y)
+    bad = None
+    try:
+        ctx.split(-3 if rank == n - 1 else 0)
+    except ciuic.InvalidArgumentError as e:
+        bad = str(e)
+    ctx.close()  # the splits outlive it
+    z = np.array([1.0])
+    if rest is not None:
+        rest.all_reduce(z)
+    got = (halves.rank, halves.world_size, float(x[0]), rest is None, None if rest is None else rest.rank,
+           float(z[0]), dup.rank, dup.world_size, float(y[0]), bad)
+    for c in (halves, rest, dup):
+        if c is not None:
+            c.close()
+    return got
+
+
+def test_split_dup_and_a_bad_color():
+    n = 4
+    for r, (hr, hn, hsum, rest_none, rest_rank, rest_sum, dr, dn, dsum, bad) in enumerate(ranks.run(n, split_groups)):
+        assert (hn, hr) == (2, 1 - r % 2), r
+        assert hsum == (r // 2 * 2 + 1) + (r // 2 * 2 + 2)
+        assert rest_none == (r == 0)
+        if r > 0:
+            assert rest_rank == r - 1 and rest_sum == n - 1
+        assert (dr, dn, dsum) == (r, n, n * (n + 1) / 2)
+        assert bad is not None and f"color -3 of rank {n - 1}" in bad, bad

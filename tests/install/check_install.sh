@@ -12,7 +12,7 @@ cmake --install "$build_dir" --prefix "$work/prefix" >/dev/null
 # pools, stores' wire formats) stay in the source tree.
 for h in "$work/prefix"/include/ciuic/*; do
   case $(basename "$h") in
-    ciuic.h | ciuic.hpp | collectives.h | config.h | kernels.h | status.h | store.h | topology.h) ;;
+    ciuic.h | ciuic.hpp | ciuic_mpi.h | collectives.h | config.h | kernels.h | status.h | store.h | topology.h) ;;
     *) echo "check_install: an internal header is installed: $h" >&2; exit 1 ;;
   esac
 done

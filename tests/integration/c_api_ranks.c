@@ -348,7 +348,79 @@ int main(void) {
   CHECK(ciuic_allreduce(x, x, 4, CIUIC_FLOAT32, CIUIC_SUM, comm));
   EXPECT(x[0] == (float)n && x[3] == 4.0f * n, "the communicator is unusable after refused input: %g %g", x[0], x[3]);
 
+  /* Sub-communicators: even and odd ranks (by key in reverse), CIUIC_UNDEFINED
+   * on rank 0, a duplicate; a bad color refused on every rank. */
+  ciuic_comm_t parity = NULL, others = NULL, dup = NULL;
+  CHECK(ciuic_comm_split(comm, rank % 2, -rank, &parity));
+  int prank, pn;
+  CHECK(ciuic_comm_rank(parity, &prank));
+  CHECK(ciuic_comm_size(parity, &pn));
+  EXPECT(pn == (n + 1 - rank % 2) / 2 && prank == pn - 1 - rank / 2, "split: rank %d of %d", prank, pn);
+  int32_t mine = rank, total = 0;
+  CHECK(ciuic_allreduce(&mine, &total, 1, CIUIC_INT32, CIUIC_SUM, parity));
+  int32_t want = 0;
+  for (int r = rank % 2; r < n; r += 2) want += r;
+  EXPECT(total == want, "sum over the ranks of parity %d: %d, want %d", rank % 2, total, want);
+  CHECK(ciuic_comm_split(comm, rank == 0 ? CIUIC_UNDEFINED : 1, 0, &others));
+  EXPECT((others == NULL) == (rank == 0), "CIUIC_UNDEFINED gives NULL, and only it");
+  CHECK(ciuic_comm_dup(comm, &dup));
+  CHECK(ciuic_comm_rank(dup, &prank));
+  EXPECT(prank == rank, "dup: rank %d", prank);
+  ciuic_comm_t none = NULL;
+  {
+    ciuic_status_t s = ciuic_comm_split(comm, rank == n - 1 ? -7 : 0, 0, &none);
+    char needle[64];
+    snprintf(needle, sizeof(needle), "color -7 of rank %d", n - 1);
+    EXPECT(s == CIUIC_ERROR_INVALID_ARGUMENT && strstr(ciuic_last_error(), needle) != NULL && none == NULL,
+           "a bad color: %s: %s", ciuic_status_string(s), ciuic_last_error());
+  }
+  EXPECT_REFUSED(ciuic_comm_split(NULL, 0, 0, &none), "comm");
+  EXPECT_REFUSED(ciuic_comm_split(comm, 0, 0, NULL), "newcomm");
+  EXPECT_REFUSED(ciuic_comm_dup(comm, NULL), "newcomm");
+
+  /* A unique id made on rank 0 and broadcast: a communicator of the same
+   * ranks without the environment's rendezvous. */
+  ciuic_unique_id_t id;
+  memset(&id, 0, sizeof(id));
+  if (rank == 0) CHECK(ciuic_get_unique_id(&id));
+  CHECK(ciuic_broadcast(&id, sizeof(id), CIUIC_UINT8, 0, comm));
+  ciuic_comm_t by_id = NULL;
+  CHECK(ciuic_comm_init_from_id(&by_id, rank, n, &id));
+  mine = rank + 1;
+  CHECK(ciuic_allreduce(&mine, &total, 1, CIUIC_INT32, CIUIC_SUM, by_id));
+  EXPECT(total == n * (n + 1) / 2, "sum over the id's communicator: %d", total);
+  {
+    ciuic_unique_id_t junk;
+    memset(&junk, 'x', sizeof(junk));
+    ciuic_status_t s = ciuic_comm_init_from_id(&none, rank, n, &junk);
+    EXPECT(s == CIUIC_ERROR_DATA_LOSS && strstr(ciuic_last_error(), "not a ciuic unique id") != NULL,
+           "a junk id: %s: %s", ciuic_status_string(s), ciuic_last_error());
+  }
+  EXPECT_REFUSED(ciuic_comm_init_from_id(&none, rank, n, NULL), "id");
+  EXPECT_REFUSED(ciuic_comm_init_from_id(&none, n, n, &id), "outside [0,");
+  EXPECT_REFUSED(ciuic_get_unique_id(NULL), "id");
+  {
+    /* An id that carries an error fails every rank it reaches, naming it. */
+    ciuic_unique_id_t failed;
+    CHECK(ciuic_unique_id_set_error(&failed, "rank 0 had no usable interface"));
+    ciuic_status_t s = ciuic_comm_init_from_id(&none, rank, n, &failed);
+    EXPECT(s == CIUIC_ERROR_UNAVAILABLE && strstr(ciuic_last_error(), "rank 0 had no usable interface") != NULL &&
+               none == NULL,
+           "an error id: %s: %s", ciuic_status_string(s), ciuic_last_error());
+    EXPECT_REFUSED(ciuic_unique_id_set_error(&failed, NULL), "why");
+  }
+
+  /* The splits outlive their parent. */
   CHECK(ciuic_comm_destroy(comm));
+  CHECK(ciuic_allreduce(&mine, &total, 1, CIUIC_INT32, CIUIC_SUM, dup));
+  EXPECT(total == n * (n + 1) / 2, "sum over the duplicate after the parent went: %d", total);
+  if (others != NULL) {
+    CHECK(ciuic_barrier(others));
+    CHECK(ciuic_comm_destroy(others));
+  }
+  CHECK(ciuic_comm_destroy(parity));
+  CHECK(ciuic_comm_destroy(dup));
+  CHECK(ciuic_comm_destroy(by_id));
   printf("rank %d of %d: c api: ok\n", rank, n);
   return 0;
 }

@@ -1542,14 +1542,17 @@ TEST(CollectivesErrors, MismatchedCountsDetected) {
 
 // Counts this rank in at `key` and waits (10 s at most) until `n` ranks
 // have: ranks that leave together, so none sees another close first.
-Status LeaveTogether(transport::Store& store, const std::string& key, int n) {
+Status LeaveTogether(transport::Store& store, const std::string& key, int n,
+                     milliseconds wait = milliseconds(10000)) {
   CIUIC_RETURN_IF_ERROR(store.Add(key, 1).status());
-  for (int w = 0; w < 2000; ++w) {
-    auto v = store.Add(key, 0);
+  StatusOr<int64_t> v = int64_t{0};
+  for (int64_t w = 0; w < wait.count() / 5; ++w) {
+    v = store.Add(key, 0);
     if (v.ok() && *v >= n) return Status::Ok();
     std::this_thread::sleep_for(milliseconds(5));
   }
-  return InternalError("the other ranks never reported at '" + key + "'");
+  return InternalError("the other ranks never reported at '" + key + "': " +
+                       (v.ok() ? std::to_string(*v) + " of " + std::to_string(n) : v.status().ToString()));
 }
 
 // A rank killed in the middle of a collective: every survivor returns an
@@ -1607,6 +1610,172 @@ TEST(CollectivesErrors, RankKilledBeforeItsFirstCollectiveNamedAtOnce) {
     EXPECT_TRUE(results[0].ok()) << t << " " << algo << "\n" << ResultsText(results);
     EXPECT_TRUE(results[1].ok()) << t << " " << algo << "\n" << ResultsText(results);
     EXPECT_EQ(results[2].signal, SIGKILL) << ResultsText(results);
+  }
+}
+
+// Sub-communicators: 8 ranks split two ways at once (2 groups of 4, ranked
+// in reverse by key; 4 groups of 2), both splits driven concurrently from
+// two threads with the parent between the rounds; every result checked.
+// The splits outlive the parent.
+TEST(CollectivesGroups, SplitEightRanksTwoWaysDrivenAtOnceWithTheParentBetween) {
+  for (const std::string kind : {"shm", "tcp"}) {
+    auto results = RunRanks(8, [&](int rank, transport::Store& store) -> Status {
+      CIUIC_ASSIGN_OR_RETURN(auto parent, MakeComm(rank, 8, store, kind, "auto", 60000));
+      CIUIC_ASSIGN_OR_RETURN(auto quads, parent->Split(rank / 4, -rank));
+      CIUIC_ASSIGN_OR_RETURN(auto pairs, parent->Split(rank % 4, rank));
+      EXPECT_OR_FAIL(quads != nullptr && pairs != nullptr, "a split gave no communicator");
+      EXPECT_OR_FAIL(quads->size() == 4 && quads->rank() == 3 - rank % 4, "quads: rank " +
+                     std::to_string(quads->rank()) + " of " + std::to_string(quads->size()));
+      EXPECT_OR_FAIL(pairs->size() == 2 && pairs->rank() == rank / 4, "pairs: rank " +
+                     std::to_string(pairs->rank()) + " of " + std::to_string(pairs->size()));
+      // Members in key order: the quads hold their parent ranks in reverse.
+      int32_t me = rank;
+      std::vector<int32_t> seen(4, -1);
+      CIUIC_RETURN_IF_ERROR(quads->AllGather(&me, seen.data(), 1, DataType::kInt32));
+      const int base = rank / 4 * 4;
+      for (int i = 0; i < 4; ++i) EXPECT_OR_FAIL(seen[i] == base + 3 - i, "quads' all-gather order");
+      // Sum of (parent rank + 1 + salt) over a group, element i adding i.
+      auto drive = [&](Communicator* c, std::vector<int> members, int salt) -> Status {
+        for (int round = 0; round < 6; ++round) {
+          const size_t count = round % 2 ? 100000 : 1000;
+          std::vector<int32_t> x(count);
+          for (size_t i = 0; i < count; ++i) x[i] = rank + 1 + salt + round + static_cast<int32_t>(i % 1000);
+          CIUIC_RETURN_IF_ERROR(c->AllReduce(x.data(), x.data(), count, DataType::kInt32, ReduceOp::kSum));
+          for (size_t i = 0; i < count; ++i) {
+            int32_t want = 0;
+            for (int m : members) want += m + 1 + salt + round + static_cast<int32_t>(i % 1000);
+            if (x[i] != want) {
+              return InternalError("rank " + std::to_string(rank) + " salt " + std::to_string(salt) + ": element " +
+                                   std::to_string(i) + " is " + std::to_string(x[i]) + ", want " + std::to_string(want));
+            }
+          }
+        }
+        return Status::Ok();
+      };
+      const std::vector<int> quad_members{base, base + 1, base + 2, base + 3};
+      const std::vector<int> pair_members{rank % 4, rank % 4 + 4};
+      std::vector<int> everyone(8);
+      for (int i = 0; i < 8; ++i) everyone[i] = i;
+      for (int step = 0; step < 3; ++step) {
+        Status qs, ps;
+        std::thread tq([&] { qs = drive(quads.get(), quad_members, 10 * step); });
+        std::thread tp([&] { ps = drive(pairs.get(), pair_members, 1000 + 10 * step); });
+        tq.join();
+        tp.join();
+        CIUIC_RETURN_IF_ERROR(qs);
+        CIUIC_RETURN_IF_ERROR(ps);
+        CIUIC_RETURN_IF_ERROR(drive(parent.get(), everyone, 5000 + step));
+      }
+      // Destroying the parent leaves its splits working.
+      parent.reset();
+      CIUIC_RETURN_IF_ERROR(drive(quads.get(), quad_members, 7));
+      return drive(pairs.get(), pair_members, 8);
+    }, milliseconds(240000));
+    for (const auto& r : results) EXPECT_TRUE(r.ok()) << kind << "\n" << ResultsText(results);
+  }
+}
+
+// Split's edges: CIUIC_UNDEFINED takes part and gets nothing, Dup keeps the
+// ranks, a split of a split, and a bad color fails every rank naming the
+// rank that passed it while the parent goes on.
+TEST(CollectivesGroups, SplitUndefinedDupNestedAndABadColor) {
+  auto results = RunRanks(4, [&](int rank, transport::Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(auto parent, MakeComm(rank, 4, store, "shm", "auto", 30000));
+    CIUIC_ASSIGN_OR_RETURN(auto rest, parent->Split(rank == 0 ? kUndefinedColor : 3, 0));
+    EXPECT_OR_FAIL((rest == nullptr) == (rank == 0), "kUndefinedColor gives null, and only it");
+    if (rest != nullptr) {
+      EXPECT_OR_FAIL(rest->size() == 3 && rest->rank() == rank - 1, "the three others, in rank order");
+      // A split of a split: ranks 1 and 3 here (rest's 0 and 2).
+      CIUIC_ASSIGN_OR_RETURN(auto odd, rest->Split(rank % 2 == 1 ? 0 : kUndefinedColor, rank));
+      if (rank % 2 == 1) {
+        EXPECT_OR_FAIL(odd != nullptr && odd->size() == 2 && odd->rank() == rank / 2, "odd ranks");
+        int32_t v = rank;
+        CIUIC_RETURN_IF_ERROR(odd->AllReduce(&v, &v, 1, DataType::kInt32, ReduceOp::kSum));
+        EXPECT_OR_FAIL(v == 4, "1 + 3 on the split of a split");
+      } else {
+        EXPECT_OR_FAIL(odd == nullptr, "an undefined color in a split of a split");
+      }
+    }
+    CIUIC_ASSIGN_OR_RETURN(auto dup, parent->Dup());
+    EXPECT_OR_FAIL(dup != nullptr && dup->size() == 4 && dup->rank() == rank, "Dup keeps size and rank");
+    int32_t v = rank + 1;
+    CIUIC_RETURN_IF_ERROR(dup->AllReduce(&v, &v, 1, DataType::kInt32, ReduceOp::kSum));
+    EXPECT_OR_FAIL(v == 10, "the sum on the duplicate");
+
+    auto bad = parent->Split(rank == 2 ? -5 : 0, 0);
+    EXPECT_OR_FAIL(bad.status().code() == StatusCode::kInvalidArgument &&
+                   bad.status().message().find("color -5 of rank 2") != std::string::npos,
+                   "a bad color on rank 2: " + bad.status().ToString());
+    v = 1;
+    CIUIC_RETURN_IF_ERROR(parent->AllReduce(&v, &v, 1, DataType::kInt32, ReduceOp::kSum));
+    EXPECT_OR_FAIL(v == 4, "the parent after a refused split");
+    return Status::Ok();
+  }, milliseconds(120000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+}
+
+// The process that serves the store (rank 0, from a unique id it made)
+// takes no part in a split and destroys its communicator at once; the
+// others meet, make their links and run on the split through its store.
+TEST(CollectivesGroups, SplitsMeetThroughAStoreWhoseServerLeftTheSplit) {
+  for (const std::string kind : {"shm", "tcp"}) {
+    auto results = RunRanks(3, [&](int rank, transport::Store& files) -> Status {
+      CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
+      config.transport = kind;
+      config.timeout_ms = 30000;
+      config.socket_ifname = "lo";
+      UniqueId id;
+      if (rank == 0) {
+        CIUIC_RETURN_IF_ERROR(Communicator::MakeUniqueId(config, &id));
+        CIUIC_RETURN_IF_ERROR(files.Set("id", std::string(id.bytes, sizeof(id.bytes))));
+      } else {
+        CIUIC_ASSIGN_OR_RETURN(std::string got, files.Get("id", milliseconds(30000)));
+        EXPECT_OR_FAIL(got.size() == sizeof(id.bytes), "the id's size");
+        std::memcpy(id.bytes, got.data(), sizeof(id.bytes));
+      }
+      CIUIC_ASSIGN_OR_RETURN(auto parent, Communicator::CreateFromId(rank, 3, id, config));
+      CIUIC_ASSIGN_OR_RETURN(auto rest, parent->Split(rank == 0 ? kUndefinedColor : 0, rank));
+      parent.reset();
+      if (rank == 0) return LeaveTogether(files, "done", 3);
+      // The first collective makes the links: through the store.
+      std::vector<float> x(50000, static_cast<float>(rank));
+      CIUIC_RETURN_IF_ERROR(rest->AllReduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum));
+      EXPECT_OR_FAIL(x[0] == 3.0f && x.back() == 3.0f, "1 + 2 on the split");
+      rest.reset();
+      return LeaveTogether(files, "done", 3);
+    }, milliseconds(90000));
+    for (const auto& r : results) EXPECT_TRUE(r.ok()) << kind << "\n" << ResultsText(results);
+  }
+}
+
+// A rank killed after a split is named on its group (with its rank in the
+// parent) and, within the timeout, on the parent by every survivor; the
+// other group goes on once the death is known. (A rank whose parent call
+// failed does not tell its peers: a survivor waiting on it learns at the
+// timeout, from the fault records, that rank 3 is the first fault.)
+TEST(CollectivesGroups, AKilledRankIsNamedOnItsGroupAndOnTheParent) {
+  for (const std::string kind : {"shm", "tcp"}) {
+    auto results = RunRanks(4, [&](int rank, transport::Store& store) -> Status {
+      CIUIC_ASSIGN_OR_RETURN(auto parent, MakeComm(rank, 4, store, kind, "ring", 6000));
+      CIUIC_ASSIGN_OR_RETURN(auto half, parent->Split(rank / 2, rank));
+      if (rank == 3) kill(getpid(), SIGKILL);
+      std::vector<float> x(100000, 1.0f);
+      if (rank == 2) {
+        Status s = half->AllReduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
+        EXPECT_OR_FAIL(!s.ok() && s.message().find("where it is rank 3; rank 1 here") != std::string::npos,
+                       "the group's error names the dead rank there and here: " + s.ToString());
+        CIUIC_RETURN_IF_ERROR(store.Set("rank 3 is dead", "1"));
+      } else {
+        CIUIC_RETURN_IF_ERROR(store.Get("rank 3 is dead", milliseconds(30000)).status());
+        CIUIC_RETURN_IF_ERROR(half->AllReduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum));
+        EXPECT_OR_FAIL(x[0] == 2.0f && x.back() == 2.0f, "the other group's sum");
+      }
+      Status s = parent->AllReduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
+      EXPECT_OR_FAIL(!s.ok() && RankNamedLast(s.message(), rank) == 3, "the parent's error names rank 3: " + s.ToString());
+      return LeaveTogether(store, "survived", 3, milliseconds(30000));
+    }, milliseconds(90000));
+    for (int r = 0; r < 3; ++r) EXPECT_TRUE(results[r].ok()) << kind << "\n" << ResultsText(results);
+    EXPECT_EQ(results[3].signal, SIGKILL) << ResultsText(results);
   }
 }
 
