@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstddef>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -222,12 +223,13 @@ Status EncodeStoreId(const StoreId& id, char* out) {
   out[at++] = static_cast<char>(kIdVersion);
   out[at++] = 'A';
   out[at++] = static_cast<char>(id.host.size());
-  std::memcpy(out + at, id.host.data(), id.host.size());
+  // Length-prefixed fields, not C strings: copied without a terminator.
+  std::copy(id.host.begin(), id.host.end(), out + at);
   at += id.host.size();
   out[at++] = static_cast<char>(id.port >> 8);
   out[at++] = static_cast<char>(id.port & 0xff);
   out[at++] = static_cast<char>(id.secret.size());
-  std::memcpy(out + at, id.secret.data(), id.secret.size());
+  std::copy(id.secret.begin(), id.secret.end(), out + at);
   return Status::Ok();
 }
 
@@ -240,7 +242,7 @@ void EncodeStoreIdError(const std::string& why, char* out) {
   out[at++] = 'E';
   const size_t n = std::min(why.size(), kIdBytes - at - 1);
   out[at++] = static_cast<char>(n);
-  std::memcpy(out + at, why.data(), n);
+  std::copy(why.begin(), why.begin() + static_cast<std::ptrdiff_t>(n), out + at);
 }
 
 StatusOr<StoreId> DecodeStoreId(const char* in) {
