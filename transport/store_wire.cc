@@ -199,6 +199,16 @@ bool HostByte(unsigned char c) {
   // Host names, IPv4 and IPv6 (with a zone) addresses.
   return std::isalnum(c) != 0 || c == '.' || c == '-' || c == ':' || c == '_' || c == '%';
 }
+// Zeros the id and writes its header (magic, version, kind); the offset
+// after it.
+size_t StartId(char* out, char kind) {
+  std::memset(out, 0, kIdBytes);
+  std::memcpy(out, kIdMagic, sizeof(kIdMagic));
+  size_t at = sizeof(kIdMagic);
+  out[at++] = static_cast<char>(kIdVersion);
+  out[at++] = kind;
+  return at;
+}
 bool HostOk(const std::string& host) {
   if (host.empty()) return false;
   for (unsigned char c : host) {
@@ -216,12 +226,7 @@ Status EncodeStoreId(const StoreId& id, char* out) {
                                 " bytes of store host and secret: the host has " + std::to_string(id.host.size()) +
                                 " and the secret (CIUIC_SECRET) " + std::to_string(id.secret.size()));
   }
-  std::memset(out, 0, kIdBytes);
-  size_t at = 0;
-  std::memcpy(out, kIdMagic, sizeof(kIdMagic));
-  at += sizeof(kIdMagic);
-  out[at++] = static_cast<char>(kIdVersion);
-  out[at++] = 'A';
+  size_t at = StartId(out, 'A');
   out[at++] = static_cast<char>(id.host.size());
   // Length-prefixed fields, not C strings: copied without a terminator.
   std::copy(id.host.begin(), id.host.end(), out + at);
@@ -234,12 +239,7 @@ Status EncodeStoreId(const StoreId& id, char* out) {
 }
 
 void EncodeStoreIdError(const std::string& why, char* out) {
-  std::memset(out, 0, kIdBytes);
-  size_t at = 0;
-  std::memcpy(out, kIdMagic, sizeof(kIdMagic));
-  at += sizeof(kIdMagic);
-  out[at++] = static_cast<char>(kIdVersion);
-  out[at++] = 'E';
+  size_t at = StartId(out, 'E');
   const size_t n = std::min(why.size(), kIdBytes - at - 1);
   out[at++] = static_cast<char>(n);
   std::copy(why.begin(), why.begin() + static_cast<std::ptrdiff_t>(n), out + at);

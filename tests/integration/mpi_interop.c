@@ -9,27 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static int g_rank = -1;
-
-#define CHECK(call)                                                                              \
-  do {                                                                                           \
-    ciuic_status_t s_ = (call);                                                                  \
-    if (s_ != CIUIC_SUCCESS) {                                                                   \
-      fprintf(stderr, "rank %d: %s failed: %s: %s\n", g_rank, #call, ciuic_status_string(s_),   \
-              ciuic_last_error());                                                               \
-      return 1;                                                                                  \
-    }                                                                                            \
-  } while (0)
-
-#define EXPECT(cond, ...)                                       \
-  do {                                                          \
-    if (!(cond)) {                                              \
-      fprintf(stderr, "rank %d: line %d: ", g_rank, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                             \
-      fprintf(stderr, "\n");                                    \
-      return 1;                                                 \
-    }                                                           \
-  } while (0)
+#include "c_checks.h"
 
 /* Both libraries reduce the same input; small integers, exact in float. */
 static int SameSums(MPI_Comm mpi, ciuic_comm_t comm, int salt) {
