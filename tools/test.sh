@@ -6,4 +6,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install-deps.sh
 bash tools/build.sh build
-ctest --test-dir build --output-on-failure -j "${CIUIC_JOBS:-2}" "$@"
+rc=0
+ctest --test-dir build --output-on-failure -j "${CIUIC_JOBS:-2}" "$@" || rc=$?
+if [ "$rc" -ne 0 ]; then
+  # A CI log is read from its end: repeat what each failed test printed
+  # there, then run it once more alone to tell a flaky test from a broken
+  # one. Either way the run fails.
+  bash tools/ctest-failures.sh build || true
+fi
+exit "$rc"
