@@ -97,6 +97,9 @@ struct CollectiveArgs {
   int peer = -1;               // send, recv
   int tag = 0;                 // send, recv: messages of one tag match in order
   int nchannels = 1;
+  // Each rank's host, numbered in order of first appearance (empty: every
+  // rank a host of its own).
+  std::vector<int> host_of;
 };
 
 // Tags of send/recv: [0, kMaxTag). Each tag in use between two ranks has a

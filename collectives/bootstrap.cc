@@ -7,10 +7,13 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <random>
 #include <set>
 
+#include "common/log.h"
 #include "transport/backend.h"
+#include "transport/transport.h"
 
 namespace ciuic::collectives {
 namespace {
@@ -29,11 +32,20 @@ std::string RandomHex(int bytes) {
 
 }  // namespace
 
-HostRecord HostRecord::OfThisProcess() {
+HostRecord HostRecord::OfThisProcess(const std::string& host_id, bool verbs) {
   HostRecord r;
   char buf[256] = {};
   gethostname(buf, sizeof(buf) - 1);
   r.host = buf;
+  if (r.host.empty()) r.host = "unnamed";
+  // ProcessIdentity is "<boot id> <pid ns> <pid> <start>": its first two
+  // fields, where /proc has them.
+  const std::string id = transport::ProcessIdentity();
+  const size_t sp1 = id.find(' ');
+  const size_t sp2 = sp1 == std::string::npos ? sp1 : id.find(' ', sp1 + 1);
+  r.key = sp2 == std::string::npos ? r.host : id.substr(0, sp1) + "/" + id.substr(sp1 + 1, sp2 - sp1 - 1) + "/" + r.host;
+  if (!host_id.empty()) r.key += "/" + host_id;
+  r.verbs = verbs;
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) {
     for (int c = 0; c < CPU_SETSIZE; ++c) {
@@ -49,37 +61,57 @@ std::string TuningId(const std::string* canonical_text) {
 
 CommDecision Decide(const std::vector<HostRecord>& hosts, const Config& config, int world_size,
                     const std::string& tuning_id) {
+  (void)world_size;
   CommDecision d;
   d.job_id = RandomHex(8);
   d.tuning_id = tuning_id;
   d.accumulate = config.accumulate;
-  // Ranks and the union of their CPUs per host.
-  std::map<std::string, std::pair<int, std::set<int>>> per_host;
-  bool one_host = true;
+  // Hosts by key in order of first appearance. Ranks and the union of
+  // their CPUs per machine (the key's boot id): simulated hosts and
+  // CIUIC_HOST_ID split a machine, not its CPUs.
+  std::map<std::string, int> index;
+  std::map<std::string, std::pair<int, std::set<int>>> per_machine;
+  bool all_verbs = true;
   for (const HostRecord& h : hosts) {
-    one_host &= h.host == hosts[0].host;
-    auto& e = per_host[h.host];
+    auto [it, added] = index.emplace(h.key, static_cast<int>(index.size()));
+    d.host_of.push_back(it->second);
+    d.verbs.push_back(h.verbs);
+    all_verbs &= h.verbs;
+    auto& e = per_machine[h.key.substr(0, h.key.find('/'))];
     ++e.first;
     e.second.insert(h.cpus.begin(), h.cpus.end());
   }
-  for (const auto& [host, e] : per_host) {
+  for (const auto& [machine, e] : per_machine) {
     if (!e.second.empty() && static_cast<int>(e.second.size()) < e.first) d.ranks_outnumber_cpus = true;
   }
   StatusOr<transport::BackendKind> forced = transport::ParseBackendKind(config.transport);
   if (config.transport != "auto" && forced.ok()) {
+    d.forced = true;
     d.transport = *forced;
-  } else if (one_host) {
+  } else if (index.size() <= 1) {
     d.transport = transport::BackendKind::kShm;
   } else {
-    transport::BackendOptions probe;
-    probe.config = config;
-    probe.world_size = world_size;
-    std::string why;
-    d.transport = transport::BackendAvailable(transport::BackendKind::kVerbs, probe, &why)
-                      ? transport::BackendKind::kVerbs
-                      : transport::BackendKind::kTcp;
+    d.transport = all_verbs ? transport::BackendKind::kVerbs : transport::BackendKind::kTcp;
   }
   return d;
+}
+
+bool VerbsUsableHere(const Config& config, int world_size) {
+  // Probed once per process and CIUIC_IB_HCA: opening a device takes
+  // milliseconds, and a process may create many communicators.
+  static std::mutex mu;
+  static std::map<std::string, bool> known;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(config.ib_hca);
+  if (it != known.end()) return it->second;
+  transport::BackendOptions probe;
+  probe.config = config;
+  probe.world_size = world_size;
+  std::string why;
+  const bool ok = transport::BackendAvailable(transport::BackendKind::kVerbs, probe, &why);
+  if (!ok) CIUIC_LOG(kInfo, "verbs unusable on this rank: %s", why.c_str());
+  known.emplace(config.ib_hca, ok);
+  return ok;
 }
 
 namespace {
@@ -125,7 +157,10 @@ StatusOr<CommDecision> AgreeOnCommunicator(transport::Store& store, const std::s
   // The identity before the host record: every rank has set both once any
   // rank is past this point (rank 0 reads all host records first).
   CIUIC_RETURN_IF_ERROR(store.Set(prefix + "/process/" + std::to_string(rank), transport::ProcessIdentity()));
-  const HostRecord mine = HostRecord::OfThisProcess();
+  // Only auto asks the network's kind per pair; a probe costs little where
+  // there is no device (no sysfs entries).
+  const bool verbs = config.transport == "auto" && VerbsUsableHere(config, size);
+  const HostRecord mine = HostRecord::OfThisProcess(config.host_id, verbs);
   CIUIC_RETURN_IF_ERROR(store.Set(prefix + "/host/" + std::to_string(rank), mine.Encode()));
   if (rank == 0) {
     std::vector<HostRecord> hosts;
@@ -136,16 +171,32 @@ StatusOr<CommDecision> AgreeOnCommunicator(transport::Store& store, const std::s
       if (!h.ok()) return DataLossError("rank " + std::to_string(r) + ": " + h.status().message());
       hosts.push_back(std::move(*h));
     }
+    const CommDecision decided = Decide(hosts, config, size, tuning_id);
     // Each host's ranks and their CPUs, before the decision: every rank
     // finds its host's once it has the decision.
-    std::map<std::string, LocalRanks> per_host;
+    std::vector<LocalRanks> per_host(static_cast<size_t>(decided.nhosts()));
+    std::vector<std::string> names(per_host.size());
     for (int r = 0; r < size; ++r) {
-      LocalRanks& l = per_host[hosts[r].host];
-      l.ranks.push_back(r);
-      l.cpus.push_back(hosts[r].cpus);
+      const auto h = static_cast<size_t>(decided.host_of[static_cast<size_t>(r)]);
+      per_host[h].ranks.push_back(r);
+      per_host[h].cpus.push_back(hosts[static_cast<size_t>(r)].cpus);
+      if (names[h].empty()) {
+        // "<name>[<CIUIC_HOST_ID>]" where the key carries one (after its
+        // third '/': boot id, pid namespace and name hold none).
+        const std::string& key = hosts[static_cast<size_t>(r)].key;
+        size_t third = std::string::npos;
+        for (size_t i = 0, slashes = 0; i < key.size() && third == std::string::npos; ++i) {
+          if (key[i] == '/' && ++slashes == 3) third = i;
+        }
+        names[h] = hosts[static_cast<size_t>(r)].host +
+                   (third == std::string::npos ? std::string() : "[" + key.substr(third + 1) + "]");
+      }
     }
-    for (const auto& [host, l] : per_host) CIUIC_RETURN_IF_ERROR(store.Set(prefix + "/local/" + host, l.Encode()));
-    CIUIC_RETURN_IF_ERROR(store.Set(prefix + "/transport", Decide(hosts, config, size, tuning_id).Encode()));
+    for (size_t h = 0; h < per_host.size(); ++h) {
+      CIUIC_RETURN_IF_ERROR(store.Set(prefix + "/local/" + std::to_string(h), per_host[h].Encode()));
+    }
+    if (size > 1) CIUIC_LOG(kInfo, "transports: %s", DescribeRoutes(decided, names).c_str());
+    CIUIC_RETURN_IF_ERROR(store.Set(prefix + "/transport", decided.Encode()));
   }
   StatusOr<std::string> text = store.Get(prefix + "/transport", timeout);
   if (!text.ok()) {
@@ -168,8 +219,14 @@ StatusOr<CommDecision> AgreeOnCommunicator(transport::Store& store, const std::s
     return InvalidArgumentError("rank " + std::to_string(rank) + ": CIUIC_ACCUMULATE=" + config.accumulate +
                                 " differs from rank 0's " + d->accumulate + ": every rank must use the same");
   }
+  if (d->host_of.size() != static_cast<size_t>(size)) {
+    return DataLossError("rank " + std::to_string(rank) + ": rank 0's decision lists " +
+                         std::to_string(d->host_of.size()) + " ranks, not " + std::to_string(size));
+  }
   if (local != nullptr) {
-    CIUIC_ASSIGN_OR_RETURN(std::string l, store.Get(prefix + "/local/" + mine.host, timeout));
+    CIUIC_ASSIGN_OR_RETURN(std::string l, store.Get(prefix + "/local/" +
+                                                        std::to_string(d->host_of[static_cast<size_t>(rank)]),
+                                                    timeout));
     StatusOr<LocalRanks> decoded = LocalRanks::Decode(l);
     if (!decoded.ok()) return decoded.status();
     *local = std::move(*decoded);

@@ -34,20 +34,21 @@ inline std::string InitFailedKey(const std::string& prefix, int rank) {
 // "none".
 std::string TuningId(const std::string* canonical_text);
 
-// Rank 0's decision from every rank's host record: CIUIC_TRANSPORT when it
-// is not auto, else shm when every rank is on rank 0's host, else verbs
-// when a device can be opened, else tcp. Pure but for the verbs probe.
+// Rank 0's decision from every rank's host record: hosts by their records'
+// keys, CIUIC_TRANSPORT for every pair when it is not auto, else each
+// pair's kind by PairKind (shm inside a host, verbs between hosts where both
+// ranks can open a device, tcp otherwise). Pure.
 CommDecision Decide(const std::vector<HostRecord>& hosts, const Config& config, int world_size,
                     const std::string& tuning_id);
 
 // The whole exchange through `store` under `prefix` (keys process/<r>,
-// host/<r>, local/<host>, transport): publishes this rank's identity and host record, and
+// host/<r>, local/<host index>, transport): publishes this rank's identity and host record, and
 // returns rank 0's decision. Errors: the store's (kDeadlineExceeded naming
 // the key of a rank that never came), kDataLoss (a malformed record),
 // kInvalidArgument naming CIUIC_TRANSPORT (an unknown name) or
 // CIUIC_TUNING_FILE (this rank's file differs from rank 0's).
 // `local` (optional) gets the ranks of this host and their CPUs (key
-// local/<host>, published by rank 0 with its decision).
+// local/<host index>, published by rank 0 with its decision).
 StatusOr<CommDecision> AgreeOnCommunicator(transport::Store& store, const std::string& prefix, int rank, int size,
                                            const Config& config, const std::string& tuning_id,
                                            std::chrono::milliseconds timeout, LocalRanks* local = nullptr);

@@ -23,13 +23,21 @@ bool ParseCanonicalInt(const std::string& text, int max, int* out);
 // The largest CPU number a record may carry (topology::ParseCpuList's).
 inline constexpr int kMaxCpuNumber = 1 << 20;
 
-// One rank's host record: "<host name> <cpu>,<cpu>,...".
+// One rank's host record: "<host name> <host key> <verbs 0|1>[ <cpu>,<cpu>,...]".
 struct HostRecord {
   std::string host;
+  // What makes two ranks one host (shm between them): "<boot id>/<pid
+  // namespace>/<host name>[/<CIUIC_HOST_ID>]" (shm takes its peers' memfds
+  // by pidfd_getfd, so a pid namespace is a host); the host name alone
+  // without /proc.
+  std::string key;
+  bool verbs = false;     // this rank can open a verbs device
   std::vector<int> cpus;  // empty: unknown (no affinity)
 
-  // This process's: gethostname and sched_getaffinity.
-  static HostRecord OfThisProcess();
+  // This process's: gethostname, /proc's boot id and pid namespace,
+  // `host_id` (CIUIC_HOST_ID, may be empty), sched_getaffinity; `verbs` as
+  // given (the caller probes).
+  static HostRecord OfThisProcess(const std::string& host_id, bool verbs);
   std::string Encode() const;
   // Errors: kDataLoss naming what is malformed.
   static StatusOr<HostRecord> Decode(const std::string& text);
@@ -37,7 +45,13 @@ struct HostRecord {
 
 // What rank 0 decided for the communicator.
 struct CommDecision {
+  // CIUIC_TRANSPORT when `forced`; else shm on one host, verbs between
+  // hosts when every rank can open a device, tcp otherwise. PairKind is
+  // what each pair uses.
   transport::BackendKind transport = transport::BackendKind::kShm;
+  bool forced = false;            // CIUIC_TRANSPORT named a kind: every pair uses it
+  std::vector<int> host_of;       // per rank, its host's index (in order of first appearance)
+  std::vector<bool> verbs;        // per rank, whether it can open a verbs device
   // Unique per communicator: names shared segments and tags handshakes, so
   // a stale process of another job cannot connect by mistake.
   std::string job_id;
@@ -50,11 +64,27 @@ struct CommDecision {
   std::string tuning_id = "none";
   std::string accumulate = "wire";  // rank 0's CIUIC_ACCUMULATE (all must match)
 
-  // "<transport> <job id> <0|1> <tuning id> <accumulate>".
+  // "<transport> <job id> <0|1> <tuning id> <accumulate> <forced 0|1>
+  // <host_of, comma-separated> <verbs as 0/1 per rank>".
   std::string Encode() const;
-  // Errors: kDataLoss naming what is malformed.
+  // Errors: kDataLoss naming what is malformed (host indices not in order
+  // of first appearance, lists of different lengths).
   static StatusOr<CommDecision> Decode(const std::string& text);
+
+  int nhosts() const;
+  // The kinds the pairs of this communicator use (sorted, one at least).
+  std::vector<transport::BackendKind> KindsInUse() const;
+  // The kind of the collectives' cost and tuning: the one kind in use, else
+  // the network kind (verbs when no pair uses tcp).
+  transport::BackendKind CollectiveKind() const;
 };
+
+// The kind of the pair (a, b), the same on both sides: CIUIC_TRANSPORT's
+// when forced, shm inside a host, verbs between hosts when both ranks can
+// open a device, tcp otherwise.
+transport::BackendKind PairKind(const CommDecision& d, int a, int b);
+// One line for CIUIC_DEBUG=INFO: the hosts and which pairs use what.
+std::string DescribeRoutes(const CommDecision& d, const std::vector<std::string>& host_names);
 
 // The ranks of one host and their CPUs, in rank order:
 // "<rank>:<cpus>;<rank>:<cpus>;..." (cpus as "0-3,8"; empty: unknown).

@@ -150,11 +150,20 @@ Status CommImpl::Init() {
   CIUIC_ASSIGN_OR_RETURN(decision_, AgreeOnCommunicator(*store_, prefix_, rank_, size_, config_,
                                                         TuningId(tuning_.has_value() ? &tuning_text : nullptr), timeout,
                                                         &local));
-  const BackendKind kind = decision_.transport;
+  // Each pair's kind, alike on every rank; the plan and the network
+  // backends follow the network kind when this rank has a peer elsewhere.
+  std::vector<BackendKind> route(static_cast<size_t>(size_));
+  BackendKind net = BackendKind::kShm;
+  for (int p = 0; p < size_; ++p) {
+    route[static_cast<size_t>(p)] = PairKind(decision_, rank_, p);
+    if (p != rank_ && route[static_cast<size_t>(p)] != BackendKind::kShm) net = std::max(net, route[static_cast<size_t>(p)]);
+  }
+  if (size_ == 1) route[0] = decision_.transport;
+  const BackendKind kind = decision_.CollectiveKind();
   // The topology plan: this rank's NIC, pool node, progress CPU, caches.
   CIUIC_ASSIGN_OR_RETURN(const topology::Topology* topo, MachineTopology(config_));
   if (topo != nullptr) {
-    CIUIC_ASSIGN_OR_RETURN(plan_, ComputeRankPlan(*topo, config_, local, rank_, kind));
+    CIUIC_ASSIGN_OR_RETURN(plan_, ComputeRankPlan(*topo, config_, local, rank_, size_ == 1 ? decision_.transport : net));
     CIUIC_LOG(kInfo, "topology plan: %s", topology::FormatRankPlan(*topo, *plan_).c_str());
   }
   kernels::CacheSizes caches = kernels::CacheSizes::FromSystem();
@@ -173,14 +182,17 @@ Status CommImpl::Init() {
     bo.netdev = plan_->netdev;
     if (plan_->nic >= 0) bo.pool_numa_node = plan_->pool_numa_os;
   }
-  StatusOr<std::unique_ptr<transport::Backend>> be = transport::OpenBackend(kind, bo);
-  if (!be.ok()) {
-    return Status(be.status().code(), "rank " + std::to_string(rank_) + ": transport " + transport::BackendName(kind) +
-                                          " (CIUIC_TRANSPORT=" + config_.transport + "): " + be.status().message());
+  std::map<BackendKind, transport::BackendOptions> options;
+  for (BackendKind k : {BackendKind::kShm, BackendKind::kTcp, BackendKind::kVerbs}) options[k] = bo;
+  StatusOr<std::unique_ptr<transport::Transports>> ts = transport::Transports::Open(rank_, route, options, 16u << 20);
+  if (!ts.ok()) {
+    return Status(ts.status().code(), "rank " + std::to_string(rank_) + ": transport " + ts.status().message() +
+                                          " (CIUIC_TRANSPORT=" + config_.transport + ")");
   }
-  backend_ = std::move(*be);
+  transports_ = std::move(*ts);
   CIUIC_RETURN_IF_ERROR(selection_.algo.CheckTransport(kind));
   selection_.backend = kind;
+  if (decision_.nhosts() > 1) selection_.host_of = decision_.host_of;
   selection_.params = DefaultCostParams(kind);
   selection_.params.chunk_bytes = link_options_.slot_size;
   selection_.params.nchannels = config_.nchannels;
@@ -197,10 +209,11 @@ Status CommImpl::Init() {
   selection_.limits.one_shot_max_bytes = direct_options.one_shot_max_bytes;
   selection_.limits.exchange_reduce_max_bytes = direct_options.exchange_reduce_max_bytes;
   selection_.limits.exchange_move_max_bytes = direct_options.exchange_move_max_bytes;
-  pool_ = std::make_unique<transport::BufferPool>(*backend_, 16u << 20);
-  links_ = std::make_unique<LinkTable>(*backend_, *pool_, *store_, prefix_, rank_, size_, link_options_, timeout);
+  links_ = std::make_unique<LinkTable>(*transports_, *store_, prefix_, rank_, size_, link_options_, timeout);
   CIUIC_ASSIGN_OR_RETURN(gpu_, GpuRoute::Open(config_, rank_, size_, *store_, prefix_));
-  if (kind == BackendKind::kVerbs) reg_cache_ = std::make_unique<transport::RegistrationCache>(*backend_);
+  if (transport::Backend* verbs = transports_->Find(BackendKind::kVerbs)) {
+    reg_cache_ = std::make_unique<transport::RegistrationCache>(*verbs);
+  }
   if (kind == BackendKind::kShm) {
     // The direct all-reduce's streaming stores (ShmDirect::AllReduce).
     Config nt = config_;
@@ -208,7 +221,7 @@ Status CommImpl::Init() {
     CIUIC_ASSIGN_OR_RETURN(kernels::Reducer sred, kernels::Reducer::Create(nt, caches));
     streaming_reducer_.emplace(sred);
   }
-  CIUIC_LOG(kInfo, "communicator rank %d/%d on %s%s", rank_, size_, backend_->Describe().c_str(),
+  CIUIC_LOG(kInfo, "communicator rank %d/%d on %s%s", rank_, size_, transports_->Describe().c_str(),
             wait_spin_.count() == 0 ? " (ranks outnumber their CPUs: waits yield without spinning)" : "");
   if (config_.progress == "thread") {
     std::vector<int> cpus;
@@ -225,6 +238,8 @@ Status CommImpl::Init() {
   }
   return Status::Ok();
 }
+
+std::string CommImpl::transport_name() const { return transports_ ? transports_->Name() : "closed"; }
 
 std::string CommImpl::last_algorithm() const {
   std::lock_guard<std::mutex> lock(exec_mu_);
@@ -296,8 +311,10 @@ StatusOr<ExecJob> CommImpl::JobFor(const OpDesc& d, const CallPlan& plan_ref) {
     if (bufs.input_count > 0) std::memcpy(staging_.data(), d.send, bufs.input_count * es);
     bufs.input = staging_.data();
   }
-  const bool tcp = backend_->kind() == BackendKind::kTcp;
-  if ((tcp || reg_cache_ != nullptr) && d.count * es >= kZeroCopyMinBytes) {
+  // A verbs registration is a valid source for tcp links too (they read
+  // its address); shm links never send from a registration.
+  transport::Backend* tcp = reg_cache_ == nullptr ? transports_->Find(BackendKind::kTcp) : nullptr;
+  if ((tcp != nullptr || reg_cache_ != nullptr) && d.count * es >= kZeroCopyMinBytes) {
     // Send straight from the caller's buffers. tcp: a registration is only
     // a bounds-checked pointer (nothing pinned), so one per call. verbs:
     // through the registration cache (pinned once, reused while the memory
@@ -305,8 +322,8 @@ StatusOr<ExecJob> CommImpl::JobFor(const OpDesc& d, const CallPlan& plan_ref) {
     // the executor copies through a slot.
     auto reg = [&](const void* p, size_t count, const transport::MemoryRegion** out) {
       if (p == nullptr || count == 0) return;
-      if (tcp) {
-        auto r = backend_->Register(const_cast<void*>(p), count * es);
+      if (tcp != nullptr) {
+        auto r = tcp->Register(const_cast<void*>(p), count * es);
         if (!r.ok()) return;
         std::shared_ptr<transport::MemoryRegion> region(std::move(*r));
         *out = region.get();
@@ -362,7 +379,11 @@ ShmDirectOptions CommImpl::DirectOptions() const {
 
 Status CommImpl::RunDirect(const OpDesc& d, Clock::time_point deadline) {
   if (direct_ == nullptr) {
-    CIUIC_ASSIGN_OR_RETURN(direct_, ShmDirect::Create(*backend_, *store_, prefix_, rank_, size_, DirectOptions(),
+    transport::Backend* shm = transports_->Find(BackendKind::kShm);
+    if (shm == nullptr || !transports_->uniform()) {
+      return InternalError("the direct shared-memory path needs every peer on shm; this rank uses " + transport_name());
+    }
+    CIUIC_ASSIGN_OR_RETURN(direct_, ShmDirect::Create(*shm, *store_, prefix_, rank_, size_, DirectOptions(),
                                                      std::chrono::milliseconds(config_.timeout_ms), links_->peer_check()));
   }
   const ReduceOp op = d.op == ReduceOp::kAvg ? ReduceOp::kSum : d.op;
@@ -476,7 +497,7 @@ Status CommImpl::ExecuteCollective(const OpDesc& d, Clock::time_point deadline) 
     s = RunDirect(d, deadline);
   } else {
     auto source = [this](int peer, int channel) { return links_->Get(peer, channel, true); };
-    Executor exec(*backend_, *reducer_, wait_spin_);
+    Executor exec(*transports_, *reducer_, wait_spin_);
     CIUIC_ASSIGN_OR_RETURN(ExecJob job, JobFor(d, *plan));
     s = exec.RunMany({job}, source, deadline, &aborted_, nullptr);
     if (s.ok()) s = Finish(d);
@@ -485,8 +506,8 @@ Status CommImpl::ExecuteCollective(const OpDesc& d, Clock::time_point deadline) 
     const double measured = std::chrono::duration<double>(Clock::now() - t0).count();
     // The model's time for this very call (selection costed its size class).
     CostParams p = selection_.params;
-    if (tuning_.has_value()) ApplyTuning(*tuning_, backend_->kind(), &p, d.dtype, d.op);
-    StatusOr<double> predicted = PredictCall(*plan->algorithm, ShapeOf(d, size_, backend_->kind()), p, selection_.limits);
+    if (tuning_.has_value()) ApplyTuning(*tuning_, selection_.backend, &p, d.dtype, d.op);
+    StatusOr<double> predicted = PredictCall(*plan->algorithm, ShapeOf(d, size_, selection_.backend), p, selection_.limits);
     CIUIC_LOG(kInfo, "%s %zu B: %s predicted %.2f us, measured %.2f us", CollectiveName(d.coll),
               d.count * DataTypeSize(d.dtype), plan->algorithm->name(), predicted.ok() ? *predicted * 1e6 : -1.0,
               measured * 1e6);
@@ -496,7 +517,7 @@ Status CommImpl::ExecuteCollective(const OpDesc& d, Clock::time_point deadline) 
 
 Status CommImpl::ExecutePointToPoint(OpQueue::Batch* batch, Clock::time_point deadline) {
   auto source = [this](int peer, int channel) { return links_->Get(peer, channel, false); };
-  Executor exec(*backend_, *reducer_, wait_spin_);
+  Executor exec(*transports_, *reducer_, wait_spin_);
   // This one and every send/recv queued behind it (also those posted while
   // it runs) progress together, so ISend + IRecv in either order between
   // two ranks cannot deadlock on full rings.

@@ -79,7 +79,10 @@ class CommImpl {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  transport::BackendKind transport() const { return backend_->kind(); }
+  // The kind collectives are costed and tuned for (CommDecision::CollectiveKind).
+  transport::BackendKind transport() const { return selection_.backend; }
+  // The kinds this rank's pairs use: "shm", "tcp", "shm+tcp", ...
+  std::string transport_name() const;
   std::string last_algorithm() const;
   DeviceMemory* device_memory() const { return gpu_ == nullptr ? nullptr : gpu_->memory(); }
   // The topology plan it applies (none when the topology was not found).
@@ -161,8 +164,9 @@ class CommImpl {
   std::chrono::microseconds wait_spin_ = transport::kDefaultSpin;  // 0 when ranks outnumber their CPUs
 
   // Transport.
-  std::unique_ptr<transport::Backend> backend_;
-  std::unique_ptr<transport::BufferPool> pool_;
+  // One backend and pool per kind this rank's peers use (shm inside its
+  // host, tcp or verbs between hosts).
+  std::unique_ptr<transport::Transports> transports_;
   transport::LinkOptions link_options_;
   std::unique_ptr<LinkTable> links_;
   // verbs: caller buffers registered once and reused for zero-copy sends.

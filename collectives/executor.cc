@@ -69,7 +69,7 @@ class ExecutorRun {
     // One-pointer closures: they fit std::function's inline buffer (the
     // [&] lambdas themselves would be allocated on every call).
     Status s = transport::WaitFor(
-        parts_.backend, [this]() { return Pass(); }, [this]() { return Done(); }, deadline, "collective",
+        parts_.waiter, [this]() { return Pass(); }, [this]() { return Done(); }, deadline, "collective",
         parts_.spin);
     if (!s.ok()) AbandonZeroCopy(s);
     if (s.code() == StatusCode::kDeadlineExceeded) return NamePending();

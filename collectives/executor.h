@@ -80,9 +80,10 @@ struct ExecJob {
 class Executor {
  public:
   // `spin`: how long waits spin before yielding (transport::WaitFor).
-  Executor(transport::Backend& backend, const kernels::Reducer& reducer,
+  // `waiter`: what waits sleep on (the backend, or all of a rank's).
+  Executor(transport::ActivityWaiter& waiter, const kernels::Reducer& reducer,
            std::chrono::microseconds spin = transport::kDefaultSpin)
-      : parts_{backend, reducer, spin} {}
+      : parts_{waiter, reducer, spin} {}
 
   // Runs `schedule` to completion. `op` is the per-step reduction (AVG is
   // the caller's: sum here, scale after). `abort` (may be null) set by
@@ -111,7 +112,7 @@ class Executor {
 
   // What every run uses.
   struct Parts {
-    transport::Backend& backend;
+    transport::ActivityWaiter& waiter;
     const kernels::Reducer& reducer;
     std::chrono::microseconds spin;
   };

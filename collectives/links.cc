@@ -9,11 +9,9 @@ namespace ciuic::collectives {
 
 using Clock = std::chrono::steady_clock;
 
-LinkTable::LinkTable(transport::Backend& backend, transport::BufferPool& pool, transport::Store& store,
-                     std::string prefix, int rank, int size, const transport::LinkOptions& options,
-                     std::chrono::milliseconds timeout)
-    : backend_(backend),
-      pool_(pool),
+LinkTable::LinkTable(transport::Transports& transports, transport::Store& store, std::string prefix, int rank,
+                     int size, const transport::LinkOptions& options, std::chrono::milliseconds timeout)
+    : transports_(transports),
       store_(store),
       prefix_(std::move(prefix)),
       rank_(rank),
@@ -61,7 +59,7 @@ StatusOr<transport::Link*> LinkTable::Get(int peer, int channel, bool wait) {
   auto b = building_.find(key);
   if (wait && b == building_.end()) {
     CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<transport::Link> l,
-                           transport::Link::Create(backend_, pool_, store_, prefix_, rank_, peer,
+                           transport::Link::Create(transports_.For(peer), transports_.PoolFor(peer), store_, prefix_, rank_, peer,
                                                    static_cast<uint32_t>(channel), options_, timeout_, peer_check_));
     return keep(std::move(l));
   }
@@ -72,7 +70,7 @@ StatusOr<transport::Link*> LinkTable::Get(int peer, int channel, bool wait) {
     const auto now = Clock::now();
     if (b == building_.end()) {
       CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<transport::Link::Builder> builder,
-                             transport::Link::Builder::Start(backend_, pool_, store_, prefix_, rank_, peer,
+                             transport::Link::Builder::Start(transports_.For(peer), transports_.PoolFor(peer), store_, prefix_, rank_, peer,
                                                              static_cast<uint32_t>(channel), options_, timeout_));
       b = building_.emplace(key, Building{std::move(builder), now}).first;
     }

@@ -20,15 +20,17 @@
 
 #include "ciuic/status.h"
 #include "transport/transport.h"
+#include "transport/transports.h"
 
 namespace ciuic::collectives {
 
 class LinkTable {
  public:
-  // Links through `backend`, rings from `pool`, set up through `store`
-  // under `prefix`; `timeout` bounds every wait for a peer.
-  LinkTable(transport::Backend& backend, transport::BufferPool& pool, transport::Store& store, std::string prefix,
-            int rank, int size, const transport::LinkOptions& options, std::chrono::milliseconds timeout);
+  // Links to each peer through its backend in `transports`, rings from
+  // that backend's pool, set up through `store` under `prefix`; `timeout`
+  // bounds every wait for a peer.
+  LinkTable(transport::Transports& transports, transport::Store& store, std::string prefix, int rank, int size,
+            const transport::LinkOptions& options, std::chrono::milliseconds timeout);
   ~LinkTable();
   LinkTable(const LinkTable&) = delete;
   LinkTable& operator=(const LinkTable&) = delete;
@@ -61,8 +63,7 @@ class LinkTable {
     std::chrono::steady_clock::time_point checked;  // of the last look
   };
 
-  transport::Backend& backend_;
-  transport::BufferPool& pool_;
+  transport::Transports& transports_;
   transport::Store& store_;
   const std::string prefix_;
   const int rank_, size_;

@@ -97,7 +97,8 @@ StatusOr<CallPlan> PlanCall(const OpDesc& op, int rank, int nranks, const Select
     plan.why = SharedWhy(call, plan, ctx.limits);
     return plan;
   }
-  const CollectiveArgs args = ArgsFor(op, rank, nranks, ctx.params.nchannels);
+  CollectiveArgs args = ArgsFor(op, rank, nranks, ctx.params.nchannels);
+  args.host_of = ctx.host_of;
   CIUIC_ASSIGN_OR_RETURN(plan.schedule, MakeSchedule(plan.algorithm->id, args));
   plan.why = std::string(plan.algorithm->name()) + " (" + plan.selection.reason + ")";
 

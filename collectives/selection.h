@@ -62,6 +62,9 @@ struct SelectionContext {
   const Tuning* tuning = nullptr;  // CIUIC_TUNING_FILE (rules, gammas)
   AlgoKnob algo;
   DirectLimits limits;
+  // Each rank's host (CommDecision::host_of; empty: one host): the
+  // hierarchical schedules group by it.
+  std::vector<int> host_of;
 };
 
 struct Selection {

@@ -361,6 +361,18 @@ const Knob kKnobs[] = {
        return Status::Ok();
      },
      [](const Config& c) { return c.accumulate; }},
+    {"CIUIC_HOST_ID", "",
+     "splits this machine into hosts for the transport choice: ranks with different ids talk as if on different machines (tcp/verbs, not shm); letters, digits, '-', '_', '.', at most 64",
+     [](const std::string& t, Config* c) {
+       if (t.size() > 64 || std::any_of(t.begin(), t.end(), [](char ch) {
+             return !std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.';
+           })) {
+         return InvalidArgumentError("expected at most 64 letters, digits, '-', '_' or '.'");
+       }
+       c->host_id = t;
+       return Status::Ok();
+     },
+     [](const Config& c) { return c.host_id; }},
     {"CIUIC_TUNING_FILE", "",
      "tuning file from ciuic-tune: measured cost-model parameters and algorithm crossovers (empty = built-in)",
      [](const std::string& t, Config* c) {

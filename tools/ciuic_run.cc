@@ -104,6 +104,8 @@ const char kUsage[] =
     "  --timeout SEC           stop the job after SEC seconds (exit 124)\n"
     "  --hosts K               simulated hosts: K network namespaces joined by a bridge\n"
     "                          (needs root); rank r runs on host r*K/N\n"
+    "  --hosts A+B+...         uneven hosts: A ranks on the first, B on the next, ...\n"
+    "                          (the counts add up to N)\n"
     "  --link-rate RATE        with --hosts: limit every host link (tc tbf), e.g. 10gbit\n"
     "  --link-delay D          with --hosts: one-way delay per host (tc netem), e.g. 50us\n"
     "  --keep-going            when a rank fails, let the others run to their own end\n"
@@ -195,6 +197,9 @@ struct Options {
   Bind bind = Bind::kDefault;
   double timeout_s = 0;   // 0: none
   int hosts = 0;          // 0: no simulated hosts
+  std::string hosts_text;  // as given: "2" or "3+1"
+  // --hosts A+B+...: ranks per host, in rank order (empty: an even split).
+  std::vector<int> host_sizes;
   uint64_t link_rate_bps = 0;
   std::string link_rate_text;
   std::string link_delay;  // tc syntax ("50us"); empty: none
@@ -316,12 +321,32 @@ StatusOr<Options> ParseArgs(int argc, char** argv) {
       }
       o.timeout_s = t;
     } else if (name == "--hosts") {
-      long k = 0;
-      if (!ParseInt(value, 1, kMaxHosts, &k)) {
-        return InvalidArgumentError("--hosts '" + value + "': expected a number of simulated hosts (1-" +
-                                    std::to_string(kMaxHosts) + ")");
+      o.hosts_text = value;
+      if (value.find('+') == std::string::npos) {
+        long k = 0;
+        if (!ParseInt(value, 1, kMaxHosts, &k)) {
+          return InvalidArgumentError("--hosts '" + value + "': expected a number of simulated hosts (1-" +
+                                      std::to_string(kMaxHosts) + ") or ranks per host (3+1)");
+        }
+        o.hosts = static_cast<int>(k);
+        o.host_sizes.clear();
+      } else {
+        // Uneven hosts: the ranks of each, in rank order.
+        o.host_sizes.clear();
+        for (size_t at = 0;;) {
+          const size_t plus = std::min(value.find('+', at), value.size());
+          long m = 0;
+          if (!ParseInt(value.substr(at, plus - at), 1, 1024, &m) ||
+              o.host_sizes.size() >= static_cast<size_t>(kMaxHosts)) {
+            return InvalidArgumentError("--hosts '" + value + "': expected ranks per host as A+B+... (each 1-1024, " +
+                                        "at most " + std::to_string(kMaxHosts) + " hosts)");
+          }
+          o.host_sizes.push_back(static_cast<int>(m));
+          if (plus == value.size()) break;
+          at = plus + 1;
+        }
+        o.hosts = static_cast<int>(o.host_sizes.size());
       }
-      o.hosts = static_cast<int>(k);
     } else if (name == "--link-rate") {
       auto rate = ParseRate(value);
       if (!rate.ok()) return rate.status();
@@ -337,6 +362,14 @@ StatusOr<Options> ParseArgs(int argc, char** argv) {
   if (o.nranks < 0) return InvalidArgumentError("missing -n N (the number of ranks)");
   if (o.command.empty()) return InvalidArgumentError("no program to run (ciuic-run -n N -- prog args...)");
   if (o.command[0].empty()) return InvalidArgumentError("the program name is empty");
+  if (!o.host_sizes.empty()) {
+    int64_t sum = 0;
+    for (int m : o.host_sizes) sum += m;
+    if (sum != o.nranks) {
+      return InvalidArgumentError("--hosts " + o.hosts_text + " places " + std::to_string(sum) + " ranks, but -n is " +
+                                  std::to_string(o.nranks));
+    }
+  }
   if (o.hosts > o.nranks) {
     return InvalidArgumentError("--hosts " + std::to_string(o.hosts) + " exceeds -n " + std::to_string(o.nranks) +
                                 ": every simulated host needs at least one rank");
@@ -870,7 +903,7 @@ class Launcher {
     int store_ns = -1;
     if (o_.hosts > 0) {
       if (!HaveCapabilities({12 /*CAP_NET_ADMIN*/, 21 /*CAP_SYS_ADMIN*/})) {
-        Say("--hosts " + std::to_string(o_.hosts) +
+        Say("--hosts " + o_.hosts_text +
             " needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) to create network namespaces; run ciuic-run as root "
             "or drop --hosts");
         return kExitSetup;
@@ -878,7 +911,7 @@ class Launcher {
       SimNet::RemoveStale();
       net_ = std::make_unique<SimNet>(o_.hosts);
       if (Status s = net_->Create(o_); !s.ok()) {
-        Say("--hosts " + std::to_string(o_.hosts) + ": " + s.message());
+        Say("--hosts " + o_.hosts_text + ": " + s.message());
         net_->Teardown();
         return kExitSetup;
       }
@@ -974,7 +1007,12 @@ class Launcher {
     }
     int local_rank = r;
     int host = -1;
-    if (o_.hosts > 0) {
+    if (!o_.host_sizes.empty()) {
+      host = 0;
+      int first = 0;  // the lowest rank on this host
+      while (r >= first + o_.host_sizes[static_cast<size_t>(host)]) first += o_.host_sizes[static_cast<size_t>(host++)];
+      local_rank = r - first;
+    } else if (o_.hosts > 0) {
       host = static_cast<int>(static_cast<int64_t>(r) * o_.hosts / o_.nranks);
       int first = 0;  // the lowest rank on this host
       while (static_cast<int64_t>(first) * o_.hosts / o_.nranks < host) ++first;

@@ -184,9 +184,19 @@ struct BackendOptions {
   int pool_numa_node = kPoolNodeOfDevice;
 };
 
-class Backend {
+// What a waiting rank sleeps on (transport::WaitFor): one backend, or a
+// set of them (Transports) when its peers are reached through several.
+class ActivityWaiter {
  public:
-  virtual ~Backend() = default;
+  virtual ~ActivityWaiter() = default;
+  // Blocks until a peer may have posted something to this process, or
+  // `max` elapses; spurious wake-ups are allowed. Never an error.
+  virtual void WaitForActivity(std::chrono::microseconds max) = 0;
+};
+
+class Backend : public ActivityWaiter {
+ public:
+  ~Backend() override = default;
   virtual BackendKind kind() const = 0;
   // One line for logs and benchmark headers (device, port, GID, interface).
   virtual std::string Describe() const = 0;
@@ -211,7 +221,7 @@ class Backend {
   // allowed. This is the "sleep" of spin-yield-sleep waiting (shm: a futex
   // doorbell; tcp: poll on the sockets; verbs: the completion channel), so
   // oversubscribed ranks do not burn their core. Never an error.
-  virtual void WaitForActivity(std::chrono::microseconds max) = 0;
+  void WaitForActivity(std::chrono::microseconds max) override = 0;
 };
 
 // Opens a backend of `kind`. Errors: kUnavailable with the reason (no RDMA

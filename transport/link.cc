@@ -364,7 +364,7 @@ StatusOr<bool> Link::Progress(bool receive) {
   return *n > 0 || posted_ != before_posted || credit_sent_ != before_credit;
 }
 
-Status WaitFor(Backend& backend, const std::function<StatusOr<bool>()>& progress,
+Status WaitFor(ActivityWaiter& backend, const std::function<StatusOr<bool>()>& progress,
                const std::function<bool()>& ready, std::chrono::steady_clock::time_point deadline,
                const std::string& what, std::chrono::microseconds spin) {
   using Clock = std::chrono::steady_clock;

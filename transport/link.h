@@ -243,12 +243,12 @@ class Link {
 };
 
 // Waits for `ready()` while calling `progress()`: spins for `spin`, then
-// yields, then sleeps in `backend.WaitForActivity`, until `deadline`. Pass
+// yields, then sleeps in `backend.WaitForActivity` (one backend, or Transports), until `deadline`. Pass
 // spin 0 when ranks outnumber the CPUs they share: a spinner holds the core
 // the awaited rank needs.
 // Errors: the first error of `progress`, kDeadlineExceeded with `what`.
 inline constexpr std::chrono::microseconds kDefaultSpin{20};
-Status WaitFor(Backend& backend, const std::function<StatusOr<bool>()>& progress,
+Status WaitFor(ActivityWaiter& backend, const std::function<StatusOr<bool>()>& progress,
                const std::function<bool()>& ready, std::chrono::steady_clock::time_point deadline,
                const std::string& what, std::chrono::microseconds spin = kDefaultSpin);
 

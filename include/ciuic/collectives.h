@@ -141,7 +141,8 @@ class Communicator {
 
   int rank() const;
   int size() const;
-  // "shm", "tcp" or "verbs".
+  // "shm", "tcp" or "verbs"; on several hosts the kinds this rank's pairs
+  // use, joined by '+': "shm+tcp" (shm inside its host, tcp between hosts).
   std::string transport_name() const;
 
   Status AllReduce(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, ReduceOp op);

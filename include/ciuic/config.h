@@ -121,6 +121,11 @@ struct Config {
   // shared-memory family rounds once in either mode. Every rank must set
   // the same.
   std::string accumulate = "wire";
+  // CIUIC_HOST_ID: appended to what identifies this rank's host (boot id,
+  // pid namespace, host name), so ranks of one machine that set different
+  // ids count as different hosts (tcp or verbs between them, as between
+  // machines). It can split a machine, never join two. Empty: unset.
+  std::string host_id;
   // CIUIC_TUNING_FILE: a tuning file written by ciuic-tune (cost-model
   // parameters per backend and measured algorithm crossovers); empty = the
   // built-in defaults.

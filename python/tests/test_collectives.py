@@ -244,3 +244,21 @@ def test_split_dup_and_a_bad_color():
             assert rest_rank == r - 1 and rest_sum == n - 1
         assert (dr, dn, dsum) == (r, n, n * (n + 1) / 2)
         assert bad is not None and f"color -3 of rank {n - 1}" in bad, bad
+
+
+def across_hosts(rank, n):
+    # CIUIC_HOST_ID splits this machine into two "hosts" of two ranks: shm
+    # inside each, tcp between.
+    with ciuic.CiuicContext(knobs={"CIUIC_HOST_ID": f"h{rank // 2}"}) as ctx:
+        x = np.full(100003, rank + 1.0, dtype=np.float32)
+        ctx.all_reduce(x)
+        g = ctx.all_gather(np.array([rank], dtype=np.int64))
+        return ctx.transport, float(x[0]), float(x[-1]), [int(a[0]) for a in g]
+
+
+def test_ranks_on_two_hosts_take_shm_inside_and_tcp_between():
+    n = 4
+    for transport, first, last, gathered in ranks.run(n, across_hosts):
+        assert transport == "shm+tcp"
+        assert first == last == n * (n + 1) / 2
+        assert gathered == list(range(n))

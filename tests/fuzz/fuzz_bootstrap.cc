@@ -14,13 +14,15 @@ using namespace ciuic::collectives;
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   const char* dir = SeedDir();
   if (dir == nullptr) return 0;
-  WriteSeed(dir, "host", HostRecord{"node17", {0, 1, 5}}.Encode());
-  WriteSeed(dir, "host_bare", HostRecord{"node17", {}}.Encode());
+  WriteSeed(dir, "host", HostRecord{"node17", "b0a1/pid:[4026531836]/node17", true, {0, 1, 5}}.Encode());
+  WriteSeed(dir, "host_bare", HostRecord{"node17", "node17", false, {}}.Encode());
   CommDecision d;
   d.transport = ciuic::transport::BackendKind::kTcp;
   d.job_id = "0123abcd";
   d.ranks_outnumber_cpus = true;
   d.tuning_id = "1234567";
+  d.host_of = {0, 1, 0, 2};
+  d.verbs = {true, false, true, true};
   WriteSeed(dir, "decision", d.Encode());
   LocalRanks l;
   l.ranks = {0, 2, 5};
@@ -38,6 +40,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (auto d = CommDecision::Decode(s); d.ok()) {
     FUZZ_CHECK(d->Encode() == s);
+    // Hosts in order of first appearance; pair kinds symmetric.
+    FUZZ_CHECK(!d->host_of.empty() && d->host_of[0] == 0 && d->verbs.size() == d->host_of.size());
+    int seen = 0;
+    for (int h : d->host_of) {
+      FUZZ_CHECK(h >= 0 && h <= seen);
+      if (h == seen) ++seen;
+    }
+    FUZZ_CHECK(d->nhosts() == seen);
+    const int n = static_cast<int>(std::min<size_t>(d->host_of.size(), 8));
+    for (int a = 0; a < n; ++a) {
+      for (int b = 0; b < n; ++b) FUZZ_CHECK(PairKind(*d, a, b) == PairKind(*d, b, a));
+    }
+    FUZZ_CHECK(!d->KindsInUse().empty());
   }
   if (auto l = LocalRanks::Decode(s); l.ok()) {
     FUZZ_CHECK(l->ranks.size() == l->cpus.size());

@@ -976,6 +976,93 @@ TEST(CollectivesRegistry, EveryScheduleRunsOverLinksWhenForced) {
   }
 }
 
+// Ranks split into hosts by CIUIC_HOST_ID (`host_of[rank]`): shm inside a
+// "host", tcp between (no verbs device here), every collective exact under
+// auto and every all-reduce schedule forced, send/recv across and inside.
+StatusOr<std::unique_ptr<Communicator>> MakeHostComm(int rank, transport::Store& store,
+                                                     const std::vector<int>& host_of, const std::string& algo,
+                                                     const std::string& transport = "auto") {
+  CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
+  config.transport = transport;
+  config.algo = algo;
+  config.timeout_ms = 60000;
+  config.chunk_size = 16 << 10;
+  config.buffer_size = 64 << 10;
+  config.host_id = "h" + std::to_string(host_of[static_cast<size_t>(rank)]);
+  std::shared_ptr<transport::Store> s(&store, [](transport::Store*) {});
+  return Communicator::CreateWithStore(rank, static_cast<int>(host_of.size()), s, config);
+}
+
+TEST(CollectivesHosts, ShmInsideHostsTcpBetweenEveryCollectiveExact) {
+  for (const std::vector<int>& host_of : std::vector<std::vector<int>>{{0, 0, 1, 1}, {0, 0, 1}, {0, 1, 1, 0, 1}}) {
+    const int n = static_cast<int>(host_of.size());
+    auto results = RunRanks(n, [&](int rank, transport::Store& store) -> Status {
+      CIUIC_ASSIGN_OR_RETURN(auto comm, MakeHostComm(rank, store, host_of, "auto"));
+      // The kinds this rank's pairs use: shm when a peer shares its host.
+      const int mates = static_cast<int>(std::count(host_of.begin(), host_of.end(), host_of[static_cast<size_t>(rank)]));
+      EXPECT_OR_FAIL(comm->transport_name() == (mates > 1 ? "shm+tcp" : "tcp"), "transport " + comm->transport_name());
+      int salt = 0;
+      for (size_t count : {size_t{1}, size_t{7}, size_t{1000}, size_t{(1u << 16) + 3}}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) {
+          CIUIC_RETURN_IF_ERROR(CheckAllReduce<float>(*comm, count, op, false, ++salt));
+        }
+        CIUIC_RETURN_IF_ERROR(CheckAllReduce<int64_t>(*comm, count, ReduceOp::kSum, true, ++salt));
+        CIUIC_RETURN_IF_ERROR(CheckHalfAllReduce(*comm, count, DataType::kBFloat16, ++salt));
+        // The direct family needs every rank on one host: never chosen.
+        EXPECT_OR_FAIL(comm->last_algorithm().find("direct") == std::string::npos,
+                       "ran " + comm->last_algorithm());
+        CIUIC_RETURN_IF_ERROR(CheckOthers(*comm, count, ++salt));
+      }
+      // Send/recv around the ring: pairs inside and between hosts.
+      const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+      std::vector<float> out(100003, static_cast<float>(rank)), in(out.size(), -1);
+      CIUIC_ASSIGN_OR_RETURN(Request rs, comm->ISend(out.data(), out.size(), DataType::kFloat32, next));
+      CIUIC_ASSIGN_OR_RETURN(Request rr, comm->IRecv(in.data(), in.size(), DataType::kFloat32, prev));
+      CIUIC_RETURN_IF_ERROR(rs.Wait());
+      CIUIC_RETURN_IF_ERROR(rr.Wait());
+      for (float v : in) EXPECT_OR_FAIL(v == static_cast<float>(prev), "received from rank " + std::to_string(prev));
+      return Status::Ok();
+    }, milliseconds(120000));
+    for (const auto& r : results) EXPECT_TRUE(r.ok()) << n << " ranks:\n" << ResultsText(results);
+  }
+}
+
+TEST(CollectivesHosts, EveryAllReduceScheduleAcrossHosts) {
+  const std::vector<int> host_of = {0, 0, 1, 1, 1};
+  for (const std::string& algo : AllReduceSchedules()) {
+    auto results = RunRanks(5, [&](int rank, transport::Store& store) -> Status {
+      CIUIC_ASSIGN_OR_RETURN(auto comm, MakeHostComm(rank, store, host_of, algo));
+      int salt = 0;
+      for (size_t count : {size_t{1}, size_t{1000}, size_t{(1u << 16) + 3}}) {
+        CIUIC_RETURN_IF_ERROR(CheckAllReduce<float>(*comm, count, ReduceOp::kSum, false, ++salt));
+        CIUIC_RETURN_IF_ERROR(CheckAllReduce<int32_t>(*comm, count, ReduceOp::kProd, true, ++salt));
+        EXPECT_OR_FAIL(comm->last_algorithm().rfind(algo + " (forced by CIUIC_ALGO", 0) == 0,
+                       algo + ": ran " + comm->last_algorithm());
+      }
+      return Status::Ok();
+    }, milliseconds(120000));
+    for (const auto& r : results) EXPECT_TRUE(r.ok()) << algo << ":\n" << ResultsText(results);
+  }
+}
+
+TEST(CollectivesHosts, TheKnobForcesOneTransportAndShmOnlyAlgorithmsNeedOneHost) {
+  const std::vector<int> host_of = {0, 0, 1};
+  auto results = RunRanks(3, [&](int rank, transport::Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(auto comm, MakeHostComm(rank, store, host_of, "auto", "tcp"));
+    EXPECT_OR_FAIL(comm->transport_name() == "tcp", "forced tcp: " + comm->transport_name());
+    CIUIC_RETURN_IF_ERROR(CheckAllReduce<float>(*comm, 1000, ReduceOp::kSum, false, 1));
+    return Status::Ok();
+  }, milliseconds(60000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+  results = RunRanks(3, [&](int rank, transport::Store& store) -> Status {
+    auto comm = MakeHostComm(rank, store, host_of, "direct");
+    EXPECT_OR_FAIL(!comm.ok(), "the direct algorithm accepted on two hosts");
+    EXPECT_OR_FAIL(comm.status().message().find("direct") != std::string::npos, comm.status().ToString());
+    return Status::Ok();
+  }, milliseconds(60000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+}
+
 // The CPUs the progress thread ("ciuic-progress") of this process may run
 // on, from /proc (empty: no such thread).
 std::vector<int> ProgressThreadCpus() {

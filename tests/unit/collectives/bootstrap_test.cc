@@ -4,29 +4,43 @@
 
 #include <gtest/gtest.h>
 
+#include "transport/backend.h"
+
 namespace ciuic::collectives {
 namespace {
 
 using transport::BackendKind;
 
 TEST(BootstrapTest, RecordsRoundTripAndMalformedOnesAreNamed) {
-  HostRecord h{"node17", {0, 1, 5}};
-  EXPECT_EQ(h.Encode(), "node17 0,1,5");
+  HostRecord h{"node17", "boot/pid:[1]/node17", true, {0, 1, 5}};
+  EXPECT_EQ(h.Encode(), "node17 boot/pid:[1]/node17 1 0,1,5");
   auto back = HostRecord::Decode(h.Encode());
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(back->host, "node17");
+  EXPECT_EQ(back->key, "boot/pid:[1]/node17");
+  EXPECT_TRUE(back->verbs);
   EXPECT_EQ(back->cpus, (std::vector<int>{0, 1, 5}));
-  auto bare = HostRecord::Decode("node17");
+  auto bare = HostRecord::Decode("node17 k 0");
   ASSERT_TRUE(bare.ok());
   EXPECT_TRUE(bare->cpus.empty());
+  EXPECT_FALSE(bare->verbs);
   // One encoding only: no sign, leading zero, trailing comma, extra or
-  // other whitespace; CPU numbers within 2^20 (no int overflow).
-  for (const char* bad : {"", "a b c", "node 1,,2", "node -1", "node 1x", "node 1,", "node +1", "node 01",
-                          "node 1048577", "node 99999999999", "node  1", " node", "node ", "node 1\n",
-                          "no\tde 1"}) {
+  // other whitespace; CPU numbers within 2^20 (no int overflow); a key and
+  // a verbs bit always.
+  for (const char* bad : {"", "node17", "node 1,2", "a b c", "a b 2", "a b 0 1 2", "node k 0 1,,2", "node k 0 -1",
+                          "node k 0 1x", "node k 0 1,", "node k 0 +1", "node k 0 01", "node k 0 1048577",
+                          "node k 0 99999999999", "node k 0  1", " node k 0", "node k 0 ", "node k 0 1\n",
+                          "no\tde k 0 1"}) {
     EXPECT_EQ(HostRecord::Decode(bad).status().code(), StatusCode::kDataLoss) << bad;
   }
-  EXPECT_FALSE(HostRecord::OfThisProcess().host.empty());
+  const HostRecord here = HostRecord::OfThisProcess("", false);
+  EXPECT_FALSE(here.host.empty());
+  // The key ends with the host name; CIUIC_HOST_ID is appended to it.
+  EXPECT_EQ(here.key.substr(here.key.size() - here.host.size()), here.host);
+  EXPECT_EQ(HostRecord::OfThisProcess("h1", false).key, here.key + "/h1");
+  if (!transport::ProcessIdentity().empty()) {
+    EXPECT_GT(here.key.size(), here.host.size() + 10) << here.key;
+  }
 
   CommDecision d;
   d.transport = BackendKind::kTcp;
@@ -34,7 +48,9 @@ TEST(BootstrapTest, RecordsRoundTripAndMalformedOnesAreNamed) {
   d.ranks_outnumber_cpus = true;
   d.tuning_id = "123";
   d.accumulate = "wire";
-  EXPECT_EQ(d.Encode(), "tcp abcd 1 123 wire");
+  d.host_of = {0, 0, 1};
+  d.verbs = {true, false, true};
+  EXPECT_EQ(d.Encode(), "tcp abcd 1 123 wire 0 0,0,1 101");
   auto e = CommDecision::Decode(d.Encode());
   ASSERT_TRUE(e.ok());
   EXPECT_EQ(e->transport, BackendKind::kTcp);
@@ -42,8 +58,17 @@ TEST(BootstrapTest, RecordsRoundTripAndMalformedOnesAreNamed) {
   EXPECT_TRUE(e->ranks_outnumber_cpus);
   EXPECT_EQ(e->tuning_id, "123");
   EXPECT_EQ(e->accumulate, "wire");
-  for (const char* bad : {"", "tcp abcd 1", "tcp abcd 2 x f32", "rdma abcd 0 none f32", "tcp a 0 none f32 extra",
-                          "tcp abcd 1 123", "tcp  abcd 1 123 wire", "tcp abcd 1 123 wire ", "tcp abcd 1 123 wire\n"}) {
+  EXPECT_FALSE(e->forced);
+  EXPECT_EQ(e->host_of, d.host_of);
+  EXPECT_EQ(e->verbs, d.verbs);
+  // Host indices in order of first appearance (one encoding), as many verbs
+  // bits as ranks.
+  for (const char* bad : {"", "tcp abcd 1", "tcp abcd 2 x f32", "rdma abcd 0 none f32 0 0 0", "tcp a 0 none f32 extra",
+                          "tcp abcd 1 123", "tcp abcd 1 123 wire", "tcp  abcd 1 123 wire 0 0 0",
+                          "tcp abcd 1 123 wire 0 0 0 ", "tcp abcd 1 123 wire 0 0 0\n", "tcp abcd 1 123 wire 2 0 0",
+                          "tcp abcd 1 123 wire 0 1 0", "tcp abcd 1 123 wire 0 0,2 00", "tcp abcd 1 123 wire 0 0,1 0",
+                          "tcp abcd 1 123 wire 0 0,1 012", "tcp abcd 1 123 wire 0 0,,1 000",
+                          "tcp abcd 1 123 wire 0 0,01 00", "tcp abcd 1 123 wire 0 0, 0"}) {
     auto s = CommDecision::Decode(bad);
     EXPECT_EQ(s.status().code(), StatusCode::kDataLoss) << bad;
     EXPECT_NE(s.status().message().find("rank 0"), std::string::npos) << s.status().ToString();
@@ -83,29 +108,86 @@ TEST(BootstrapTest, AMalformedRecordIsQuotedShortAndPrintable) {
 
 TEST(BootstrapTest, DecideFollowsHostsCpusAndTheKnob) {
   Config c;
-  std::vector<HostRecord> one = {{"a", {0}}, {"a", {1}}};
+  std::vector<HostRecord> one = {{"a", "ka", false, {0}}, {"a", "ka", false, {1}}};
   CommDecision d = Decide(one, c, 2, "none");
   EXPECT_EQ(d.transport, BackendKind::kShm);
   EXPECT_FALSE(d.ranks_outnumber_cpus);
   EXPECT_EQ(d.job_id.size(), 16u);
   EXPECT_NE(Decide(one, c, 2, "none").job_id, d.job_id);  // fresh per communicator
   // Three ranks sharing two CPUs on one host.
-  std::vector<HostRecord> over = {{"a", {0, 1}}, {"a", {0, 1}}, {"a", {1}}};
+  std::vector<HostRecord> over = {{"a", "ka", false, {0, 1}}, {"a", "ka", false, {0, 1}}, {"a", "ka", false, {1}}};
   EXPECT_TRUE(Decide(over, c, 3, "none").ranks_outnumber_cpus);
+  // Two simulated hosts of one machine (one boot id) on one CPU: their
+  // ranks still share it.
+  std::vector<HostRecord> split = {{"a", "boot1/ns/a", false, {0}}, {"b", "boot1/ns/b", false, {0}}};
+  EXPECT_TRUE(Decide(split, c, 2, "none").ranks_outnumber_cpus);
+  EXPECT_EQ(Decide(split, c, 2, "none").nhosts(), 2);
   // Unknown affinity says nothing.
-  std::vector<HostRecord> unknown = {{"a", {}}, {"a", {}}, {"a", {}}};
+  std::vector<HostRecord> unknown = {{"a", "ka", false, {}}, {"a", "ka", false, {}}, {"a", "ka", false, {}}};
   EXPECT_FALSE(Decide(unknown, c, 3, "none").ranks_outnumber_cpus);
-  // Two hosts: the network (verbs when a device opens, else tcp).
-  std::vector<HostRecord> two = {{"a", {0}}, {"b", {0}}};
-  const BackendKind net = Decide(two, c, 2, "none").transport;
-  EXPECT_TRUE(net == BackendKind::kTcp || net == BackendKind::kVerbs);
+  // Two hosts: the network (verbs when every rank can open a device).
+  std::vector<HostRecord> two = {{"a", "ka", false, {0}}, {"b", "kb", false, {0}}};
+  EXPECT_EQ(Decide(two, c, 2, "none").transport, BackendKind::kTcp);
+  two[0].verbs = two[1].verbs = true;
+  EXPECT_EQ(Decide(two, c, 2, "none").transport, BackendKind::kVerbs);
+  // Hosts are keys, not names: one name on two boots is two hosts.
+  std::vector<HostRecord> same_name = {{"a", "boot1/a", false, {0}}, {"a", "boot2/a", false, {0}}};
+  EXPECT_EQ(Decide(same_name, c, 2, "none").host_of, (std::vector<int>{0, 1}));
   c.transport = "tcp";
   EXPECT_EQ(Decide(one, c, 2, "7").transport, BackendKind::kTcp);
+  EXPECT_TRUE(Decide(one, c, 2, "7").forced);
   EXPECT_EQ(Decide(one, c, 2, "7").tuning_id, "7");
   const std::string text = "ciuic-tuning 1\n";
   EXPECT_EQ(TuningId(nullptr), "none");
   EXPECT_EQ(TuningId(&text), TuningId(&text));
   EXPECT_NE(TuningId(&text), "none");
+}
+
+TEST(BootstrapTest, PairsTakeShmInsideAHostAndTheNetworkBetween) {
+  Config c;
+  // Hosts 2 + 1 + 2 (ranks 0,3 | 1 | 2,4 by key), verbs on ranks 0, 2, 4.
+  std::vector<HostRecord> recs = {{"x", "k0", true, {}},
+                                  {"y", "k1", false, {}},
+                                  {"z", "k2", true, {}},
+                                  {"x", "k0", false, {}},
+                                  {"z", "k2", true, {}}};
+  const CommDecision d = Decide(recs, c, 5, "none");
+  EXPECT_FALSE(d.forced);
+  EXPECT_EQ(d.host_of, (std::vector<int>{0, 1, 2, 0, 2}));
+  EXPECT_EQ(d.nhosts(), 3);
+  for (int a = 0; a < 5; ++a) {
+    for (int b = 0; b < 5; ++b) EXPECT_EQ(PairKind(d, a, b), PairKind(d, b, a)) << a << "," << b;
+  }
+  EXPECT_EQ(PairKind(d, 0, 3), BackendKind::kShm);
+  EXPECT_EQ(PairKind(d, 2, 4), BackendKind::kShm);
+  EXPECT_EQ(PairKind(d, 0, 2), BackendKind::kVerbs);  // both can
+  EXPECT_EQ(PairKind(d, 0, 1), BackendKind::kTcp);    // rank 1 cannot
+  EXPECT_EQ(PairKind(d, 3, 4), BackendKind::kTcp);    // rank 3 cannot
+  EXPECT_EQ(d.KindsInUse(), (std::vector<BackendKind>{BackendKind::kShm, BackendKind::kTcp, BackendKind::kVerbs}));
+  EXPECT_EQ(d.CollectiveKind(), BackendKind::kTcp);
+  // 10 pairs: 2 inside hosts; between, verbs for 0-2, 0-4 (2), tcp for 6.
+  EXPECT_EQ(DescribeRoutes(d, {"x", "y", "z"}),
+            "3 hosts (x: ranks 0,3; y: ranks 1; z: ranks 2,4): shm inside hosts (2 pairs), between hosts tcp (6 "
+            "pairs) and verbs (2 pairs)");
+  auto back = CommDecision::Decode(d.Encode());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  for (int a = 0; a < 5; ++a) {
+    for (int b = 0; b < 5; ++b) EXPECT_EQ(PairKind(*back, a, b), PairKind(d, a, b));
+  }
+  // One rank per host: no shm pair; one host: shm only.
+  const CommDecision spread = Decide({{"a", "ka", false, {}}, {"b", "kb", false, {}}}, c, 2, "none");
+  EXPECT_EQ(spread.KindsInUse(), (std::vector<BackendKind>{BackendKind::kTcp}));
+  const CommDecision local = Decide({{"a", "ka", true, {}}, {"a", "ka", true, {}}}, c, 2, "none");
+  EXPECT_EQ(local.KindsInUse(), (std::vector<BackendKind>{BackendKind::kShm}));
+  EXPECT_EQ(local.CollectiveKind(), BackendKind::kShm);
+  // CIUIC_TRANSPORT: one kind for every pair, even inside a host.
+  c.transport = "tcp";
+  const CommDecision forced = Decide(recs, c, 5, "none");
+  EXPECT_TRUE(forced.forced);
+  EXPECT_EQ(PairKind(forced, 0, 3), BackendKind::kTcp);
+  EXPECT_EQ(PairKind(forced, 0, 2), BackendKind::kTcp);
+  EXPECT_EQ(forced.KindsInUse(), (std::vector<BackendKind>{BackendKind::kTcp}));
+  EXPECT_EQ(DescribeRoutes(forced, {}), "tcp for all 10 pairs (CIUIC_TRANSPORT)");
 }
 
 }  // namespace

@@ -490,6 +490,9 @@ TEST_F(CiuicRunTest, BadUsageExits2NamingTheArgument) {
       {{"-n", "2", "--bind", "socket", "--", "true"}, "--bind 'socket'"},
       {{"-n", "2", "--timeout", "soon", "--", "true"}, "--timeout 'soon'"},
       {{"-n", "2", "--hosts", "3", "--", "true"}, "--hosts 3"},
+      {{"-n", "4", "--hosts", "3+2", "--", "true"}, "--hosts 3+2 places 5 ranks, but -n is 4"},
+      {{"-n", "4", "--hosts", "3+0+1", "--", "true"}, "--hosts '3+0+1'"},
+      {{"-n", "4", "--hosts", "3+", "--", "true"}, "--hosts '3+'"},
       {{"-n", "2", "--link-rate", "1gbit", "--", "true"}, "--link-rate needs --hosts"},
       {{"-n", "2", "--hosts", "2", "--link-rate", "fast", "--", "true"}, "--link-rate 'fast'"},
       {{"-n", "2", "--frobnicate", "--", "true"}, "--frobnicate"},
@@ -715,6 +718,64 @@ TEST_F(CiuicRunTest, HostsRanksReachTheStoreFromEveryNamespace) {
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(Count(r.out, "store ok, hosts ciuic-host0,ciuic-host0,ciuic-host1,ciuic-host1\n"), 4u)
       << r.out << r.err;
+}
+
+TEST_F(CiuicRunTest, HostsUnevenRanksUseShmInsideAHostAndTcpBetween) {
+  SKIP_WITHOUT_NETNS();
+  // 3 + 1: ranks 0-2 on host 0 (shm among them, tcp to rank 3), rank 3
+  // alone on host 1 (tcp only). Every collective's result is checked by the
+  // rank program; rank 0 says which pairs use what.
+  Launch l(Args({"-n", "4", "--hosts", "3+1"}, {CIUIC_HOSTS_COMM_BIN}), {"CIUIC_DEBUG=INFO"});
+  Track(l);
+  const Result r = l.Finish(60);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(Count(r.out, "[" + std::to_string(k) + "] rank " + std::to_string(k) + " of 4 on ciuic-host0: shm+tcp ok"),
+              1u) << r.out;
+  }
+  EXPECT_EQ(Count(r.out, "[3] rank 3 of 4 on ciuic-host1: tcp ok"), 1u) << r.out;
+  EXPECT_NE(r.err.find("transports: 2 hosts (ciuic-host0: ranks 0-2; ciuic-host1: ranks 3): shm inside hosts (3 "
+                       "pairs), between hosts tcp (3 pairs) and verbs (0 pairs)"),
+            std::string::npos)
+      << r.err;
+}
+
+TEST_F(CiuicRunTest, HostsEvenAndForcedTransport) {
+  SKIP_WITHOUT_NETNS();
+  {
+    Launch l(Args({"-n", "4", "--hosts", "2"}, {CIUIC_HOSTS_COMM_BIN}));
+    Track(l);
+    const Result r = l.Finish(60);
+    EXPECT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_EQ(Count(r.out, "shm+tcp ok"), 4u) << r.out;
+  }
+  {
+    // --transport tcp: tcp for every pair, inside hosts too.
+    Launch l(Args({"-n", "4", "--hosts", "2", "--transport", "tcp"}, {CIUIC_HOSTS_COMM_BIN}));
+    Track(l);
+    const Result r = l.Finish(60);
+    EXPECT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_EQ(Count(r.out, ": tcp ok"), 4u) << r.out;
+  }
+}
+
+TEST_F(CiuicRunTest, HostsARankDeadOnOneHostIsNamedOnTheOther) {
+  SKIP_WITHOUT_NETNS();
+  // Rank 3 (host 1) exits after the first all-reduce: the ranks of host 0
+  // fail their next call naming it, well within the timeout.
+  Launch l(Args({"-n", "4", "--hosts", "2+2", "--keep-going"}, {CIUIC_HOSTS_COMM_BIN, "die-on", "3"}),
+           {"CIUIC_TIMEOUT_MS=20000"});
+  Track(l);
+  const Result r = l.Finish(60);
+  EXPECT_NE(r.code, 0);
+  EXPECT_LT(r.seconds, 20) << r.err;
+  for (int k = 0; k < 2; ++k) {
+    const std::string prefix = "[" + std::to_string(k) + "] rank " + std::to_string(k) + ": after rank 3 died: ";
+    const size_t at = r.err.find(prefix);
+    ASSERT_NE(at, std::string::npos) << r.err;
+    const std::string line = r.err.substr(at, r.err.find('\n', at) - at);
+    EXPECT_NE(line.find("rank 3"), std::string::npos) << line;
+  }
 }
 
 TEST_F(CiuicRunTest, HostsAreRemovedAfterAFailingRank) {
