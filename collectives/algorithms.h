@@ -59,8 +59,9 @@ enum class Algorithm : uint8_t {
   kPointToPoint,       // "p2p" (send, recv)
   kBruck,              // "bruck" (all-gather)
   kLinear,             // "linear" (gather, scatter: the root and every other rank)
+  kHierarchical,       // "hier": inside hosts, then across them per slice, then inside again
 };
-inline constexpr int kNumAlgorithms = 11;
+inline constexpr int kNumAlgorithms = 12;
 
 // "allreduce", "broadcast", "reduce", "allgather", "allgatherv",
 // "reducescatter", "reducescatterv", "alltoall", "barrier", "send", "recv",
@@ -98,8 +99,8 @@ struct CollectiveArgs {
   int tag = 0;                 // send, recv: messages of one tag match in order
   int nchannels = 1;
   // Each rank's host, numbered in order of first appearance (empty: every
-  // rank a host of its own).
-  std::vector<int> host_of;
+  // rank a host of its own). Only the hierarchical algorithms read it.
+  std::vector<int> host_of{};
 };
 
 // Tags of send/recv: [0, kMaxTag). Each tag in use between two ranks has a

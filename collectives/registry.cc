@@ -16,7 +16,7 @@ using K = AlgorithmKind;
 // The name of every algorithm id, in Algorithm order.
 constexpr const char* kNames[kNumAlgorithms] = {"ring",     "tree",          "recdoubling", "rabenseifner", "binomial",
                                                 "pairwise", "dissemination", "direct",      "p2p",          "bruck",
-                                                "linear"};
+                                                "linear",   "hier"};
 
 // --- The shared-memory family: when it applies, what it costs -------------
 
@@ -106,6 +106,11 @@ AlgorithmInfo ScheduleEntry(C c, A a, const char* summary, Status (*generate)(co
   return e;
 }
 
+AlgorithmInfo HostsEntry(AlgorithmInfo e) {
+  e.needs_hosts = true;
+  return e;
+}
+
 AlgorithmInfo SharedEntry(C c, K kind, const char* summary,
                      bool (*applies)(const CallShape&, const DirectLimits&, std::string*),
                      double (*cost)(const CallShape&, const CostParams&, const DirectLimits&)) {
@@ -134,6 +139,10 @@ std::vector<AlgorithmInfo> MakeRegistry() {
                g::AllReduceRabenseifner),
       ScheduleEntry(C::kAllReduce, A::kRecursiveDoubling, "log2(n) whole-vector exchanges: latency-optimal",
                g::AllReduceRecursiveDoubling),
+      HostsEntry(ScheduleEntry(C::kAllReduce, A::kHierarchical,
+                          "reduce-scatter inside each host, a ring per slice across hosts (every local rank a "
+                          "leader), all-gather inside: several ranks per host",
+                          g::AllReduceHierarchical)),
 
       SharedEntry(C::kBroadcast, K::kShmDirect, "peers copy out of the root's shared slots", BroadcastApplies,
              BroadcastCost),

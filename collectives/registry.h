@@ -81,6 +81,10 @@ struct AlgorithmInfo {
   // Left out of the model's choice where ranks outnumber their CPUs (every
   // message then costs a context switch, which the model does not count).
   bool avoid_when_ranks_outnumber_cpus = false;
+  // A candidate for the model only when ranks span several hosts and some
+  // host has several (the hierarchical schedules; elsewhere they are the
+  // flat ones with extra steps). Forced, it runs anywhere.
+  bool needs_hosts = false;
   const char* summary = "";  // one line: what it does, when it wins
   // kSchedule: appends one rank's steps (algorithms/generators.h).
   Status (*generate)(const CollectiveArgs& args, internal::Builder& builder) = nullptr;

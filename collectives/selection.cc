@@ -8,6 +8,17 @@
 namespace ciuic::collectives {
 namespace {
 
+// Ranks on at least two hosts, one of them with two ranks or more.
+bool SeveralHostsWithPeers(const std::vector<int>& host_of) {
+  std::vector<int> per_host;
+  for (int h : host_of) {
+    if (h < 0) return false;
+    if (static_cast<size_t>(h) >= per_host.size()) per_host.resize(static_cast<size_t>(h) + 1, 0);
+    ++per_host[static_cast<size_t>(h)];
+  }
+  return per_host.size() > 1 && std::any_of(per_host.begin(), per_host.end(), [](int m) { return m > 1; });
+}
+
 int SizeClass(size_t bytes) {
   int c = 0;
   while ((size_t{1} << c) < bytes && c < 63) ++c;
@@ -136,8 +147,10 @@ StatusOr<Selection> Select(const CallShape& call, DataType dtype, ReduceOp op, c
   std::vector<const AlgorithmInfo*> runnable;
   std::string forced_why_not;
   const AlgorithmInfo* forced = ctx.algo.For(call.collective);
+  const bool hosts = SeveralHostsWithPeers(ctx.host_of);
   for (const AlgorithmInfo* e : EntriesFor(call.collective)) {
     if (!e->RunsOn(ctx.backend)) continue;
+    if (e->needs_hosts && !hosts && e != forced) continue;
     std::string why;
     if (e->kind != AlgorithmKind::kSchedule && !e->applies(call, ctx.limits, &why)) {
       if (e == forced) forced_why_not = why;

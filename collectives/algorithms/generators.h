@@ -37,6 +37,7 @@ Status AllReduceRing(const CollectiveArgs& a, Builder& b);
 Status AllReduceDoubleBinaryTree(const CollectiveArgs& a, Builder& b);
 Status AllReduceRecursiveDoubling(const CollectiveArgs& a, Builder& b);
 Status AllReduceRabenseifner(const CollectiveArgs& a, Builder& b);
+Status AllReduceHierarchical(const CollectiveArgs& a, Builder& b);
 Status BroadcastRing(const CollectiveArgs& a, Builder& b);
 Status BroadcastBinomial(const CollectiveArgs& a, Builder& b);
 Status ReduceBinomial(const CollectiveArgs& a, Builder& b);

@@ -1045,6 +1045,28 @@ TEST(CollectivesHosts, EveryAllReduceScheduleAcrossHosts) {
   }
 }
 
+// The hierarchical all-reduce on uneven hosts (3+1, 2+2+3), with a rank of
+// a small host owning several slices; every element exact, in place too.
+TEST(CollectivesHosts, HierarchicalOnUnevenHosts) {
+  for (const std::vector<int>& host_of : std::vector<std::vector<int>>{{0, 0, 0, 1}, {0, 0, 1, 1, 2, 2, 2}}) {
+    const int n = static_cast<int>(host_of.size());
+    auto results = RunRanks(n, [&](int rank, transport::Store& store) -> Status {
+      CIUIC_ASSIGN_OR_RETURN(auto comm, MakeHostComm(rank, store, host_of, "hier"));
+      int salt = 0;
+      for (size_t count : {size_t{0}, size_t{1}, size_t{5}, size_t{1000}, size_t{(1u << 16) + 3}}) {
+        for (bool in_place : {false, true}) {
+          CIUIC_RETURN_IF_ERROR(CheckAllReduce<float>(*comm, count, ReduceOp::kSum, in_place, ++salt));
+          CIUIC_RETURN_IF_ERROR(CheckAllReduce<int32_t>(*comm, count, ReduceOp::kMax, in_place, ++salt));
+        }
+        CIUIC_RETURN_IF_ERROR(CheckHalfAllReduce(*comm, count, DataType::kBFloat16, ++salt));
+      }
+      EXPECT_OR_FAIL(comm->last_algorithm().rfind("hier (forced by CIUIC_ALGO", 0) == 0, "ran " + comm->last_algorithm());
+      return Status::Ok();
+    }, milliseconds(120000));
+    for (const auto& r : results) EXPECT_TRUE(r.ok()) << n << " ranks:\n" << ResultsText(results);
+  }
+}
+
 TEST(CollectivesHosts, TheKnobForcesOneTransportAndShmOnlyAlgorithmsNeedOneHost) {
   const std::vector<int> host_of = {0, 0, 1};
   auto results = RunRanks(3, [&](int rank, transport::Store& store) -> Status {

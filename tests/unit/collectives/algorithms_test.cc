@@ -41,6 +41,24 @@ std::vector<Pair> AllPairs() {
 
 std::vector<int> RankCounts() { return {1, 2, 3, 4, 5, 6, 7, 8, 9, 16}; }
 
+// Host maps for the hierarchical algorithms, by variant: hosts of 2, of 3,
+// n-1 + 1, interleaved (ranks 0,2,4.. on host 0), one host, none (every rank
+// its own host).
+std::vector<int> HostLayout(int n, int variant) {
+  if (variant % 6 == 5) return {};
+  std::vector<int> h(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    switch (variant % 6) {
+      case 0: h[static_cast<size_t>(r)] = r / 2; break;
+      case 1: h[static_cast<size_t>(r)] = r / 3; break;
+      case 2: h[static_cast<size_t>(r)] = r == n - 1 && n > 1 ? 1 : 0; break;
+      case 3: h[static_cast<size_t>(r)] = r % 2; break;
+      default: h[static_cast<size_t>(r)] = 0; break;
+    }
+  }
+  return h;
+}
+
 // Small chunks pipeline every message over several chunks; large ones
 // send most messages in one chunk.
 size_t SmallChunkBytes(size_t count, size_t elem) { return (count <= 1000 ? 3 : 1000) * elem; }
@@ -71,6 +89,7 @@ std::vector<Case> Matrix(const Pair& pair) {
               c.slots = slots;
               c.in_place = in_place;
               c.root = (nch + slots + (in_place ? 1 : 0) + static_cast<int>(count)) % n;
+              if (pair.algorithm == Algorithm::kHierarchical) c.host_of = HostLayout(n, static_cast<int>(cases.size()));
               cases.push_back(c);
             }
           }
@@ -117,6 +136,7 @@ TEST_P(CIUIC_ALGORITHMS_SUITE, EveryTypeAndOp) {
         c.slots = 1;
         c.in_place = in_place;
         c.root = n - 1;
+        if (pair.algorithm == Algorithm::kHierarchical) c.host_of = HostLayout(n, static_cast<int>(count) + n);
         for (Op op : {Op::kSum, Op::kProd, Op::kMin, Op::kMax}) {
           for (const std::string& err :
                {Check<float>(c, op, ++seed), Check<double>(c, op, ++seed), Check<int32_t>(c, op, ++seed),
@@ -153,6 +173,7 @@ TEST_P(DeterminismTest, ByteIdenticalOnEveryRank) {
         c.chunk_bytes = 256;
         c.slots = 1;
         c.in_place = in_place;
+        if (pair.algorithm == Algorithm::kHierarchical) c.host_of = HostLayout(n, n + (in_place ? 1 : 0));
         std::vector<std::vector<float>> x(n, std::vector<float>(count));
         for (auto& v : x) {
           for (auto& e : v) e = dist(rng);

@@ -105,12 +105,18 @@ struct Case {
   int slots = 2;
   bool in_place = false;
   int root = 0;
+  std::vector<int> host_of;  // empty: every rank a host of its own
 
   std::string Name() const {
     return std::string(CollectiveName(collective)) + "/" + AlgorithmName(algorithm) + " n=" +
            std::to_string(nranks) + " count=" + std::to_string(count) + " ch=" + std::to_string(nchannels) +
            " chunk=" + std::to_string(chunk_bytes) + "B slots=" + std::to_string(slots) +
-           (in_place ? " in-place" : " out-of-place") + " root=" + std::to_string(root);
+           (in_place ? " in-place" : " out-of-place") + " root=" + std::to_string(root) + HostsName();
+  }
+  std::string HostsName() const {
+    std::string s;
+    for (size_t r = 0; r < host_of.size(); ++r) s += (r ? "," : " hosts=") + std::to_string(host_of[r]);
+    return s;
   }
 };
 
@@ -158,6 +164,7 @@ inline CollectiveArgs ArgsFor(const Case& c, int rank) {
   a.count = c.count;
   a.nchannels = c.nchannels;
   a.root = c.root;
+  a.host_of = c.host_of;
   if (c.collective == Collective::kAllGatherv || c.collective == Collective::kReduceScatterv) {
     a.counts = VCounts(c.count, c.nranks);
   }

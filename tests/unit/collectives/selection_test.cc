@@ -242,6 +242,23 @@ TEST(SelectionTest, ForcedThenTunedThenTheModel) {
   ASSERT_TRUE(tcp.ok());
   EXPECT_EQ(tcp->algorithm->kind, AlgorithmKind::kSchedule);
   EXPECT_EQ(tcp->predicted_s.size(), 4u);
+  // The hierarchical schedule is a candidate only across hosts with
+  // several ranks on one; forced, it runs anywhere.
+  ctx.host_of = {0, 0, 1, 1};
+  SelectionCache hosts_cache;
+  auto two_hosts = Select(Shape(Collective::kAllReduce, 2, 4, 2), DataType::kFloat32, ReduceOp::kSum, ctx, &hosts_cache);
+  ASSERT_TRUE(two_hosts.ok());
+  EXPECT_EQ(two_hosts->predicted_s.size(), 5u);
+  EXPECT_EQ(two_hosts->predicted_s.back().first, "hier");
+  ctx.host_of = {0, 1, 2, 3};
+  auto spread = Select(Shape(Collective::kAllReduce, 2, 4, 2), DataType::kFloat32, ReduceOp::kSum, ctx, &hosts_cache);
+  ASSERT_TRUE(spread.ok());
+  EXPECT_EQ(spread->predicted_s.size(), 4u);
+  ctx.host_of.clear();
+  ctx.algo = *AlgoKnob::Parse("hier");
+  auto forced_hier = Select(Shape(Collective::kAllReduce, 2, 4, 2), DataType::kFloat32, ReduceOp::kSum, ctx, &hosts_cache);
+  ASSERT_TRUE(forced_hier.ok());
+  EXPECT_EQ(forced_hier->algorithm->id, Algorithm::kHierarchical);
 }
 
 TEST(SelectionTest, PredictCallCostsBothKinds) {

@@ -1,0 +1,112 @@
+// All-reduce, hierarchical with a leader per slice ("hier"). Ranks are
+// grouped into hosts by args.host_of; without a map every rank is a host
+// of its own. The vector is cut into S = (most ranks on one host) slices;
+// local rank j of a host of m ranks owns slices [ceil(j*S/m),
+// ceil((j+1)*S/m)), a contiguous run, so its slices are one segment.
+//   A. ring reduce-scatter inside each host: segment j ends at local rank j
+//      holding the host's sum (shm links);
+//   B. for every slice, a ring all-reduce among its owners, one per host:
+//      every local rank carries a share of the traffic between hosts
+//      (multi-leader: each rank's NIC share, not one leader's);
+//   C. ring all-gather of the segments inside each host.
+// One host degenerates to the ring all-reduce; one rank per host to a ring
+// across hosts. Uneven hosts (3+1) work: a rank of a small host owns several
+// slices and meets several rails. Rails of one pair of ranks share channel
+// 0 and both sides emit them in ascending slice order, so messages match.
+// In place: phase A reads input segment s before it writes output segment
+// s, the rails work in the output, and phase C's receives follow the last
+// step that read or wrote their segment (writer[]).
+#include <algorithm>
+#include <vector>
+
+#include "collectives/algorithms/generators.h"
+
+namespace ciuic::collectives::generators {
+
+Status AllReduceHierarchical(const CollectiveArgs& a, Builder& b) {
+  const int n = a.nranks;
+  std::vector<int> host_of(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) host_of[static_cast<size_t>(r)] = r;
+  if (a.host_of.size() == static_cast<size_t>(n)) host_of = a.host_of;
+  int nh = 0;
+  for (int h : host_of) nh = std::max(nh, h + 1);
+  std::vector<std::vector<int>> members(static_cast<size_t>(nh));
+  for (int r = 0; r < n; ++r) members[static_cast<size_t>(host_of[static_cast<size_t>(r)])].push_back(r);
+  size_t S = 1;
+  for (const auto& m : members) S = std::max(S, m.size());
+
+  const int h = host_of[static_cast<size_t>(a.rank)];
+  const std::vector<int>& mine = members[static_cast<size_t>(h)];
+  const int m = static_cast<int>(mine.size());
+  const int j = static_cast<int>(std::find(mine.begin(), mine.end(), a.rank) - mine.begin());
+  // First slice of local rank jj on a host of mm ranks: ceil(jj*S/mm).
+  auto first_slice = [S](size_t jj, size_t mm) { return (jj * S + mm - 1) / mm; };
+  auto slice_at = [&](size_t s) { return EvenSplitOffset(a.count, S, s); };
+  auto seg = [&](int jj) {
+    const size_t lo = slice_at(first_slice(static_cast<size_t>(jj), static_cast<size_t>(m)));
+    const size_t hi = slice_at(first_slice(static_cast<size_t>(jj) + 1, static_cast<size_t>(m)));
+    return std::make_pair(lo, hi - lo);
+  };
+
+  // A: reduce-scatter inside the host.
+  std::vector<int> writer(static_cast<size_t>(m), -1);
+  int a_done = -1;
+  const int next = mine[static_cast<size_t>(Mod(j + 1, m))], prev = mine[static_cast<size_t>(Mod(j - 1, m))];
+  if (m == 1) {
+    a_done = b.Copy(In(seg(0)), Out(seg(0)));
+  } else {
+    writer[static_cast<size_t>(Mod(j - 1, m))] = b.Send(next, 0, In(seg(Mod(j - 1, m))));
+    for (int t = 1; t < m; ++t) {
+      const int s = Mod(j - 1 - t, m);
+      writer[static_cast<size_t>(s)] = t < m - 1 ? b.RecvReduceSend(prev, next, 0, In(seg(s)), Out(seg(s)))
+                                                 : b.RecvReduce(prev, 0, In(seg(s)), Out(seg(s)));
+    }
+    a_done = writer[static_cast<size_t>(j)];
+  }
+
+  // B: one ring all-reduce per owned slice among its owners on every host.
+  std::vector<int> rails = {a_done};
+  const size_t lo = first_slice(static_cast<size_t>(j), static_cast<size_t>(m));
+  const size_t hi = first_slice(static_cast<size_t>(j) + 1, static_cast<size_t>(m));
+  for (size_t s = lo; s < hi && nh > 1; ++s) {
+    std::vector<int> rail(static_cast<size_t>(nh));
+    for (int g = 0; g < nh; ++g) {
+      const std::vector<int>& on = members[static_cast<size_t>(g)];
+      rail[static_cast<size_t>(g)] = on[s * on.size() / S];  // the jj with ceil(jj*S/mg) <= s < ceil((jj+1)*S/mg)
+    }
+    const size_t base = slice_at(s), len = slice_at(s + 1) - base;
+    auto part = [&](int x) { return EvenPart(base, len, static_cast<size_t>(nh), static_cast<size_t>(Mod(x, nh))); };
+    const int p = h;
+    const int rnext = rail[static_cast<size_t>(Mod(p + 1, nh))], rprev = rail[static_cast<size_t>(Mod(p - 1, nh))];
+    std::vector<int> rw(static_cast<size_t>(nh), -1);
+    rw[static_cast<size_t>(p)] = b.Send(rnext, 0, Out(part(p)), {a_done});
+    rails.push_back(rw[static_cast<size_t>(p)]);
+    for (int t = 1; t < nh; ++t) {
+      const int x = Mod(p - t, nh);
+      rw[static_cast<size_t>(x)] = b.RecvReduceSend(rprev, rnext, 0, Out(part(x)), Out(part(x)), {a_done});
+      rails.push_back(rw[static_cast<size_t>(x)]);
+    }
+    for (int t = 1; t < nh; ++t) {
+      const int x = Mod(p + 1 - t, nh);
+      rails.push_back(t < nh - 1 ? b.RecvCopySend(rprev, rnext, 0, Out(part(x)), {rw[static_cast<size_t>(x)]})
+                                 : b.Recv(rprev, 0, Out(part(x)), {rw[static_cast<size_t>(x)]}));
+    }
+  }
+
+  // C: all-gather inside the host, once this rank's slices are final.
+  if (m > 1) {
+    b.Send(next, 0, Out(seg(j)), rails);
+    for (int t = 1; t < m; ++t) {
+      const int s = Mod(j - t, m);
+      const std::vector<int> deps = {writer[static_cast<size_t>(s)]};
+      if (t < m - 1) {
+        b.RecvCopySend(prev, next, 0, Out(seg(s)), deps);
+      } else {
+        b.Recv(prev, 0, Out(seg(s)), deps);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace ciuic::collectives::generators
