@@ -197,6 +197,14 @@ Status CommImpl::Init() {
   selection_.params.chunk_bytes = link_options_.slot_size;
   selection_.params.nchannels = config_.nchannels;
   selection_.params.ranks_outnumber_cpus = decision_.ranks_outnumber_cpus;
+  if (decision_.nhosts() > 1) {
+    // Two levels: shm inside hosts, the network kind between them.
+    CostParams intra = DefaultCostParams(BackendKind::kShm);
+    if (tuning_.has_value()) ApplyTuning(*tuning_, BackendKind::kShm, &intra);
+    selection_.params.host_of = decision_.host_of;
+    selection_.params.intra_alpha_s = intra.alpha_s;
+    selection_.params.intra_beta_s_per_byte = intra.beta_s_per_byte;
+  }
   if (tuning_.has_value()) {
     selection_.tuning = &*tuning_;
     ApplyTuning(*tuning_, kind, &selection_.params);

@@ -18,13 +18,24 @@ struct StepCost {
   double bytes = 0;
 };
 
-StepCost CostOf(const Step& st, const CostParams& p) {
+// Whether ranks a and b share a host in `p`'s map (never without one).
+bool SameHost(const CostParams& p, int a, int b) {
+  const size_t n = p.host_of.size();
+  return n > 0 && a >= 0 && b >= 0 && static_cast<size_t>(a) < n && static_cast<size_t>(b) < n &&
+         p.host_of[static_cast<size_t>(a)] == p.host_of[static_cast<size_t>(b)];
+}
+
+// The step of `rank`; its sends cost the level of (rank, send_peer).
+StepCost CostOf(const Step& st, const CostParams& p, int rank) {
   StepCost c;
+  const bool intra = StepSends(st.op) && SameHost(p, rank, st.send_peer);
+  const double alpha = intra ? p.intra_alpha_s : p.alpha_s;
+  const double beta = intra ? p.intra_beta_s_per_byte : p.beta_s_per_byte;
   c.bytes = static_cast<double>(StepCount(st)) * static_cast<double>(p.elem_size);
   const double chunk = static_cast<double>(std::max<size_t>(1, p.chunk_bytes));
   c.chunks = c.bytes == 0 ? 1 : static_cast<size_t>(std::ceil(c.bytes / chunk));
   const double cb = c.bytes / static_cast<double>(c.chunks);
-  const double send = p.alpha_s + cb * p.beta_s_per_byte;
+  const double send = alpha + cb * beta;
   const double reduce = cb * p.gamma_s_per_byte;
   const double copy = cb * p.copy_s_per_byte;
   switch (st.op) {
@@ -51,19 +62,32 @@ StepCost CostOf(const Step& st, const CostParams& p) {
 
 struct RankLoad {
   double egress = 0, ingress = 0, cpu = 0;
+  // Of egress and ingress, what crosses to other hosts (two levels only):
+  // the host's link carries the sum over its ranks.
+  double inter_egress = 0, inter_ingress = 0;
   size_t messages = 0;
   size_t bytes_sent = 0;
 };
 
 RankLoad LoadOf(const Schedule& s, const CostParams& p) {
   RankLoad load;
+  const bool levels = !p.host_of.empty();
   for (const Step& st : s.steps) {
-    const StepCost c = CostOf(st, p);
+    const StepCost c = CostOf(st, p, s.rank);
     if (StepSends(st.op)) {
-      load.egress += static_cast<double>(c.chunks) * p.alpha_s + c.bytes * p.beta_s_per_byte;
+      const bool intra = SameHost(p, s.rank, st.send_peer);
+      const double t = static_cast<double>(c.chunks) * (intra ? p.intra_alpha_s : p.alpha_s) +
+                       c.bytes * (intra ? p.intra_beta_s_per_byte : p.beta_s_per_byte);
+      load.egress += t;
+      if (levels && !intra) load.inter_egress += t;
       load.bytes_sent += static_cast<size_t>(c.bytes);
     }
-    if (StepReceives(st.op)) load.ingress += c.bytes * p.beta_s_per_byte;
+    if (StepReceives(st.op)) {
+      const bool intra = SameHost(p, s.rank, st.recv_peer);
+      const double t = c.bytes * (intra ? p.intra_beta_s_per_byte : p.beta_s_per_byte);
+      load.ingress += t;
+      if (levels && !intra) load.inter_ingress += t;
+    }
     if (StepSends(st.op) || StepReceives(st.op)) ++load.messages;
     if (st.op == StepOp::kRecvReduce || st.op == StepOp::kRecvReduceSend || st.op == StepOp::kReduce) {
       const size_t operands = st.op == StepOp::kReduce && st.inputs.size() > 2 ? st.inputs.size() - 1 : 1;
@@ -160,8 +184,12 @@ StatusOr<Prediction> PredictSchedules(const std::vector<Schedule>& schedules, co
   }
   std::vector<double> first(total, 0), last(total, 0), received(total, 0);
   std::vector<const Step*> step_of(total);
+  std::vector<int> rank_of(total);
   for (size_t r = 0; r < n; ++r) {
-    for (size_t i = 0; i < schedules[r].steps.size(); ++i) step_of[base[r] + i] = &schedules[r].steps[i];
+    for (size_t i = 0; i < schedules[r].steps.size(); ++i) {
+      step_of[base[r] + i] = &schedules[r].steps[i];
+      rank_of[base[r] + i] = schedules[r].rank;
+    }
   }
   size_t done = 0;
   double critical = 0;
@@ -175,7 +203,7 @@ StatusOr<Prediction> PredictSchedules(const std::vector<Schedule>& schedules, co
       in_first = std::max(in_first, kind == Edge::kStream ? first[u] : end);
       in_last = std::max(in_last, end);
     }
-    const StepCost c = CostOf(*step_of[v], p);
+    const StepCost c = CostOf(*step_of[v], p, rank_of[v]);
     const double n1 = static_cast<double>(c.chunks - 1);
     first[v] = in_first + c.l;
     last[v] = std::max(in_last + c.l, in_first + c.l + n1 * c.q);
@@ -195,8 +223,15 @@ StatusOr<Prediction> PredictSchedules(const std::vector<Schedule>& schedules, co
   }
   Prediction pred;
   pred.critical_path_s = critical;
+  std::map<int, std::pair<double, double>> host_link;  // inter-host egress, ingress per host
   for (const Schedule& s : schedules) {
     const RankLoad load = LoadOf(s, p);
+    if (SameHost(p, s.rank, s.rank)) {
+      auto& l = host_link[p.host_of[static_cast<size_t>(s.rank)]];
+      l.first += load.inter_egress;
+      l.second += load.inter_ingress;
+      pred.resource_bound_s = std::max({pred.resource_bound_s, l.first, l.second});
+    }
     pred.resource_bound_s = std::max({pred.resource_bound_s, load.egress, load.ingress, load.cpu});
     pred.max_messages_per_rank = std::max(pred.max_messages_per_rank, load.messages);
     pred.max_bytes_sent_per_rank = std::max(pred.max_bytes_sent_per_rank, load.bytes_sent);
@@ -216,6 +251,7 @@ StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t 
   args.count = bytes / p.elem_size + (bytes % p.elem_size ? 1 : 0);
   args.nchannels = p.nchannels;
   args.root = p.root;
+  if (p.host_of.size() == static_cast<size_t>(nranks)) args.host_of = p.host_of;
   if (collective == Collective::kAllGatherv || collective == Collective::kReduceScatterv) {
     args.counts.assign(nranks, args.count);
   }
@@ -255,6 +291,11 @@ StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t 
     Prediction pred;
     pred.exact = false;
     pred.resource_bound_s = std::max({load.egress, load.ingress, load.cpu});
+    if (!p.host_of.empty()) {
+      // Rank 0's host link, as if its every rank crossed like rank 0.
+      const auto mates = static_cast<double>(std::count(p.host_of.begin(), p.host_of.end(), p.host_of[0]));
+      pred.resource_bound_s = std::max({pred.resource_bound_s, load.inter_egress * mates, load.inter_ingress * mates});
+    }
     pred.critical_path_s = static_cast<double>(load.messages) * p.alpha_s;
     pred.seconds = pred.resource_bound_s + pred.critical_path_s;
     pred.max_messages_per_rank = load.messages;

@@ -48,6 +48,14 @@ struct CostParams {
   // rank selects alike): selection leaves out the entries the registry
   // marks avoid_when_ranks_outnumber_cpus (the ring reduce).
   bool ranks_outnumber_cpus = false;
+  // Two levels: each rank's host (empty: one level, alpha/beta for every
+  // message). With a map, a message between ranks of one host costs
+  // intra_alpha_s/intra_beta_s_per_byte (shm) and one between hosts
+  // alpha_s/beta_s_per_byte (the network), and the ranks of a host share
+  // its link: their inter-host bytes add up in the resource bound.
+  std::vector<int> host_of;
+  double intra_alpha_s = 1e-6;
+  double intra_beta_s_per_byte = 1e-10;
 };
 
 // Rough defaults per backend, to be replaced by calibration (ciuic-tune):

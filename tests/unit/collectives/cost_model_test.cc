@@ -36,6 +36,39 @@ TEST(CostModelTest, OneMessageIsAlphaPlusBytesTimesBeta) {
   EXPECT_NEAR(pred->seconds, 10 * 1e-6 + 1000 * 1e-9, 1e-12);
 }
 
+TEST(CostModelTest, TwoLevelsChargeEachPairItsLevelAndShareTheHostLink) {
+  CostParams p = DefaultCostParams(transport::BackendKind::kTcp);
+  p.copy_s_per_byte = 0;
+  p.gamma_s_per_byte = 0;
+  p.chunk_bytes = 1 << 30;
+  // One message between two ranks of one host costs shm's alpha and beta.
+  p.host_of = {0, 0};
+  auto inside = Predict(Collective::kSend, Algorithm::kPointToPoint, 1000, 2, p);
+  ASSERT_TRUE(inside.ok());
+  EXPECT_DOUBLE_EQ(inside->seconds, p.intra_alpha_s + 1000 * p.intra_beta_s_per_byte);
+  p.host_of = {0, 1};
+  auto across = Predict(Collective::kSend, Algorithm::kPointToPoint, 1000, 2, p);
+  ASSERT_TRUE(across.ok());
+  EXPECT_DOUBLE_EQ(across->seconds, p.alpha_s + 1000 * p.beta_s_per_byte);
+  // 2 hosts x 2 ranks at 16 MiB: the ring sends 1.5 vectors over one
+  // host's link, hier 1 (two rails of half a vector each): hier wins by
+  // about 1.5x, and the model without hosts cannot tell them apart.
+  p.chunk_bytes = 512 << 10;
+  p.host_of = {0, 0, 1, 1};
+  const double ring = PredictOrDie(Collective::kAllReduce, Algorithm::kRing, 16 << 20, 4, p);
+  const double hier = PredictOrDie(Collective::kAllReduce, Algorithm::kHierarchical, 16 << 20, 4, p);
+  EXPECT_GT(ring / hier, 1.3) << ring << " vs " << hier;
+  EXPECT_LT(ring / hier, 1.7) << ring << " vs " << hier;
+  // The host link is shared: both of host 0's ranks cross in hier, and the
+  // bound is their sum (a vector at beta), not one rank's half.
+  auto h = Predict(Collective::kAllReduce, Algorithm::kHierarchical, 16 << 20, 4, p);
+  ASSERT_TRUE(h.ok());
+  EXPECT_GE(h->resource_bound_s, (16 << 20) * p.beta_s_per_byte * 0.99);
+  p.host_of.clear();
+  EXPECT_DOUBLE_EQ(PredictOrDie(Collective::kAllReduce, Algorithm::kHierarchical, 16 << 20, 4, p),
+                   PredictOrDie(Collective::kAllReduce, Algorithm::kRing, 16 << 20, 4, p));
+}
+
 TEST(CostModelTest, PipeliningHidesHopsOfAChain) {
   // A broadcast chain over 8 ranks: with small chunks the 7 hops overlap,
   // so the time is close to one transfer, not seven.

@@ -1,7 +1,7 @@
 // A rank for ciuic_run_test's simulated-host cases: a communicator from
 // the environment ciuic-run sets, then every collective with its result
-// checked, and a ring of sends. Prints "rank R of N on H: <transport> ok"
-// and exits 0; on any error prints it on stderr and exits 1. With an
+// checked, and a ring of sends. Prints "rank R of N on H: <transport> ok;
+// 4 MiB all-reduce: <what ran it>" and exits 0; on any error prints it on stderr and exits 1. With an
 // argument "die-on R", rank R exits 3 after the first all-reduce and the
 // others report the error of their next call (exit 2).
 #include <unistd.h>
@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   if (!comm.ok()) return Fail(-1, "create", comm.status());
   ciuic::Communicator& c = **comm;
   const int rank = c.rank(), n = c.size();
+  std::string large_algo;  // what ran the 4 MiB all-reduce
   for (size_t count : {size_t{1}, size_t{4097}, size_t{1} << 20}) {
     std::vector<float> v(count, static_cast<float>(rank + 1));
     if (Status s = c.AllReduce(v.data(), v.data(), count, DataType::kFloat32, ReduceOp::kSum); !s.ok()) {
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
     for (float x : v) {
       if (x != want) return Fail(rank, "allreduce", ciuic::InternalError("got " + std::to_string(x)));
     }
+    if (count == size_t{1} << 20) large_algo = c.last_algorithm();
     if (rank == die) _exit(3);
     std::vector<float> all(count * static_cast<size_t>(n), -1);
     if (Status s = c.AllGather(v.data(), all.data(), count, DataType::kFloat32); !s.ok()) {
@@ -68,6 +70,7 @@ int main(int argc, char** argv) {
   }
   char host[256] = {};
   gethostname(host, sizeof host - 1);
-  std::printf("rank %d of %d on %s: %s ok\n", rank, n, host, c.transport_name().c_str());
+  std::printf("rank %d of %d on %s: %s ok; 4 MiB all-reduce: %s\n", rank, n, host, c.transport_name().c_str(),
+              large_algo.c_str());
   return 0;
 }

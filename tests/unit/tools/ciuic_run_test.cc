@@ -730,10 +730,10 @@ TEST_F(CiuicRunTest, HostsUnevenRanksUseShmInsideAHostAndTcpBetween) {
   const Result r = l.Finish(60);
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   for (int k = 0; k < 3; ++k) {
-    EXPECT_EQ(Count(r.out, "[" + std::to_string(k) + "] rank " + std::to_string(k) + " of 4 on ciuic-host0: shm+tcp ok"),
+    EXPECT_EQ(Count(r.out, "[" + std::to_string(k) + "] rank " + std::to_string(k) + " of 4 on ciuic-host0: shm+tcp ok;"),
               1u) << r.out;
   }
-  EXPECT_EQ(Count(r.out, "[3] rank 3 of 4 on ciuic-host1: tcp ok"), 1u) << r.out;
+  EXPECT_EQ(Count(r.out, "[3] rank 3 of 4 on ciuic-host1: tcp ok;"), 1u) << r.out;
   EXPECT_NE(r.err.find("transports: 2 hosts (ciuic-host0: ranks 0-2; ciuic-host1: ranks 3): shm inside hosts (3 "
                        "pairs), between hosts tcp (3 pairs) and verbs (0 pairs)"),
             std::string::npos)
@@ -747,7 +747,8 @@ TEST_F(CiuicRunTest, HostsEvenAndForcedTransport) {
     Track(l);
     const Result r = l.Finish(60);
     EXPECT_EQ(r.code, 0) << r.out << r.err;
-    EXPECT_EQ(Count(r.out, "shm+tcp ok"), 4u) << r.out;
+    // The two-level model picks the hierarchical all-reduce for 4 MiB.
+    EXPECT_EQ(Count(r.out, "shm+tcp ok; 4 MiB all-reduce: hier ("), 4u) << r.out;
   }
   {
     // --transport tcp: tcp for every pair, inside hosts too.
@@ -755,7 +756,7 @@ TEST_F(CiuicRunTest, HostsEvenAndForcedTransport) {
     Track(l);
     const Result r = l.Finish(60);
     EXPECT_EQ(r.code, 0) << r.out << r.err;
-    EXPECT_EQ(Count(r.out, ": tcp ok"), 4u) << r.out;
+    EXPECT_EQ(Count(r.out, ": tcp ok;"), 4u) << r.out;
   }
 }
 
