@@ -461,6 +461,19 @@ int RunRank(const Options& o, std::unique_ptr<Communicator> comm) {
     return 1;
   }
   const bool json = o.format == "json", csv = o.format == "csv";
+  // Several hosts: the ranks on each ("2+2"; empty on one host).
+  std::string hosts_layout;
+  size_t nhosts = 1;
+  {
+    std::vector<int> per_host;
+    for (int h : comm->host_of()) {
+      if (h >= static_cast<int>(per_host.size())) per_host.resize(static_cast<size_t>(h) + 1, 0);
+      ++per_host[static_cast<size_t>(h)];
+    }
+    nhosts = std::max<size_t>(1, per_host.size());
+    for (int m : per_host) hosts_layout += (hosts_layout.empty() ? "" : "+") + std::to_string(m);
+    if (nhosts == 1) hosts_layout.clear();
+  }
   if (rank == 0) {
     auto config = ciuic::Config::FromEnv();
     char host[256] = {};
@@ -471,6 +484,7 @@ int RunRank(const Options& o, std::unique_ptr<Communicator> comm) {
     std::printf("# ciuic %s_perf  version %s  git %s  %s\n", o.op.c_str(), ciuic::Version(), ciuic::GitRevision(), date);
     std::printf("# host %s  ranks %d  transport %s  dtype %s  redop %s  root %d  check %d  memory %s\n", host, n,
                 comm->transport_name().c_str(), ti.name, o.redop.c_str(), o.root, o.check, o.cuda ? "cuda" : "host");
+    if (!hosts_layout.empty()) std::printf("# hosts %zu  ranks per host %s\n", nhosts, hosts_layout.c_str());
 #ifdef CIUIC_PERF_CUDA
     if (o.cuda) {
       cudaDeviceProp prop;
@@ -574,8 +588,10 @@ int RunRank(const Options& o, std::unique_ptr<Communicator> comm) {
       }
     }
     if (json) {
-      std::printf("{\"collective\":\"%s\",\"ranks\":%d,\"transport\":\"%s\",\"dtype\":\"%s\",\"redop\":\"%s\",\"rows\":[",
-                  o.op.c_str(), n, comm->transport_name().c_str(), ti.name, o.redop.c_str());
+      std::printf("{\"collective\":\"%s\",\"ranks\":%d,\"transport\":\"%s\",\"hosts\":%zu,\"ranks_per_host\":\"%s\","
+                  "\"dtype\":\"%s\",\"redop\":\"%s\",\"rows\":[",
+                  o.op.c_str(), n, comm->transport_name().c_str(), nhosts,
+                  hosts_layout.empty() ? std::to_string(n).c_str() : hosts_layout.c_str(), ti.name, o.redop.c_str());
       for (size_t i = 0; i < rows.size(); ++i) {
         const Row& r = rows[i];
         std::printf("%s{\"size\":%zu,\"count\":%zu,\"oop\":{\"time_us\":%.3f,\"algbw\":%.4f,\"busbw\":%.4f,\"wrong\":%.0f},"
