@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
     if (Status s = c.AllReduce(v.data(), v.data(), count, DataType::kFloat32, ReduceOp::kSum); !s.ok()) {
       return Fail(rank, "allreduce", s);
     }
-    const float want = static_cast<float>(n * (n + 1) / 2);
+    const float want = static_cast<float>(n) * static_cast<float>(n + 1) / 2.0f;  // exact for small n
     for (float x : v) {
       if (x != want) return Fail(rank, "allreduce", ciuic::InternalError("got " + std::to_string(x)));
     }
