@@ -111,6 +111,23 @@ Status CheckArgs(const CollectiveArgs& a) {
     return InvalidArgumentError(std::string(fn) + ": nchannels " + std::to_string(nch) + " not in [1, " +
                                 std::to_string(kMaxChannels) + "]");
   }
+  if (!a.host_of.empty()) {
+    // A host map as CommDecision writes it: one entry per rank, hosts
+    // numbered in order of first appearance (so none is empty).
+    if (a.host_of.size() != static_cast<size_t>(a.nranks)) {
+      return InvalidArgumentError(std::string(fn) + ": host_of has " + std::to_string(a.host_of.size()) +
+                                  " entries for " + std::to_string(a.nranks) + " ranks");
+    }
+    int next = 0;
+    for (size_t r = 0; r < a.host_of.size(); ++r) {
+      if (a.host_of[r] < 0 || a.host_of[r] > next) {
+        return InvalidArgumentError(std::string(fn) + ": host_of[" + std::to_string(r) + "] = " +
+                                    std::to_string(a.host_of[r]) + ": hosts must be numbered 0, 1, ... in order of "
+                                    "first appearance");
+      }
+      if (a.host_of[r] == next) ++next;
+    }
+  }
   auto in_range = [&](const char* what, int r) -> Status {
     if (r < 0 || r >= a.nranks) {
       return InvalidArgumentError(std::string(fn) + ": " + what + " " + std::to_string(r) + " not in [0, " +

@@ -197,8 +197,9 @@ Status CommImpl::Init() {
   selection_.params.chunk_bytes = link_options_.slot_size;
   selection_.params.nchannels = config_.nchannels;
   selection_.params.ranks_outnumber_cpus = decision_.ranks_outnumber_cpus;
-  if (decision_.nhosts() > 1) {
-    // Two levels: shm inside hosts, the network kind between them.
+  if (decision_.nhosts() > 1 && !decision_.forced) {
+    // Two levels: shm inside hosts, the network kind between them (under
+    // CIUIC_TRANSPORT every pair is that kind: one level).
     CostParams intra = DefaultCostParams(BackendKind::kShm);
     if (tuning_.has_value()) ApplyTuning(*tuning_, BackendKind::kShm, &intra);
     selection_.params.host_of = decision_.host_of;

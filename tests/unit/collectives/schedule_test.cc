@@ -333,6 +333,19 @@ TEST(AlgorithmArgsTest, BadArgumentsAreErrors) {
   EXPECT_EQ(GenV(Collective::kReduceScatterv, 0, 2, {SIZE_MAX, 2}, 1).status().code(), StatusCode::kInvalidArgument);
   CollectiveArgs a{Collective::kAllGather, 0, 2, 4, {}, 0, -1, 1};
   EXPECT_EQ(MakeSchedule(Algorithm::kTree, a).status().code(), StatusCode::kInvalidArgument);
+  // Host maps as CommDecision writes them: one entry per rank, hosts in
+  // order of first appearance (no gap, no negative, no empty host).
+  CollectiveArgs h;
+  h.nranks = 3;
+  h.count = 10;
+  for (const std::vector<int>& bad : std::vector<std::vector<int>>{{0, 2, 1}, {1, 0, 0}, {0, -1, 0}, {0, 0}}) {
+    h.host_of = bad;
+    auto s = MakeSchedule(Algorithm::kHierarchical, h);
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument) << s.status().ToString();
+    EXPECT_NE(s.status().message().find("host_of"), std::string::npos) << s.status().ToString();
+  }
+  h.host_of = {0, 1, 0};
+  EXPECT_TRUE(MakeSchedule(Algorithm::kHierarchical, h).ok());
   auto parsed = ParseAlgorithm(Collective::kAllReduce, "bogus");
   EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(parsed.status().message().find("direct, ring, tree, rabenseifner, recdoubling"), std::string::npos)
