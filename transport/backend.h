@@ -192,6 +192,9 @@ class ActivityWaiter {
   // Blocks until a peer may have posted something to this process, or
   // `max` elapses; spurious wake-ups are allowed. Never an error.
   virtual void WaitForActivity(std::chrono::microseconds max) = 0;
+  // Whether a peer's post is known to wait here now, without blocking;
+  // false also means "cannot tell cheaply" (the default).
+  virtual bool AnyActivity() { return false; }
 };
 
 class Backend : public ActivityWaiter {

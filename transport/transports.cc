@@ -89,8 +89,19 @@ void Transports::WaitForActivity(std::chrono::microseconds max) {
   // shm's check costs a few loads; the network sleep wakes on its sockets
   // or completions. Spurious returns are allowed, so a slice is enough.
   const std::chrono::microseconds slice = std::min(max, kSlice);
-  for (size_t i = 0; i + 1 < children_.size(); ++i) children_[i].backend->WaitForActivity(std::chrono::microseconds(0));
+  for (size_t i = 0; i + 1 < children_.size(); ++i) {
+    Backend& b = *children_[i].backend;
+    if (b.AnyActivity()) return;
+    b.WaitForActivity(std::chrono::microseconds(0));  // a network kind's pumping, if any
+  }
   children_.back().backend->WaitForActivity(slice);
+}
+
+bool Transports::AnyActivity() {
+  for (Child& c : children_) {
+    if (c.backend->AnyActivity()) return true;
+  }
+  return false;
 }
 
 }  // namespace ciuic::transport

@@ -49,11 +49,14 @@ class Transports final : public ActivityWaiter {
   // Each backend's Describe(), joined by " + ".
   std::string Describe() const;
 
-  // One backend: its own sleep. Several: shm's ring check (no sleep), then
-  // the network backend's sleep for at most kSlice; WaitFor calls again, so
-  // an shm hand-off is noticed at most kSlice late while this rank sleeps.
+  // One backend: its own sleep. Several: shm's ring check (no sleep; a
+  // post already there returns at once), then the network backend's sleep
+  // for at most kSlice; WaitFor calls again, so an shm hand-off is noticed
+  // at most kSlice late while this rank sleeps.
   static constexpr std::chrono::microseconds kSlice{200};
   void WaitForActivity(std::chrono::microseconds max) override;
+  // Any child's.
+  bool AnyActivity() override;
 
  private:
   struct Child {

@@ -247,6 +247,10 @@ class ShmBackend final : public Backend {
   StatusOr<std::unique_ptr<MemoryRegion>> Allocate(size_t bytes) override;
   StatusOr<std::unique_ptr<MemoryRegion>> Register(void* addr, size_t bytes) override;
   void WaitForActivity(std::chrono::microseconds max) override;
+  bool AnyActivity() override {
+    bool blocked = false;
+    return AnyActivity(&blocked);
+  }
 
   // A new memfd segment of at least `bytes`, mapped, pre-faulted and (best
   // effort) mlocked; `pool` tries huge pages. Errors: kResourceExhausted.

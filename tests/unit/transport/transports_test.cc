@@ -52,6 +52,41 @@ TEST(Transports, EachPeerGoesToItsKindWithAPoolOfThatKind) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(40));
 }
 
+// A post already waiting in shm ends the sleep at once, before the network
+// backend's slice: 2000 sleeps take far less than 2000 slices.
+TEST(Transports, AnShmPostAlreadyThereEndsTheSleepAtOnce) {
+  using Clock = std::chrono::steady_clock;
+  // Rank 0 of 3: rank 1 shares its host, rank 2 is elsewhere.
+  auto t = Transports::Open(0, {BackendKind::kShm, BackendKind::kShm, BackendKind::kTcp}, Options(0, 3), 1 << 20);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  Transports& ts = **t;
+  Backend* shm = ts.Find(BackendKind::kShm);
+  ASSERT_NE(shm, nullptr);
+  auto e = shm->CreateEndpoint(0, 0);  // a connection to itself carries the post
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  auto conn = (*e)->Connect((*e)->Describe(), Clock::now() + std::chrono::seconds(10));
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  EXPECT_FALSE(ts.AnyActivity());
+  ASSERT_TRUE((*conn)->PostMessage("hi", 2).ok());
+  EXPECT_TRUE(shm->AnyActivity());
+  EXPECT_TRUE(ts.AnyActivity());
+  constexpr int kSleeps = 2000;
+  const auto start = Clock::now();
+  for (int i = 0; i < kSleeps; ++i) ts.WaitForActivity(std::chrono::seconds(1));
+  EXPECT_LT(Clock::now() - start, kSleeps * Transports::kSlice / 2)
+      << "a sleep with an shm post waiting still slept on the network";
+  Completion c;
+  size_t got = 0;
+  for (int i = 0; i < 1000 && got == 0; ++i) {
+    auto n = (*conn)->Progress(&c, 1);
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    got = *n;
+  }
+  ASSERT_EQ(got, 1u);
+  EXPECT_EQ(c.len, 2u);
+  EXPECT_FALSE(ts.AnyActivity()) << "the post was read";
+}
+
 TEST(Transports, OneKindIsThatBackendAlone) {
   auto t = Transports::Open(0, {BackendKind::kTcp, BackendKind::kTcp}, Options(0, 2), 1 << 20);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
