@@ -96,6 +96,57 @@ CommDecision Decide(const std::vector<HostRecord>& hosts, const Config& config, 
   return d;
 }
 
+namespace {
+
+// "rank 2" / "ranks 2, 3 and 5", at most 16 listed.
+std::string RankList(const std::vector<int>& ranks) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  const size_t shown = std::min<size_t>(ranks.size(), 16);
+  for (size_t i = 0; i < shown; ++i) {
+    if (i > 0) out += (i + 1 == ranks.size()) ? " and " : ", ";
+    out += std::to_string(ranks[i]);
+  }
+  if (shown < ranks.size()) out += " and " + std::to_string(ranks.size() - shown) + " more";
+  return out;
+}
+
+// The machine part of a host key: boot id and pid namespace where /proc
+// gave them ("<boot>/<ns>/<name>[/<id>]"), else the host name.
+std::string MachineOf(const std::string& key) {
+  const size_t first = key.find('/');
+  const size_t second = first == std::string::npos ? first : key.find('/', first + 1);
+  return second == std::string::npos ? key.substr(0, first) : key.substr(0, second);
+}
+
+}  // namespace
+
+Status ForcedTransportReachesEveryPair(const std::vector<HostRecord>& hosts, const CommDecision& d) {
+  if (!d.forced || d.transport != transport::BackendKind::kShm) return Status::Ok();
+  std::vector<std::string> machines;
+  std::vector<std::vector<int>> ranks;
+  for (size_t r = 0; r < hosts.size(); ++r) {
+    const std::string m = MachineOf(hosts[r].key);
+    const size_t i = static_cast<size_t>(std::find(machines.begin(), machines.end(), m) - machines.begin());
+    if (i == machines.size()) {
+      machines.push_back(m);
+      ranks.emplace_back();
+    }
+    ranks[i].push_back(static_cast<int>(r));
+  }
+  if (machines.size() <= 1) return Status::Ok();
+  std::string where;
+  const size_t shown = std::min<size_t>(machines.size(), 8);
+  for (size_t i = 0; i < shown; ++i) {
+    where += (i == 0 ? "" : i + 1 == machines.size() ? " and " : ", ") + RankList(ranks[i]) + " on " +
+             LogSafe(hosts[static_cast<size_t>(ranks[i][0])].host);
+  }
+  if (shown < machines.size()) where += " and " + std::to_string(machines.size() - shown) + " more machines";
+  return InvalidArgumentError("CIUIC_TRANSPORT=shm joins only ranks of one machine (one boot id and pid namespace), "
+                              "but " + where + " are on " + std::to_string(machines.size()) +
+                              " different ones: unset it (auto: shm inside each machine, the network between) or "
+                              "name tcp or verbs");
+}
+
 bool VerbsUsableHere(const Config& config, int world_size) {
   // Probed once per process and CIUIC_IB_HCA: opening a device takes
   // milliseconds, and a process may create many communicators.
@@ -123,15 +174,7 @@ std::string MissingRanks(transport::Store& store, const std::string& prefix, int
   for (int r = 0; r < size; ++r) {
     if (!store.Get(prefix + "/host/" + std::to_string(r), std::chrono::milliseconds(0)).ok()) missing.push_back(r);
   }
-  if (missing.empty()) return "";
-  std::string out = missing.size() == 1 ? "rank " : "ranks ";
-  const size_t shown = std::min<size_t>(missing.size(), 16);
-  for (size_t i = 0; i < shown; ++i) {
-    if (i > 0) out += (i + 1 == missing.size()) ? " and " : ", ";
-    out += std::to_string(missing[i]);
-  }
-  if (shown < missing.size()) out += " and " + std::to_string(missing.size() - shown) + " more";
-  return out;
+  return missing.empty() ? "" : RankList(missing);
 }
 
 // A rendezvous wait that timed out, naming who never joined.
@@ -172,6 +215,11 @@ StatusOr<CommDecision> AgreeOnCommunicator(transport::Store& store, const std::s
       hosts.push_back(std::move(*h));
     }
     const CommDecision decided = Decide(hosts, config, size, tuning_id);
+    if (Status s = ForcedTransportReachesEveryPair(hosts, decided); !s.ok()) {
+      // Every rank reads the refusal in place of a decision, at once.
+      (void)store.Set(prefix + "/transport", std::string(CommDecision::kRefused) + s.message());
+      return s;
+    }
     // Each host's ranks and their CPUs, before the decision: every rank
     // finds its host's once it has the decision.
     std::vector<LocalRanks> per_host(static_cast<size_t>(decided.nhosts()));
@@ -208,6 +256,7 @@ StatusOr<CommDecision> AgreeOnCommunicator(transport::Store& store, const std::s
     return NotJoined(store, prefix, size, timeout, text.status());
   }
   StatusOr<CommDecision> d = CommDecision::Decode(*text);
+  if (!d.ok() && d.status().code() == StatusCode::kInvalidArgument) return d.status();  // rank 0's refusal
   if (!d.ok()) return Status(d.status().code(), "rank " + std::to_string(rank) + ": " + d.status().message());
   if (d->tuning_id != tuning_id) {
     return InvalidArgumentError("rank " + std::to_string(rank) + ": CIUIC_TUNING_FILE (" +

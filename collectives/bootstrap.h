@@ -41,11 +41,18 @@ std::string TuningId(const std::string* canonical_text);
 CommDecision Decide(const std::vector<HostRecord>& hosts, const Config& config, int world_size,
                     const std::string& tuning_id);
 
+// Whether the transport CIUIC_TRANSPORT forced can join every pair: shm
+// only ranks of one machine (boot id and pid namespace; simulated hosts and
+// CIUIC_HOST_ID split a machine, not its memory). Errors: kInvalidArgument
+// naming CIUIC_TRANSPORT and which ranks are on which machine.
+Status ForcedTransportReachesEveryPair(const std::vector<HostRecord>& hosts, const CommDecision& d);
+
 // The whole exchange through `store` under `prefix` (keys process/<r>,
 // host/<r>, local/<host index>, transport): publishes this rank's identity and host record, and
 // returns rank 0's decision. Errors: the store's (kDeadlineExceeded naming
 // the key of a rank that never came), kDataLoss (a malformed record),
-// kInvalidArgument naming CIUIC_TRANSPORT (an unknown name) or
+// kInvalidArgument naming CIUIC_TRANSPORT (an unknown name; on every rank
+// when rank 0 finds the forced kind cannot join the ranks' hosts) or
 // CIUIC_TUNING_FILE (this rank's file differs from rank 0's).
 // `local` (optional) gets the ranks of this host and their CPUs (key
 // local/<host index>, published by rank 0 with its decision).

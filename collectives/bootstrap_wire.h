@@ -68,8 +68,11 @@ struct CommDecision {
   // <host_of, comma-separated> <verbs as 0/1 per rank>".
   std::string Encode() const;
   // Errors: kDataLoss naming what is malformed (host indices not in order
-  // of first appearance, lists of different lengths).
+  // of first appearance, lists of different lengths); kInvalidArgument
+  // with rank 0's reason where it refused the communicator (a record of
+  // kRefused and that reason).
   static StatusOr<CommDecision> Decode(const std::string& text);
+  static constexpr const char* kRefused = "refused ";
 
   int nhosts() const;
   // The kinds the pairs of this communicator use (sorted, one at least).

@@ -96,10 +96,10 @@ bool LogEnabled(LogLevel level) {
   return static_cast<int>(level) <= GetSink().level.load(std::memory_order_acquire);
 }
 
-std::string LogSafe(const std::string& in) {
+std::string LogSafe(const std::string& in, size_t max) {
   std::string out;
   size_t i = 0;
-  for (; i < in.size() && out.size() < 64; ++i) {
+  for (; i < in.size() && out.size() < max; ++i) {
     const auto c = static_cast<unsigned char>(in[i]);
     if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') {
       out += static_cast<char>(c);

@@ -28,8 +28,8 @@ void LogLine(LogLevel level, const char* file, int line, const char* fmt, ...)
 std::string LogPrefix();
 
 // A stranger's bytes in a log line or error: printable ASCII kept, the rest
-// as \xNN, cut at 64 characters (no forged lines, no megabyte warnings).
-std::string LogSafe(const std::string& in);
+// as \xNN, cut at `max` characters (no forged lines, no megabyte warnings).
+std::string LogSafe(const std::string& in, size_t max = 64);
 
 }  // namespace ciuic
 

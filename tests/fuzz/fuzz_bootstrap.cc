@@ -24,6 +24,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   d.host_of = {0, 1, 0, 2};
   d.verbs = {true, false, true, true};
   WriteSeed(dir, "decision", d.Encode());
+  WriteSeed(dir, "refused", std::string(CommDecision::kRefused) + "CIUIC_TRANSPORT=shm joins only ranks of one machine");
   LocalRanks l;
   l.ranks = {0, 2, 5};
   l.cpus = {{0, 1, 2, 3}, {8}, {}};
@@ -37,6 +38,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(h->Encode() == s);
     FUZZ_CHECK(!h->host.empty() && h->cpus.size() <= static_cast<size_t>(kMaxCpuNumber) + 1);
     for (int c : h->cpus) FUZZ_CHECK(c >= 0 && c <= kMaxCpuNumber);
+  }
+  // Rank 0's refusal is an error of its own kind, never a decision.
+  if (s.rfind(CommDecision::kRefused, 0) == 0) {
+    FUZZ_CHECK(CommDecision::Decode(s).status().code() == ciuic::StatusCode::kInvalidArgument);
   }
   if (auto d = CommDecision::Decode(s); d.ok()) {
     FUZZ_CHECK(d->Encode() == s);

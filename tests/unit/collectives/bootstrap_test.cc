@@ -3,8 +3,13 @@
 #include "collectives/bootstrap.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
 
 #include "transport/backend.h"
+#include "transport/bootstrap.h"
 
 namespace ciuic::collectives {
 namespace {
@@ -188,6 +193,57 @@ TEST(BootstrapTest, PairsTakeShmInsideAHostAndTheNetworkBetween) {
   EXPECT_EQ(PairKind(forced, 0, 2), BackendKind::kTcp);
   EXPECT_EQ(forced.KindsInUse(), (std::vector<BackendKind>{BackendKind::kTcp}));
   EXPECT_EQ(DescribeRoutes(forced, {}), "tcp for all 10 pairs (CIUIC_TRANSPORT)");
+}
+
+// CIUIC_TRANSPORT=shm joins one machine only: split hosts of one machine
+// pass, ranks on two machines are refused, naming each machine's ranks.
+TEST(BootstrapTest, ForcedShmAcrossMachinesIsRefusedNamingTheRanks) {
+  Config c;
+  c.transport = "shm";
+  const std::vector<HostRecord> split = {{"a", "boot1/ns1/a/x", false, {}}, {"a", "boot1/ns1/a/y", false, {}}};
+  EXPECT_TRUE(ForcedTransportReachesEveryPair(split, Decide(split, c, 2, "none")).ok());
+  const std::vector<HostRecord> apart = {{"a", "boot1/ns1/a", false, {}},
+                                         {"b", "boot2/ns1/b", false, {}},
+                                         {"a", "boot1/ns1/a", false, {}},
+                                         {"c", "boot1/ns2/a", false, {}}};  // another pid namespace
+  const Status s = ForcedTransportReachesEveryPair(apart, Decide(apart, c, 4, "none"));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("CIUIC_TRANSPORT=shm"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("ranks 0 and 2 on a, rank 1 on b and rank 3 on c"), std::string::npos) << s.message();
+  // Hosts known by name only (no /proc): two names are two machines.
+  const std::vector<HostRecord> names = {{"a", "a", false, {}}, {"b", "b", false, {}}};
+  EXPECT_FALSE(ForcedTransportReachesEveryPair(names, Decide(names, c, 2, "none")).ok());
+  // Auto and the network kinds join anything.
+  c.transport = "tcp";
+  EXPECT_TRUE(ForcedTransportReachesEveryPair(apart, Decide(apart, c, 4, "none")).ok());
+  c.transport = "auto";
+  EXPECT_TRUE(ForcedTransportReachesEveryPair(apart, Decide(apart, c, 4, "none")).ok());
+}
+
+// Through a store: rank 0 refuses, and the other rank reads the refusal at
+// once instead of waiting out its timeout for a decision.
+TEST(BootstrapTest, EveryRankLearnsRankZerosRefusalAtOnce) {
+  char tmpl[] = "/tmp/ciuic-bootstrap-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  auto store = transport::FileStore::Open(tmpl);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  Config c;
+  c.transport = "shm";
+  // Rank 1's record as from another machine.
+  ASSERT_TRUE((*store)->Set("t/host/1", HostRecord{"far", "bootX/nsX/far", false, {}}.Encode()).ok());
+  const auto start = std::chrono::steady_clock::now();
+  auto zero = AgreeOnCommunicator(**store, "t", 0, 2, c, "none", std::chrono::milliseconds(20000));
+  EXPECT_EQ(zero.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(zero.status().message().find("rank 1 on far"), std::string::npos) << zero.status().ToString();
+  auto one = AgreeOnCommunicator(**store, "t", 1, 2, c, "none", std::chrono::milliseconds(20000));
+  EXPECT_EQ(one.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(one.status().message().find("rank 0 refused the communicator: CIUIC_TRANSPORT=shm"), std::string::npos)
+      << one.status().ToString();
+  EXPECT_NE(one.status().message().find("rank 1 on far"), std::string::npos) << one.status().ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << "a rank waited out its timeout";
+  EXPECT_EQ(CommDecision::Decode("refused x\ny").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(CommDecision::Decode("refused x\ny").status().message().find("x\\x0ay"), std::string::npos);
+  EXPECT_EQ(system(("rm -rf " + std::string(tmpl)).c_str()), 0);
 }
 
 }  // namespace
