@@ -148,12 +148,16 @@ Status ForcedTransportReachesEveryPair(const std::vector<HostRecord>& hosts, con
 }
 
 bool VerbsUsableHere(const Config& config, int world_size) {
-  // Probed once per process and CIUIC_IB_HCA: opening a device takes
-  // milliseconds, and a process may create many communicators.
+  // Probed once per process and value of the knobs the probe reads
+  // (CIUIC_IB_HCA, CIUIC_IB_GID_INDEX): opening a device takes milliseconds,
+  // and a process may create many communicators. Without a device the
+  // probe is libibverbs' sysfs scan (0.02 ms here), so it needs no
+  // shortcut of its own.
   static std::mutex mu;
   static std::map<std::string, bool> known;
   std::lock_guard<std::mutex> lock(mu);
-  auto it = known.find(config.ib_hca);
+  const std::string key = config.ib_hca + '\n' + std::to_string(config.ib_gid_index);
+  auto it = known.find(key);
   if (it != known.end()) return it->second;
   transport::BackendOptions probe;
   probe.config = config;
@@ -161,7 +165,7 @@ bool VerbsUsableHere(const Config& config, int world_size) {
   std::string why;
   const bool ok = transport::BackendAvailable(transport::BackendKind::kVerbs, probe, &why);
   if (!ok) CIUIC_LOG(kInfo, "verbs unusable on this rank: %s", why.c_str());
-  known.emplace(config.ib_hca, ok);
+  known.emplace(key, ok);
   return ok;
 }
 

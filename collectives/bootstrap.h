@@ -47,6 +47,11 @@ CommDecision Decide(const std::vector<HostRecord>& hosts, const Config& config, 
 // naming CIUIC_TRANSPORT and which ranks are on which machine.
 Status ForcedTransportReachesEveryPair(const std::vector<HostRecord>& hosts, const CommDecision& d);
 
+// Whether this process can open a verbs device with `config`'s device and
+// GID knobs (what each rank publishes under auto). Probed once per process
+// and value of those knobs.
+bool VerbsUsableHere(const Config& config, int world_size);
+
 // The whole exchange through `store` under `prefix` (keys process/<r>,
 // host/<r>, local/<host index>, transport): publishes this rank's identity and host record, and
 // returns rank 0's decision. Errors: the store's (kDeadlineExceeded naming

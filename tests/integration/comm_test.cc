@@ -25,6 +25,7 @@
 #include "ciuic/collectives.h"
 #include "ciuic/kernels.h"
 #include "transport/transport.h"
+#include "collectives/bootstrap.h"
 #include "collectives/comm_impl.h"
 #include "collectives/device.h"
 #include "collectives/registry.h"
@@ -491,6 +492,25 @@ void RemappedBufferIsSentFresh(const char* kind) {
 }
 
 TEST(CollectivesZeroCopy, RemappedBufferIsSentFreshOverTcp) { RemappedBufferIsSentFresh("tcp"); }
+
+// The per-process answer to "can this rank open a device" (what it
+// publishes under auto) is kept per value of the knobs the probe reads: a
+// GID index the port lacks is not answered from the default's cache.
+TEST(CollectivesVerbs, UsabilityIsProbedPerKnobValue) {
+  Config config;
+  if (auto c = Config::FromEnv(); c.ok()) config = *c;
+  transport::BackendOptions probe;
+  probe.config = config;
+  CIUIC_SKIP_UNLESS_BACKEND(transport::BackendKind::kVerbs, probe);
+  config.ib_gid_index = -1;
+  EXPECT_TRUE(collectives::VerbsUsableHere(config, 2));
+  config.ib_gid_index = 255;  // past or empty in any port's table here
+  EXPECT_FALSE(collectives::VerbsUsableHere(config, 2));
+  config.ib_gid_index = -1;
+  EXPECT_TRUE(collectives::VerbsUsableHere(config, 2));
+  config.ib_hca = "no-such-device";
+  EXPECT_FALSE(collectives::VerbsUsableHere(config, 2));
+}
 
 TEST(CollectivesVerbs, RemappedBufferIsSentFresh) {
   transport::BackendOptions probe;
