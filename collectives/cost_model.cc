@@ -62,9 +62,13 @@ StepCost CostOf(const Step& st, const CostParams& p, int rank) {
 
 struct RankLoad {
   double egress = 0, ingress = 0, cpu = 0;
-  // Of egress and ingress, what crosses to other hosts (two levels only):
-  // the host's link carries the sum over its ranks.
+  // The bytes x beta of egress and ingress that cross to other hosts (two
+  // levels only): the host's link carries the sum over its ranks; a
+  // message's alpha is its rank's cost, not the link's.
   double inter_egress = 0, inter_ingress = 0;
+  // Each message's alpha at its level: the network's when a peer of the
+  // step is on another host.
+  double latency = 0;
   size_t messages = 0;
   size_t bytes_sent = 0;
 };
@@ -74,21 +78,26 @@ RankLoad LoadOf(const Schedule& s, const CostParams& p) {
   const bool levels = !p.host_of.empty();
   for (const Step& st : s.steps) {
     const StepCost c = CostOf(st, p, s.rank);
+    bool crosses = false;
     if (StepSends(st.op)) {
       const bool intra = SameHost(p, s.rank, st.send_peer);
-      const double t = static_cast<double>(c.chunks) * (intra ? p.intra_alpha_s : p.alpha_s) +
-                       c.bytes * (intra ? p.intra_beta_s_per_byte : p.beta_s_per_byte);
-      load.egress += t;
-      if (levels && !intra) load.inter_egress += t;
+      const double wire = c.bytes * (intra ? p.intra_beta_s_per_byte : p.beta_s_per_byte);
+      load.egress += static_cast<double>(c.chunks) * (intra ? p.intra_alpha_s : p.alpha_s) + wire;
+      if (levels && !intra) load.inter_egress += wire;
       load.bytes_sent += static_cast<size_t>(c.bytes);
+      crosses |= !intra;
     }
     if (StepReceives(st.op)) {
       const bool intra = SameHost(p, s.rank, st.recv_peer);
-      const double t = c.bytes * (intra ? p.intra_beta_s_per_byte : p.beta_s_per_byte);
-      load.ingress += t;
-      if (levels && !intra) load.inter_ingress += t;
+      const double wire = c.bytes * (intra ? p.intra_beta_s_per_byte : p.beta_s_per_byte);
+      load.ingress += wire;
+      if (levels && !intra) load.inter_ingress += wire;
+      crosses |= !intra;
     }
-    if (StepSends(st.op) || StepReceives(st.op)) ++load.messages;
+    if (StepSends(st.op) || StepReceives(st.op)) {
+      ++load.messages;
+      load.latency += crosses ? p.alpha_s : p.intra_alpha_s;
+    }
     if (st.op == StepOp::kRecvReduce || st.op == StepOp::kRecvReduceSend || st.op == StepOp::kReduce) {
       const size_t operands = st.op == StepOp::kReduce && st.inputs.size() > 2 ? st.inputs.size() - 1 : 1;
       load.cpu += c.bytes * p.gamma_s_per_byte * static_cast<double>(operands);
@@ -121,8 +130,21 @@ CostParams DefaultCostParams(transport::BackendKind kind) {
   return p;
 }
 
-StatusOr<Prediction> PredictSchedules(const std::vector<Schedule>& schedules, const CostParams& p) {
+namespace {
+
+// `p` with a host map of the wrong size dropped: such a map would put some
+// ranks on hosts and leave the rest nowhere, so it counts as none.
+CostParams WithHostMapFor(const CostParams& p, size_t nranks) {
+  CostParams q = p;
+  if (q.host_of.size() != nranks) q.host_of.clear();
+  return q;
+}
+
+}  // namespace
+
+StatusOr<Prediction> PredictSchedules(const std::vector<Schedule>& schedules, const CostParams& params) {
   CIUIC_RETURN_IF_ERROR(CheckMessageMatching(schedules));
+  const CostParams p = WithHostMapFor(params, schedules.size());
   const size_t n = schedules.size();
   std::vector<size_t> base(n + 1, 0);
   for (size_t r = 0; r < n; ++r) base[r + 1] = base[r] + schedules[r].steps.size();
@@ -242,16 +264,17 @@ StatusOr<Prediction> PredictSchedules(const std::vector<Schedule>& schedules, co
 }
 
 StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t bytes, int nranks,
-                             const CostParams& p) {
-  if (p.elem_size == 0) return InvalidArgumentError("Predict: elem_size must be > 0");
+                             const CostParams& params) {
+  if (params.elem_size == 0) return InvalidArgumentError("Predict: elem_size must be > 0");
   if (nranks < 1) return InvalidArgumentError("Predict: nranks must be >= 1");
+  const CostParams p = WithHostMapFor(params, static_cast<size_t>(nranks));
   CollectiveArgs args;
   args.collective = collective;
   args.nranks = nranks;
   args.count = bytes / p.elem_size + (bytes % p.elem_size ? 1 : 0);
   args.nchannels = p.nchannels;
   args.root = p.root;
-  if (p.host_of.size() == static_cast<size_t>(nranks)) args.host_of = p.host_of;
+  args.host_of = p.host_of;
   if (collective == Collective::kAllGatherv || collective == Collective::kReduceScatterv) {
     args.counts.assign(nranks, args.count);
   }
@@ -296,7 +319,7 @@ StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t 
       const auto mates = static_cast<double>(std::count(p.host_of.begin(), p.host_of.end(), p.host_of[0]));
       pred.resource_bound_s = std::max({pred.resource_bound_s, load.inter_egress * mates, load.inter_ingress * mates});
     }
-    pred.critical_path_s = static_cast<double>(load.messages) * p.alpha_s;
+    pred.critical_path_s = load.latency;
     pred.seconds = pred.resource_bound_s + pred.critical_path_s;
     pred.max_messages_per_rank = load.messages;
     pred.max_bytes_sent_per_rank = load.bytes_sent;

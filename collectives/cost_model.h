@@ -15,7 +15,8 @@
 //   share them (two trees or channels do not double a NIC).
 // The prediction is the larger of the two. Up to kMaxExactRanks ranks every
 // rank's schedule is generated; beyond, rank 0's schedule is costed alone
-// (its resource bound plus alpha per message step on it): cheaper, rougher.
+// (its resource bound plus each message step's alpha at its level):
+// cheaper, rougher.
 //
 // Thread contract: pure functions.
 #ifndef CIUIC_COLLECTIVES_COST_MODEL_H_
@@ -52,7 +53,9 @@ struct CostParams {
   // message). With a map, a message between ranks of one host costs
   // intra_alpha_s/intra_beta_s_per_byte (shm) and one between hosts
   // alpha_s/beta_s_per_byte (the network), and the ranks of a host share
-  // its link: their inter-host bytes add up in the resource bound.
+  // its link: their inter-host bytes (at beta; each message's alpha is its
+  // rank's) add up in the resource bound. A map whose size is not the rank
+  // count counts as none.
   std::vector<int> host_of;
   double intra_alpha_s = 1e-6;
   double intra_beta_s_per_byte = 1e-10;

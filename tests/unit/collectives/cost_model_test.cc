@@ -69,6 +69,59 @@ TEST(CostModelTest, TwoLevelsChargeEachPairItsLevelAndShareTheHostLink) {
                    PredictOrDie(Collective::kAllReduce, Algorithm::kRing, 16 << 20, 4, p));
 }
 
+// A map that does not list every rank would put some ranks on hosts and
+// leave the rest nowhere: it counts as no map at all.
+TEST(CostModelTest, AHostMapOfTheWrongSizeCountsAsNone) {
+  CostParams p = DefaultCostParams(transport::BackendKind::kTcp);
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
+    p.host_of.clear();
+    const double none = PredictOrDie(Collective::kAllReduce, a, 1 << 20, 4, p);
+    p.host_of = {0, 0, 1};  // 3 entries for 4 ranks
+    EXPECT_DOUBLE_EQ(PredictOrDie(Collective::kAllReduce, a, 1 << 20, 4, p), none) << AlgorithmName(a);
+    p.host_of = {0, 0, 1, 1, 2};
+    EXPECT_DOUBLE_EQ(PredictOrDie(Collective::kAllReduce, a, 1 << 20, 4, p), none) << AlgorithmName(a);
+  }
+  // A real map does change it: recursive doubling's first exchange is shm.
+  p.host_of = {0, 0, 1, 1};
+  EXPECT_LT(PredictOrDie(Collective::kAllReduce, Algorithm::kRecursiveDoubling, 1 << 20, 4, p),
+            PredictOrDie(Collective::kAllReduce, Algorithm::kRecursiveDoubling, 1 << 20, 4, CostParams(
+                DefaultCostParams(transport::BackendKind::kTcp))));
+}
+
+// Above kMaxExactRanks the estimate is rank 0's: each of its message steps
+// pays the alpha of its level, not the network's for all.
+TEST(CostModelTest, AboveTheExactLimitEachMessagePaysItsLevelsAlpha) {
+  CostParams p = DefaultCostParams(transport::BackendKind::kTcp);
+  constexpr int kRanks = 2 * kMaxExactRanks;
+  for (int r = 0; r < kRanks; ++r) p.host_of.push_back(r / 8);
+  auto hier = Predict(Collective::kAllReduce, Algorithm::kHierarchical, 8, kRanks, p);
+  ASSERT_TRUE(hier.ok()) << hier.status().ToString();
+  EXPECT_FALSE(hier->exact);
+  const double msgs = static_cast<double>(hier->max_messages_per_rank);
+  EXPECT_LT(hier->critical_path_s, msgs * p.alpha_s) << "every message charged the network's alpha";
+  EXPECT_GT(hier->critical_path_s, msgs * p.intra_alpha_s);
+  p.host_of.clear();
+  auto flat = Predict(Collective::kAllReduce, Algorithm::kRing, 8, kRanks, p);
+  ASSERT_TRUE(flat.ok());
+  EXPECT_NEAR(flat->critical_path_s, static_cast<double>(flat->max_messages_per_rank) * p.alpha_s, 1e-12);
+}
+
+// A host's link carries its ranks' bytes; a message's alpha is its own
+// rank's time, not the link's: with no bytes to move (beta 0) the shared
+// link adds nothing beyond the busiest rank.
+TEST(CostModelTest, TheHostLinkCarriesBytesNotAlphas) {
+  CostParams p;
+  p.alpha_s = 1e-3;
+  p.intra_alpha_s = 1e-6;
+  p.beta_s_per_byte = p.intra_beta_s_per_byte = 0;
+  p.gamma_s_per_byte = p.copy_s_per_byte = 0;
+  p.host_of = {0, 0, 1, 1};  // both ranks of each host cross once
+  auto rd = Predict(Collective::kAllReduce, Algorithm::kRecursiveDoubling, 8, 4, p);
+  ASSERT_TRUE(rd.ok()) << rd.status().ToString();
+  EXPECT_NEAR(rd->resource_bound_s, p.alpha_s + p.intra_alpha_s, 1e-12)
+      << "the two ranks' alphas were summed on their host's link";
+}
+
 TEST(CostModelTest, PipeliningHidesHopsOfAChain) {
   // A broadcast chain over 8 ranks: with small chunks the 7 hops overlap,
   // so the time is close to one transfer, not seven.
