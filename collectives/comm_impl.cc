@@ -250,6 +250,12 @@ Status CommImpl::Init() {
 
 std::string CommImpl::transport_name() const { return transports_ ? transports_->Name() : "closed"; }
 
+std::string CommImpl::job_transport_name() const {
+  std::string out;
+  for (transport::BackendKind k : decision_.KindsInUse()) out += (out.empty() ? "" : "+") + std::string(transport::BackendName(k));
+  return out;
+}
+
 std::string CommImpl::last_algorithm() const {
   std::lock_guard<std::mutex> lock(exec_mu_);
   return last_algorithm_;

@@ -83,6 +83,7 @@ class CommImpl {
   transport::BackendKind transport() const { return selection_.backend; }
   // The kinds this rank's pairs use: "shm", "tcp", "shm+tcp", ...
   std::string transport_name() const;
+  std::string job_transport_name() const;
   const std::vector<int>& host_of() const { return decision_.host_of; }
   std::string last_algorithm() const;
   DeviceMemory* device_memory() const { return gpu_ == nullptr ? nullptr : gpu_->memory(); }

@@ -325,6 +325,7 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::CreateFromEnv(Config confi
 int Communicator::rank() const { return impl_->rank(); }
 int Communicator::size() const { return impl_->size(); }
 std::string Communicator::transport_name() const { return impl_->transport_name(); }
+std::string Communicator::job_transport_name() const { return impl_->job_transport_name(); }
 std::vector<int> Communicator::host_of() const { return impl_->host_of(); }
 std::string Communicator::last_algorithm() const { return impl_->last_algorithm(); }
 void Communicator::Abort() { impl_->Abort(); }

@@ -483,7 +483,7 @@ int RunRank(const Options& o, std::unique_ptr<Communicator> comm) {
     std::strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
     std::printf("# ciuic %s_perf  version %s  git %s  %s\n", o.op.c_str(), ciuic::Version(), ciuic::GitRevision(), date);
     std::printf("# host %s  ranks %d  transport %s  dtype %s  redop %s  root %d  check %d  memory %s\n", host, n,
-                comm->transport_name().c_str(), ti.name, o.redop.c_str(), o.root, o.check, o.cuda ? "cuda" : "host");
+                comm->job_transport_name().c_str(), ti.name, o.redop.c_str(), o.root, o.check, o.cuda ? "cuda" : "host");
     if (!hosts_layout.empty()) std::printf("# hosts %zu  ranks per host %s\n", nhosts, hosts_layout.c_str());
 #ifdef CIUIC_PERF_CUDA
     if (o.cuda) {
@@ -590,7 +590,7 @@ int RunRank(const Options& o, std::unique_ptr<Communicator> comm) {
     if (json) {
       std::printf("{\"collective\":\"%s\",\"ranks\":%d,\"transport\":\"%s\",\"hosts\":%zu,\"ranks_per_host\":\"%s\","
                   "\"dtype\":\"%s\",\"redop\":\"%s\",\"rows\":[",
-                  o.op.c_str(), n, comm->transport_name().c_str(), nhosts,
+                  o.op.c_str(), n, comm->job_transport_name().c_str(), nhosts,
                   hosts_layout.empty() ? std::to_string(n).c_str() : hosts_layout.c_str(), ti.name, o.redop.c_str());
       for (size_t i = 0; i < rows.size(); ++i) {
         const Row& r = rows[i];

@@ -144,6 +144,9 @@ class Communicator {
   // "shm", "tcp" or "verbs"; on several hosts the kinds this rank's pairs
   // use, joined by '+': "shm+tcp" (shm inside its host, tcp between hosts).
   std::string transport_name() const;
+  // The kinds any pair of the communicator uses, alike on every rank (a
+  // benchmark header's): "shm+tcp" even on a rank alone on its host.
+  std::string job_transport_name() const;
   // Each rank's host, numbered in order of first appearance (rank 0 is on
   // host 0): ranks with one number share memory (shm between them).
   std::vector<int> host_of() const;

@@ -1021,6 +1021,8 @@ TEST(CollectivesHosts, ShmInsideHostsTcpBetweenEveryCollectiveExact) {
       // The kinds this rank's pairs use: shm when a peer shares its host.
       const int mates = static_cast<int>(std::count(host_of.begin(), host_of.end(), host_of[static_cast<size_t>(rank)]));
       EXPECT_OR_FAIL(comm->transport_name() == (mates > 1 ? "shm+tcp" : "tcp"), "transport " + comm->transport_name());
+      // The job's kinds, alike on every rank (rank 2 of {0, 0, 1} too).
+      EXPECT_OR_FAIL(comm->job_transport_name() == "shm+tcp", "job transport " + comm->job_transport_name());
       int salt = 0;
       for (size_t count : {size_t{1}, size_t{7}, size_t{1000}, size_t{(1u << 16) + 3}}) {
         for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) {
@@ -1092,6 +1094,7 @@ TEST(CollectivesHosts, TheKnobForcesOneTransportAndShmOnlyAlgorithmsNeedOneHost)
   auto results = RunRanks(3, [&](int rank, transport::Store& store) -> Status {
     CIUIC_ASSIGN_OR_RETURN(auto comm, MakeHostComm(rank, store, host_of, "auto", "tcp"));
     EXPECT_OR_FAIL(comm->transport_name() == "tcp", "forced tcp: " + comm->transport_name());
+    EXPECT_OR_FAIL(comm->job_transport_name() == "tcp", "forced tcp, job: " + comm->job_transport_name());
     CIUIC_RETURN_IF_ERROR(CheckAllReduce<float>(*comm, 1000, ReduceOp::kSum, false, 1));
     return Status::Ok();
   }, milliseconds(60000));
