@@ -233,15 +233,8 @@ StatusOr<CommDecision> AgreeOnCommunicator(transport::Store& store, const std::s
       per_host[h].ranks.push_back(r);
       per_host[h].cpus.push_back(hosts[static_cast<size_t>(r)].cpus);
       if (names[h].empty()) {
-        // "<name>[<CIUIC_HOST_ID>]" where the key carries one (after its
-        // third '/': boot id, pid namespace and name hold none).
-        const std::string& key = hosts[static_cast<size_t>(r)].key;
-        size_t third = std::string::npos;
-        for (size_t i = 0, slashes = 0; i < key.size() && third == std::string::npos; ++i) {
-          if (key[i] == '/' && ++slashes == 3) third = i;
-        }
-        names[h] = hosts[static_cast<size_t>(r)].host +
-                   (third == std::string::npos ? std::string() : "[" + key.substr(third + 1) + "]");
+        const std::string id = hosts[static_cast<size_t>(r)].HostId();
+        names[h] = hosts[static_cast<size_t>(r)].host + (id.empty() ? std::string() : "[" + id + "]");
       }
     }
     for (size_t h = 0; h < per_host.size(); ++h) {
@@ -282,6 +275,16 @@ StatusOr<CommDecision> AgreeOnCommunicator(transport::Store& store, const std::s
                                                     timeout));
     StatusOr<LocalRanks> decoded = LocalRanks::Decode(l);
     if (!decoded.ok()) return decoded.status();
+    // The host's ranks must be the decision's, this rank among them.
+    const int h = d->host_of[static_cast<size_t>(rank)];
+    std::vector<int> want;
+    for (int r = 0; r < size; ++r) {
+      if (d->host_of[static_cast<size_t>(r)] == h) want.push_back(r);
+    }
+    if (decoded->ranks != want) {
+      return DataLossError("rank " + std::to_string(rank) + ": rank 0's local ranks of host " + std::to_string(h) +
+                           " (" + RankList(decoded->ranks) + ") are not its decision's (" + RankList(want) + ")");
+    }
     *local = std::move(*decoded);
   }
   return d;

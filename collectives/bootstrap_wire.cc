@@ -80,6 +80,21 @@ StatusOr<HostRecord> HostRecord::Decode(const std::string& text) {
   return r;
 }
 
+std::string HostRecord::HostId() const {
+  // After "<name>/" where /proc gave no boot id, else after the third '/'
+  // ("<boot>/<ns>/<name>/").
+  if (key.size() > host.size() && key.compare(0, host.size(), host) == 0 && key[host.size()] == '/') {
+    return key.substr(host.size() + 1);
+  }
+  size_t at = 0;
+  for (int slashes = 0; slashes < 3; ++slashes) {
+    at = key.find('/', at);
+    if (at == std::string::npos) return "";
+    ++at;
+  }
+  return key.substr(at);
+}
+
 std::string CommDecision::Encode() const {
   std::string hosts, caps;
   for (size_t r = 0; r < host_of.size(); ++r) {

@@ -38,6 +38,8 @@ struct HostRecord {
   // `host_id` (CIUIC_HOST_ID, may be empty), sched_getaffinity; `verbs` as
   // given (the caller probes).
   static HostRecord OfThisProcess(const std::string& host_id, bool verbs);
+  // The CIUIC_HOST_ID the key carries ("" if none).
+  std::string HostId() const;
   std::string Encode() const;
   // Errors: kDataLoss naming what is malformed.
   static StatusOr<HostRecord> Decode(const std::string& text);

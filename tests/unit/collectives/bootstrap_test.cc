@@ -246,5 +246,51 @@ TEST(BootstrapTest, EveryRankLearnsRankZerosRefusalAtOnce) {
   EXPECT_EQ(system(("rm -rf " + std::string(tmpl)).c_str()), 0);
 }
 
+// The CIUIC_HOST_ID of a key, with and without /proc's boot id (the INFO
+// line names a host "<name>[<id>]").
+TEST(BootstrapTest, HostIdWithAndWithoutProc) {
+  EXPECT_EQ((HostRecord{"a", "boot/ns/a/x", false, {}}.HostId()), "x");
+  EXPECT_EQ((HostRecord{"a", "a/x", false, {}}.HostId()), "x");
+  EXPECT_EQ((HostRecord{"a", "boot/ns/a", false, {}}.HostId()), "");
+  EXPECT_EQ((HostRecord{"a", "a", false, {}}.HostId()), "");
+  EXPECT_EQ(HostRecord::OfThisProcess("h7", false).HostId(), "h7");
+  EXPECT_EQ(HostRecord::OfThisProcess("", false).HostId(), "");
+}
+
+// A rank checks the local ranks rank 0 published for its host against the
+// decision: a list without it (or with others' ranks) is data loss.
+TEST(BootstrapTest, LocalRanksThatDisagreeWithTheDecisionAreDataLoss) {
+  char tmpl[] = "/tmp/ciuic-bootstrap-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  auto store = transport::FileStore::Open(tmpl);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  Config c;
+  CommDecision d;
+  d.transport = BackendKind::kShm;
+  d.job_id = "0123abcd";
+  d.tuning_id = "none";
+  d.accumulate = c.accumulate;
+  d.host_of = {0, 0};
+  d.verbs = {false, false};
+  ASSERT_TRUE((*store)->Set("t/transport", d.Encode()).ok());
+  LocalRanks wrong;
+  wrong.ranks = {0};
+  wrong.cpus = {{}};
+  ASSERT_TRUE((*store)->Set("t/local/0", wrong.Encode()).ok());
+  LocalRanks local;
+  auto one = AgreeOnCommunicator(**store, "t", 1, 2, c, "none", std::chrono::milliseconds(5000), &local);
+  EXPECT_EQ(one.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(one.status().message().find("(rank 0) are not its decision's (ranks 0 and 1)"), std::string::npos)
+      << one.status().ToString();
+  LocalRanks right;
+  right.ranks = {0, 1};
+  right.cpus = {{}, {}};
+  ASSERT_TRUE((*store)->Set("t/local/0", right.Encode()).ok());
+  auto ok = AgreeOnCommunicator(**store, "t", 1, 2, c, "none", std::chrono::milliseconds(5000), &local);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(local.ranks, (std::vector<int>{0, 1}));
+  EXPECT_EQ(system(("rm -rf " + std::string(tmpl)).c_str()), 0);
+}
+
 }  // namespace
 }  // namespace ciuic::collectives
