@@ -38,6 +38,11 @@ Status AllReduceDoubleBinaryTree(const CollectiveArgs& a, Builder& b);
 Status AllReduceRecursiveDoubling(const CollectiveArgs& a, Builder& b);
 Status AllReduceRabenseifner(const CollectiveArgs& a, Builder& b);
 Status AllReduceHierarchical(const CollectiveArgs& a, Builder& b);
+Status BroadcastHierarchical(const CollectiveArgs& a, Builder& b);
+Status ReduceHierarchical(const CollectiveArgs& a, Builder& b);
+Status AllGatherHierarchical(const CollectiveArgs& a, Builder& b);      // also all-gatherv
+Status ReduceScatterHierarchical(const CollectiveArgs& a, Builder& b);  // also reduce-scatterv
+Status BarrierHierarchical(const CollectiveArgs& a, Builder& b);
 Status BroadcastRing(const CollectiveArgs& a, Builder& b);
 Status BroadcastBinomial(const CollectiveArgs& a, Builder& b);
 Status ReduceBinomial(const CollectiveArgs& a, Builder& b);

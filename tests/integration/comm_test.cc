@@ -1089,6 +1089,42 @@ TEST(CollectivesHosts, HierarchicalOnUnevenHosts) {
   }
 }
 
+// The other hierarchical collectives (broadcast, reduce, all-gather(v),
+// reduce-scatter(v), barrier) on uneven and interleaved hosts, exact, in
+// place too; each call reports that hier ran.
+TEST(CollectivesHosts, EveryHierarchicalCollectiveOnUnevenHosts) {
+  for (const std::vector<int>& host_of :
+       std::vector<std::vector<int>>{{0, 0, 0, 1}, {0, 1, 0, 1, 1}, {0, 0, 1, 1, 2, 2, 2}}) {
+    const int n = static_cast<int>(host_of.size());
+    auto results = RunRanks(n, [&](int rank, transport::Store& store) -> Status {
+      CIUIC_ASSIGN_OR_RETURN(auto comm, MakeHostComm(rank, store, host_of, "hier"));
+      auto ran_hier = [&](const char* what) {
+        return comm->last_algorithm().rfind("hier (forced by CIUIC_ALGO", 0) == 0
+                   ? Status::Ok()
+                   : InternalError(std::string(what) + " ran " + comm->last_algorithm());
+      };
+      int salt = 0;
+      for (size_t count : {size_t{0}, size_t{1}, size_t{1000}, size_t{(1u << 16) + 3}}) {
+        CIUIC_RETURN_IF_ERROR(CheckOthers(*comm, count, ++salt));
+        if (count == 0) continue;
+        std::vector<float> v(count * static_cast<size_t>(n), 1.0f), w(count * static_cast<size_t>(n));
+        CIUIC_RETURN_IF_ERROR(comm->Broadcast(v.data(), count, DataType::kFloat32, n - 1));
+        CIUIC_RETURN_IF_ERROR(ran_hier("broadcast"));
+        CIUIC_RETURN_IF_ERROR(comm->Reduce(v.data(), w.data(), count, DataType::kFloat32, ReduceOp::kSum, 1));
+        CIUIC_RETURN_IF_ERROR(ran_hier("reduce"));
+        CIUIC_RETURN_IF_ERROR(comm->AllGather(v.data(), w.data(), count, DataType::kFloat32));
+        CIUIC_RETURN_IF_ERROR(ran_hier("allgather"));
+        CIUIC_RETURN_IF_ERROR(comm->ReduceScatter(v.data(), w.data(), count, DataType::kFloat32, ReduceOp::kSum));
+        CIUIC_RETURN_IF_ERROR(ran_hier("reduce_scatter"));
+        CIUIC_RETURN_IF_ERROR(comm->Barrier());
+        CIUIC_RETURN_IF_ERROR(ran_hier("barrier"));
+      }
+      return Status::Ok();
+    }, milliseconds(120000));
+    for (const auto& r : results) EXPECT_TRUE(r.ok()) << n << " ranks:\n" << ResultsText(results);
+  }
+}
+
 TEST(CollectivesHosts, TheKnobForcesOneTransportAndShmOnlyAlgorithmsNeedOneHost) {
   const std::vector<int> host_of = {0, 0, 1};
   auto results = RunRanks(3, [&](int rank, transport::Store& store) -> Status {

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <tuple>
 #include <random>
 #include <string>
 #include <vector>
@@ -194,6 +196,65 @@ TEST_P(DeterminismTest, ByteIdenticalOnEveryRank) {
         auto again = ::ciuic::collectives::testing::Run<float>(c, Op::kSum, x);
         ASSERT_TRUE(again.ok());
         ASSERT_EQ((*got)[0], (*again)[0]);
+      }
+    }
+  }
+}
+
+// A barrier's point: no rank finishes before every rank has arrived. In
+// the happens-before graph of all ranks' steps (deps, and each send before
+// its matching receive), some step of every rank r must be reachable from
+// every other rank's steps.
+TEST(BarrierTest, NoRankFinishesBeforeEveryRankArrived) {
+  for (Algorithm a : AlgorithmsFor(Collective::kBarrier)) {
+    for (int n : {2, 3, 5, 6, 8, 9}) {
+      for (int variant = 0; variant < 6; ++variant) {
+        std::vector<Schedule> all;
+        for (int r = 0; r < n; ++r) {
+          CollectiveArgs args;
+          args.collective = Collective::kBarrier;
+          args.nranks = n;
+          args.rank = r;
+          if (a == Algorithm::kHierarchical) args.host_of = HostLayout(n, variant);
+          auto s = MakeSchedule(a, args);
+          ASSERT_TRUE(s.ok()) << s.status().ToString();
+          all.push_back(std::move(*s));
+        }
+        std::vector<size_t> base(static_cast<size_t>(n) + 1, 0);
+        for (int r = 0; r < n; ++r) base[r + 1] = base[r] + all[r].steps.size();
+        std::vector<std::vector<size_t>> succ(base[n]);
+        std::map<std::tuple<int, int, int>, std::vector<size_t>> sends, recvs;
+        for (int r = 0; r < n; ++r) {
+          for (size_t i = 0; i < all[r].steps.size(); ++i) {
+            const Step& st = all[r].steps[i];
+            for (int d : st.deps) succ[base[r] + static_cast<size_t>(d)].push_back(base[r] + i);
+            if (StepSends(st.op)) sends[{r, st.send_peer, st.channel}].push_back(base[r] + i);
+            if (StepReceives(st.op)) recvs[{st.recv_peer, r, st.channel}].push_back(base[r] + i);
+          }
+        }
+        for (const auto& [k, ids] : sends) {
+          const auto& rv = recvs[k];
+          ASSERT_EQ(ids.size(), rv.size());
+          for (size_t m = 0; m < ids.size(); ++m) succ[ids[m]].push_back(rv[m]);
+        }
+        for (int q = 0; q < n; ++q) {
+          std::vector<bool> seen(base[n], false);
+          std::vector<size_t> todo;
+          for (size_t v = base[q]; v < base[q + 1]; ++v) todo.push_back(v);
+          while (!todo.empty()) {
+            const size_t v = todo.back();
+            todo.pop_back();
+            if (seen[v]) continue;
+            seen[v] = true;
+            for (size_t w : succ[v]) todo.push_back(w);
+          }
+          for (int r = 0; r < n; ++r) {
+            bool waits = false;
+            for (size_t v = base[r]; v < base[r + 1]; ++v) waits |= seen[v];
+            EXPECT_TRUE(waits) << AlgorithmName(a) << " n=" << n << " layout " << variant << ": rank " << r
+                               << " can finish before rank " << q << " arrives";
+          }
+        }
       }
     }
   }
