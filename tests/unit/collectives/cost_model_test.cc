@@ -122,6 +122,28 @@ TEST(CostModelTest, TheHostLinkCarriesBytesNotAlphas) {
       << "the two ranks' alphas were summed on their host's link";
 }
 
+// The other hierarchical collectives on 2 hosts x 2 ranks at 16 MiB: the
+// ring all-gather and reduce-scatter send 3 blocks over a host's link, hier
+// 2 (each block crosses once), so hier wins by about 1.5x; on interleaved
+// hosts (0,1,0,1) the flat chains cross at every hop and hier's broadcast
+// and reduce cross once.
+TEST(CostModelTest, TwoLevelsFavourTheOtherHierarchicalCollectives) {
+  CostParams p = DefaultCostParams(transport::BackendKind::kTcp);
+  p.host_of = {0, 0, 1, 1};
+  for (Collective c : {Collective::kAllGather, Collective::kReduceScatter}) {
+    const double ring = PredictOrDie(c, Algorithm::kRing, 16 << 20, 4, p);
+    const double hier = PredictOrDie(c, Algorithm::kHierarchical, 16 << 20, 4, p);
+    EXPECT_GT(ring / hier, 1.3) << CollectiveName(c) << ": " << ring << " vs " << hier;
+    EXPECT_LT(ring / hier, 1.7) << CollectiveName(c) << ": " << ring << " vs " << hier;
+  }
+  p.host_of = {0, 1, 0, 1};
+  for (Collective c : {Collective::kBroadcast, Collective::kReduce}) {
+    const double ring = PredictOrDie(c, Algorithm::kRing, 16 << 20, 4, p);
+    const double hier = PredictOrDie(c, Algorithm::kHierarchical, 16 << 20, 4, p);
+    EXPECT_GT(ring / hier, 1.3) << CollectiveName(c) << ": " << ring << " vs " << hier;
+  }
+}
+
 TEST(CostModelTest, PipeliningHidesHopsOfAChain) {
   // A broadcast chain over 8 ranks: with small chunks the 7 hops overlap,
   // so the time is close to one transfer, not seven.
