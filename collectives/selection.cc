@@ -251,7 +251,10 @@ StatusOr<Selection> Select(const CallShape& call, DataType dtype, ReduceOp op, c
   }
   // 2. A rule of the tuning file covering the exact size.
   if (ctx.tuning != nullptr) {
-    if (const TuningRule* rule = FindRule(*ctx.tuning, call.collective, ctx.backend, call.nranks, call.bytes)) {
+    int nhosts = 1;
+    for (int h : ctx.host_of) nhosts = std::max(nhosts, h + 1);
+    if (const TuningRule* rule =
+            FindRule(*ctx.tuning, call.collective, ctx.backend, call.nranks, call.bytes, nhosts)) {
       for (const AlgorithmInfo* e : runnable) {
         if (rule->algorithm != e->name()) continue;
         sel.algorithm = e;

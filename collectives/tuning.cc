@@ -111,7 +111,7 @@ bool MetaKeyOk(const std::string& key) {
   return true;
 }
 
-using RuleGroup = std::tuple<int, int, int>;  // collective, backend, nranks
+using RuleGroup = std::tuple<int, int, int, int>;  // collective, backend, nranks, nhosts
 struct RuleMark {
   size_t from_bytes = 0;
   int line = 0;
@@ -120,12 +120,13 @@ struct RuleMark {
 // Checks a rule against the previous one of its group in `last` (updated).
 // Returns "" when it is fine, else the problem.
 std::string CheckRuleOrder(const TuningRule& r, std::map<RuleGroup, RuleMark>* last) {
-  const RuleGroup group{static_cast<int>(r.collective), static_cast<int>(r.backend), r.nranks};
+  const RuleGroup group{static_cast<int>(r.collective), static_cast<int>(r.backend), r.nranks, r.nhosts};
   auto [it, fresh] = last->emplace(group, RuleMark{r.from_bytes, r.line});
   if (fresh) return "";
   const RuleMark prev = it->second;
   const std::string name = std::string(CollectiveName(r.collective)) + " " + transport::BackendName(r.backend) +
-                           " ranks " + std::to_string(r.nranks);
+                           " ranks " + std::to_string(r.nranks) +
+                           (r.nhosts > 0 ? " hosts " + std::to_string(r.nhosts) : std::string());
   const std::string where = " (line " + std::to_string(prev.line) + ")";
   if (r.from_bytes == prev.from_bytes) {
     return "duplicate rule for " + name + " from " + std::to_string(r.from_bytes) + where;
@@ -261,9 +262,17 @@ class Parser {
     return Status::Ok();
   }
 
-  Status RuleLine(const std::vector<std::string>& f) {
+  Status RuleLine(std::vector<std::string> f) {
+    int hosts = 0;
+    if (f.size() == 10 && f[3] == "ranks" && f[5] == "hosts" && f[7] == "from") {
+      auto pr = std::from_chars(f[6].data(), f[6].data() + f[6].size(), hosts);
+      if (pr.ec != std::errc() || pr.ptr != f[6].data() + f[6].size() || hosts < 1 || hosts > (1 << 20)) {
+        return Error("hosts '" + f[6] + "' is not a host count (an integer >= 1)");
+      }
+      f.erase(f.begin() + 5, f.begin() + 7);
+    }
     if (f.size() != 8 || f[3] != "ranks" || f[5] != "from") {
-      return Error("expected 'rule COLLECTIVE BACKEND ranks N from BYTES ALGORITHM'");
+      return Error("expected 'rule COLLECTIVE BACKEND ranks N [hosts H] from BYTES ALGORITHM'");
     }
     TuningRule r;
     r.line = line_;
@@ -277,6 +286,8 @@ class Parser {
       return Error("ranks '" + f[4] + "' is not a rank count (an integer >= 1)");
     }
     r.nranks = n;
+    if (hosts > n) return Error("hosts " + std::to_string(hosts) + " is more than ranks " + std::to_string(n));
+    r.nhosts = hosts;
     StatusOr<uint64_t> from = ParseByteSize(f[6]);
     if (!from.ok()) return Error("from '" + f[6] + "': " + from.status().message());
     r.from_bytes = static_cast<size_t>(*from);
@@ -329,7 +340,8 @@ Status CheckTuning(const Tuning& t) {
 
 std::string FormatRule(const TuningRule& r) {
   return std::string("rule ") + CollectiveName(r.collective) + " " + transport::BackendName(r.backend) + " ranks " +
-         std::to_string(r.nranks) + " from " + std::to_string(r.from_bytes) + " " + r.algorithm;
+         std::to_string(r.nranks) + (r.nhosts > 0 ? " hosts " + std::to_string(r.nhosts) : std::string()) + " from " +
+         std::to_string(r.from_bytes) + " " + r.algorithm;
 }
 
 std::string FormatTuning(const Tuning& t) {
@@ -351,7 +363,9 @@ std::string FormatTuning(const Tuning& t) {
   for (const GammaTuning& g : t.gammas) {
     out += std::string("gamma ") + DataTypeName(g.dtype) + " " + ReduceOpName(g.op) + " " + Number(g.gbps) + "\n";
   }
-  if (!t.rules.empty()) out += "# rule COLLECTIVE BACKEND ranks N from BYTES ALGORITHM (until the next rule's from)\n";
+  if (!t.rules.empty()) {
+    out += "# rule COLLECTIVE BACKEND ranks N [hosts H] from BYTES ALGORITHM (until the next rule's from)\n";
+  }
   for (const TuningRule& r : t.rules) out += FormatRule(r) + "\n";
   return out;
 }
@@ -373,18 +387,21 @@ void ApplyTuning(const Tuning& t, transport::BackendKind backend, CostParams* p,
 }
 
 const TuningRule* FindRule(const Tuning& t, Collective collective, transport::BackendKind backend, int nranks,
-                           size_t bytes) {
-  const TuningRule* best = nullptr;
+                           size_t bytes, int nhosts) {
+  const TuningRule* exact = nullptr;  // of this host count
+  const TuningRule* any = nullptr;    // without one
   for (const TuningRule& r : t.rules) {
     if (r.collective != collective || r.backend != backend || r.nranks != nranks || r.from_bytes > bytes) continue;
-    if (best == nullptr || r.from_bytes > best->from_bytes) best = &r;
+    const TuningRule** best = r.nhosts == nhosts ? &exact : r.nhosts == 0 ? &any : nullptr;
+    if (best == nullptr) continue;  // another host count
+    if (*best == nullptr || r.from_bytes > (*best)->from_bytes) *best = &r;
   }
-  return best;
+  return exact != nullptr ? exact : any;
 }
 
 std::optional<std::string> TunedAlgorithm(const Tuning& t, Collective collective, transport::BackendKind backend,
-                                          int nranks, size_t bytes) {
-  const TuningRule* r = FindRule(t, collective, backend, nranks, bytes);
+                                          int nranks, size_t bytes, int nhosts) {
+  const TuningRule* r = FindRule(t, collective, backend, nranks, bytes, nhosts);
   if (r == nullptr) return std::nullopt;
   return r->algorithm;
 }

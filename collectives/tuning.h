@@ -26,13 +26,16 @@
 //                                        bytes (count x element size / time);
 //                                        one line per (DTYPE, OP)
 //     DTYPE := i8 u8 i32 u32 i64 u64 f16 bf16 f32 f64;  OP := sum prod min max avg
-//   rule    := "rule" COLL BACKEND "ranks" N "from" BYTES ALGO
+//   rule    := "rule" COLL BACKEND "ranks" N [ "hosts" H ] "from" BYTES ALGO
 //     For collective COLL (allreduce, broadcast, ... as CollectiveName), on
-//     BACKEND with exactly N ranks, calls of BYTES bytes or more use ALGO, up
-//     to the `from` of the next rule of the same (COLL, BACKEND, N). Within
-//     one (COLL, BACKEND, N) the rules are sorted by strictly increasing
-//     `from`; sizes below the first `from` have no rule (the cost model
-//     decides). ALGO must be a registry entry of COLL (registry.h) that
+//     BACKEND with exactly N ranks (and with `hosts`, spread over exactly H
+//     hosts, 1 <= H <= N), calls of BYTES bytes or more use ALGO, up to the
+//     `from` of the next rule of the same (COLL, BACKEND, N, H). Within one
+//     group the rules are sorted by strictly increasing `from`; sizes below
+//     the first `from` have no rule. A call takes the rule of its host count
+//     first, else one without `hosts` (any count), else the cost model
+//     decides. BACKEND is the communicator's network kind when its pairs
+//     mix kinds (shm inside hosts and tcp between: tcp). ALGO must be a registry entry of COLL (registry.h) that
 //     runs on BACKEND: a schedule, or on shm the shared-memory family
 //     (`direct`: all-reduce, broadcast, and the small reduce, all-gather,
 //     reduce-scatter, all-to-all and barrier); a rule whose algorithm
@@ -45,6 +48,7 @@
 //   gamma f32 sum 21.5
 //   rule allreduce shm ranks 2 from 0 recdoubling
 //   rule allreduce shm ranks 2 from 65536 ring
+//   rule allreduce tcp ranks 4 hosts 2 from 262144 hier
 //
 // Any other statement, a missing or repeated field, a value that is not a
 // positive finite number, an unknown name, or unsorted or duplicate rules is
@@ -90,6 +94,7 @@ struct TuningRule {
   Collective collective = Collective::kAllReduce;
   transport::BackendKind backend = transport::BackendKind::kShm;
   int nranks = 0;
+  int nhosts = 0;  // 0: any host count
   size_t from_bytes = 0;
   std::string algorithm;  // a registry name of `collective`
   int line = 0;
@@ -134,15 +139,17 @@ void ApplyTuning(const Tuning& tuning, transport::BackendKind backend, CostParam
                  DataType dtype = DataType::kFloat32, ReduceOp op = ReduceOp::kSum);
 
 // The rule that covers a call of `bytes` bytes of `collective` on `backend`
-// with `nranks` ranks: the one with the largest from_bytes <= bytes among
-// the rules for exactly that (collective, backend, nranks); nullptr when
-// there is none (no rule for them, or bytes below the first rule).
+// with `nranks` ranks on `nhosts` hosts: the one with the largest
+// from_bytes <= bytes among the rules for exactly that (collective,
+// backend, nranks, nhosts), else among those without a host count; nullptr
+// when there is none (no rule for them, or bytes below the first rule).
 const TuningRule* FindRule(const Tuning& tuning, Collective collective, transport::BackendKind backend,
-                           int nranks, size_t bytes);
+                           int nranks, size_t bytes, int nhosts = 1);
 
 // FindRule's algorithm name, or nullopt when no rule applies.
 std::optional<std::string> TunedAlgorithm(const Tuning& tuning, Collective collective,
-                                          transport::BackendKind backend, int nranks, size_t bytes);
+                                          transport::BackendKind backend, int nranks, size_t bytes,
+                                          int nhosts = 1);
 
 }  // namespace ciuic::collectives
 

@@ -134,7 +134,7 @@ TEST(TuningTest, EveryErrorNamesFileLineAndProblem) {
       {"meta host", "meta needs a key and a text"},
       {"meta Host x", "meta key 'Host' is not [a-z0-9_]+"},
       {"meta git abc", "meta git given twice"},
-      {"rule allreduce shm 2 from 0 ring", "expected 'rule COLLECTIVE BACKEND ranks N from BYTES ALGORITHM'"},
+      {"rule allreduce shm 2 from 0 ring", "expected 'rule COLLECTIVE BACKEND ranks N [hosts H] from BYTES ALGORITHM'"},
       {"rule allreduce shm ranks 2 from 0", "expected 'rule COLLECTIVE"},
       {"rule allreduce shm ranks 2 to 0 ring", "expected 'rule COLLECTIVE"},
       {"rule allreducee shm ranks 2 from 0 ring", "unknown collective 'allreducee' (valid: allreduce, broadcast"},
@@ -145,7 +145,7 @@ TEST(TuningTest, EveryErrorNamesFileLineAndProblem) {
       {"rule allreduce shm ranks 2 from -1 ring", "from '-1'"},
       {"rule allreduce shm ranks 2 from 0 fast",
        "unknown algorithm 'fast' for allreduce; valid: direct, ring, tree, rabenseifner, recdoubling"},
-      {"rule broadcast shm ranks 2 from 0 recdoubling", "unknown algorithm 'recdoubling' for broadcast; valid: direct, ring, binomial"},
+      {"rule broadcast shm ranks 2 from 0 recdoubling", "unknown algorithm 'recdoubling' for broadcast; valid: direct, ring, binomial, hier"},
       {"rule allreduce tcp ranks 2 from 0 direct", "'direct' for allreduce runs through one host's shared memory: only with backend shm"},
       {"rule reduce tcp ranks 2 from 0 direct", "'direct' for reduce runs through one host's shared memory: only with backend shm"},
       {"rule allgatherv shm ranks 2 from 0 direct", "unknown algorithm 'direct' for allgatherv"},
@@ -214,6 +214,56 @@ TEST(TuningTest, RuleLookupAtBoundaries) {
   ASSERT_NE(r, nullptr);
   EXPECT_EQ(r->line, 11);
   EXPECT_EQ(FormatRule(*r), "rule allreduce shm ranks 2 from 65536 ring");
+}
+
+// Rules may name a host count: a call on that many hosts takes them first,
+// then the rules without one; another count's rules never apply.
+TEST(TuningTest, RulesOfAHostCountWinOverThoseWithout) {
+  const Tuning t = ParseOrDie(
+      "ciuic-tuning 1\n"
+      "rule allreduce tcp ranks 4 from 0 recdoubling\n"
+      "rule allreduce tcp ranks 4 from 1M ring\n"
+      "rule allreduce tcp ranks 4 hosts 2 from 256K hier\n"
+      "rule allreduce tcp ranks 4 hosts 4 from 0 tree\n"
+      "rule allgather tcp ranks 6 hosts 3 from 0 hier\n");
+  auto algo = [&](size_t bytes, int hosts, int n = 4, Collective c = Collective::kAllReduce) {
+    return TunedAlgorithm(t, c, BackendKind::kTcp, n, bytes, hosts).value_or("none");
+  };
+  EXPECT_EQ(algo(8, 1), "recdoubling");
+  EXPECT_EQ(algo(2 << 20, 1), "ring");
+  EXPECT_EQ(algo(8, 2), "recdoubling");       // below hosts 2's first rule: the general ones
+  EXPECT_EQ(algo(256 << 10, 2), "hier");
+  EXPECT_EQ(algo(2 << 20, 2), "hier");        // hosts 2's rule runs on past the general 1M
+  EXPECT_EQ(algo(8, 4), "tree");
+  EXPECT_EQ(algo(8, 3), "recdoubling");
+  EXPECT_EQ(algo(64, 3, 6, Collective::kAllGather), "hier");
+  EXPECT_EQ(algo(64, 2, 6, Collective::kAllGather), "none");  // no rule without hosts
+  EXPECT_EQ(FormatRule(*FindRule(t, Collective::kAllReduce, BackendKind::kTcp, 4, 1 << 20, 2)),
+            "rule allreduce tcp ranks 4 hosts 2 from 262144 hier");
+  // Round trip through the text, and each host count its own sorted group.
+  const Tuning back = ParseOrDie(FormatTuning(t));
+  ASSERT_EQ(back.rules.size(), t.rules.size());
+  for (size_t i = 0; i < t.rules.size(); ++i) EXPECT_EQ(back.rules[i].nhosts, t.rules[i].nhosts);
+  EXPECT_TRUE(CheckTuning(t).ok());
+  const std::pair<const char*, const char*> bad[] = {
+      {"rule allreduce tcp ranks 4 hosts 0 from 0 ring", "hosts '0' is not a host count"},
+      {"rule allreduce tcp ranks 4 hosts x from 0 ring", "hosts 'x' is not a host count"},
+      {"rule allreduce tcp ranks 4 hosts 5 from 0 ring", "hosts 5 is more than ranks 4"},
+      {"rule allreduce tcp ranks 4 hosts 2 ring", "expected 'rule COLLECTIVE BACKEND ranks N [hosts H] from"},
+      {"rule allreduce tcp ranks 4 hosts 2 hosts 2 from 0 ring", "expected 'rule"},
+  };
+  for (const auto& [line, want] : bad) {
+    auto r = ParseTuning(std::string("ciuic-tuning 1\n") + line + "\n", "t.txt");
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << line;
+    EXPECT_NE(r.status().message().find(std::string("t.txt:2: ") + want), std::string::npos) << r.status().ToString();
+  }
+  auto unsorted = ParseTuning(
+      "ciuic-tuning 1\nrule allreduce tcp ranks 4 hosts 2 from 1M ring\n"
+      "rule allreduce tcp ranks 4 from 0 ring\nrule allreduce tcp ranks 4 hosts 2 from 0 hier\n",
+      "t.txt");
+  EXPECT_NE(unsorted.status().message().find("t.txt:4: rules for allreduce tcp ranks 4 hosts 2 are not sorted"),
+            std::string::npos)
+      << unsorted.status().ToString();
 }
 
 TEST(TuningTest, ApplyTuningOverridesWhatTheFileHas) {
@@ -310,6 +360,29 @@ StatusOr<CallPlan> PlanFor(size_t bytes, const Tuning* tuning, BackendKind backe
 }
 
 std::string FirstWord(const std::string& s) { return s.substr(0, s.find(' ')); }
+
+// Selection takes the host count from the context's host map.
+TEST(TuningTest, PlanCallFollowsARuleOfItsHostCount) {
+  const Tuning t = ParseOrDie("ciuic-tuning 1\nrule allreduce tcp ranks 4 hosts 2 from 0 ring\n"
+                              "rule allreduce tcp ranks 4 from 0 recdoubling\n");
+  for (const auto& [host_of, want] : std::vector<std::pair<std::vector<int>, std::string>>{
+           {{0, 0, 1, 1}, "ring"}, {{}, "recdoubling"}, {{0, 1, 2, 2}, "recdoubling"}}) {
+    OpDesc op;
+    op.coll = Collective::kAllReduce;
+    op.count = 1 << 18;
+    SelectionCache cache;
+    SelectionContext ctx;
+    ctx.backend = BackendKind::kTcp;
+    ctx.params = DefaultCostParams(BackendKind::kTcp);
+    ctx.tuning = &t;
+    ctx.host_of = host_of;
+    ctx.params.host_of = host_of;
+    StatusOr<CallPlan> plan = PlanCall(op, 0, 4, ctx, &cache);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    EXPECT_EQ(FirstWord(plan->why), want) << plan->why;
+    EXPECT_NE(plan->why.find("tuned: "), std::string::npos) << plan->why;
+  }
+}
 
 TEST(TuningTest, PlanCallFollowsARule) {
   const size_t bytes = 1 << 20;
