@@ -107,7 +107,7 @@ std::string CommDecision::Encode() const {
 
 StatusOr<CommDecision> CommDecision::Decode(const std::string& text) {
   if (text.rfind(kRefused, 0) == 0) {
-    return InvalidArgumentError("rank 0 refused the communicator: " + LogSafe(text.substr(std::strlen(kRefused)), 512));
+    return InvalidArgumentError("rank 0 refused the communicator: " + LogSafe(text.substr(std::strlen(kRefused)), 1024));
   }
   const std::vector<std::string> f = Fields(text);
   if (f.size() != 8 || (f[2] != "0" && f[2] != "1") || (f[5] != "0" && f[5] != "1")) {

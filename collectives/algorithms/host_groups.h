@@ -26,12 +26,15 @@ struct HostGroups {
   const std::vector<int>& mine() const { return On(host); }
   int size() const { return static_cast<int>(mine().size()); }
   // Who on host h stands for rank r's block (all-gather, reduce-scatter):
-  // r itself on its own host, else h's rank r mod (ranks on h). Hosts of
-  // equal size with ranks in host order pair local index j with j: rails.
+  // r itself on its own host, else h's rank of r's local index mod (ranks
+  // on h): hosts of equal size pair local index j with j (rails), however
+  // the ranks are numbered (round-robin placement too).
   int Agent(int h, int r) const {
     if (HostOf(r) == h) return r;
+    const std::vector<int>& from = On(HostOf(r));
     const std::vector<int>& on = On(h);
-    return on[static_cast<size_t>(r) % on.size()];
+    const size_t j = static_cast<size_t>(std::find(from.begin(), from.end(), r) - from.begin());
+    return on[j % on.size()];
   }
   // The blocks host h's local rank k stands for, ascending.
   std::vector<int> BlocksOf(int h, int k, int nranks) const {

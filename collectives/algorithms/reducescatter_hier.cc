@@ -3,9 +3,10 @@
 // rank that stands for it there (the owner on its own host, elsewhere
 // HostGroups::Agent, so every local rank carries a share), over shm; then
 // each agent sends its host's partial of a block to the block's owner,
-// which adds the other hosts' partials in host order. The network carries
+// which adds the other hosts' partials to its own host's, in host order. The network carries
 // one partial per block out of each other host. Every element is combined
-// in one fixed order (the host ring, then hosts in order).
+// in one fixed order (the owner's host ring, then the other hosts'
+// partials in host order).
 // Partial sums live in scratch at the block's own offset (a rank forwards
 // or ends each block's chain once). In place: the owner reads its input
 // block only in the step that writes the same output chunk, and later

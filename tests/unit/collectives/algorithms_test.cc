@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/algorithms/host_groups.h"
 #include "reference.h"
 
 namespace ciuic::collectives::testing {
@@ -45,16 +46,19 @@ std::vector<int> RankCounts() { return {1, 2, 3, 4, 5, 6, 7, 8, 9, 16}; }
 
 // Host maps for the hierarchical algorithms, by variant: hosts of 2, of 3,
 // n-1 + 1, interleaved (ranks 0,2,4.. on host 0), one host, none (every rank
-// its own host).
+// its own host), 1 + n-1 (a lone rank first), uneven interleaved (ranks
+// 0,3,6.. on host 0, the rest on host 1).
 std::vector<int> HostLayout(int n, int variant) {
-  if (variant % 6 == 5) return {};
+  if (variant % 8 == 5) return {};
   std::vector<int> h(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
-    switch (variant % 6) {
+    switch (variant % 8) {
       case 0: h[static_cast<size_t>(r)] = r / 2; break;
       case 1: h[static_cast<size_t>(r)] = r / 3; break;
       case 2: h[static_cast<size_t>(r)] = r == n - 1 && n > 1 ? 1 : 0; break;
       case 3: h[static_cast<size_t>(r)] = r % 2; break;
+      case 6: h[static_cast<size_t>(r)] = r == 0 ? 0 : 1; break;
+      case 7: h[static_cast<size_t>(r)] = r % 3 == 0 ? 0 : 1; break;
       default: h[static_cast<size_t>(r)] = 0; break;
     }
   }
@@ -208,7 +212,7 @@ TEST_P(DeterminismTest, ByteIdenticalOnEveryRank) {
 TEST(BarrierTest, NoRankFinishesBeforeEveryRankArrived) {
   for (Algorithm a : AlgorithmsFor(Collective::kBarrier)) {
     for (int n : {2, 3, 5, 6, 8, 9}) {
-      for (int variant = 0; variant < 6; ++variant) {
+      for (int variant = 0; variant < 8; ++variant) {
         std::vector<Schedule> all;
         for (int r = 0; r < n; ++r) {
           CollectiveArgs args;
@@ -257,6 +261,33 @@ TEST(BarrierTest, NoRankFinishesBeforeEveryRankArrived) {
         }
       }
     }
+  }
+}
+
+// On hosts of equal size each rank stands for exactly one block of every
+// other host (all-gather and reduce-scatter hier spread the traffic between
+// hosts over every local rank), however the ranks are numbered.
+TEST(HostGroupsTest, AgentsPairLocalIndicesOnAnyNumbering) {
+  for (const std::vector<int>& host_of : std::vector<std::vector<int>>{
+           {0, 0, 1, 1}, {0, 1, 0, 1}, {0, 1, 0, 1, 0, 1, 0, 1}, {0, 1, 2, 0, 1, 2}, {0, 0, 0, 1, 1, 1}}) {
+    CollectiveArgs a;
+    a.nranks = static_cast<int>(host_of.size());
+    a.host_of = host_of;
+    const generators::HostGroups g(a);
+    std::vector<int> stands_for(host_of.size(), 0);
+    for (int h = 0; h < g.nhosts; ++h) {
+      for (int r = 0; r < a.nranks; ++r) {
+        const int who = g.Agent(h, r);
+        ASSERT_EQ(g.HostOf(who), h);
+        if (g.HostOf(r) == h) {
+          EXPECT_EQ(who, r);
+        } else {
+          EXPECT_EQ(generators::IndexOf(g.On(h), who), generators::IndexOf(g.On(g.HostOf(r)), r));
+          ++stands_for[static_cast<size_t>(who)];
+        }
+      }
+    }
+    for (size_t r = 0; r < stands_for.size(); ++r) EXPECT_EQ(stands_for[r], g.nhosts - 1) << "rank " << r;
   }
 }
 

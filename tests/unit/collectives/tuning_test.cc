@@ -245,6 +245,11 @@ TEST(TuningTest, RulesOfAHostCountWinOverThoseWithout) {
   ASSERT_EQ(back.rules.size(), t.rules.size());
   for (size_t i = 0; i < t.rules.size(); ++i) EXPECT_EQ(back.rules[i].nhosts, t.rules[i].nhosts);
   EXPECT_TRUE(CheckTuning(t).ok());
+  Tuning negative = t;
+  negative.rules[2].nhosts = -1;
+  EXPECT_EQ(CheckTuning(negative).code(), StatusCode::kInvalidArgument);
+  negative.rules[2].nhosts = 5;  // more hosts than ranks: the parser's check
+  EXPECT_EQ(CheckTuning(negative).code(), StatusCode::kInvalidArgument);
   const std::pair<const char*, const char*> bad[] = {
       {"rule allreduce tcp ranks 4 hosts 0 from 0 ring", "hosts '0' is not a host count"},
       {"rule allreduce tcp ranks 4 hosts x from 0 ring", "hosts 'x' is not a host count"},
