@@ -331,7 +331,9 @@ StatusOr<Tuning> LoadTuningFile(const std::string& path) {
 Status CheckTuning(const Tuning& t) {
   // A negative host count would be written as none and read back as any.
   for (const TuningRule& r : t.rules) {
-    if (r.nhosts < 0) return InvalidArgumentError("rule with hosts " + std::to_string(r.nhosts) + " (0: any, else >= 1)");
+    if (r.nhosts < 0) {
+      return InvalidArgumentError("rule with hosts " + std::to_string(r.nhosts) + " (0: any, else >= 1)");
+    }
   }
   // The writer's checks are the parser's: format, then parse the text back.
   StatusOr<Tuning> back = ParseTuning(FormatTuning(t), t.origin.empty() ? "tuning" : t.origin);

@@ -26,14 +26,16 @@ Status BroadcastHierarchical(const CollectiveArgs& a, Builder& b) {
   }
   const int li = IndexOf(leaders, a.rank);
   if (li < static_cast<int>(leaders.size())) {  // a leader
-    if (li > 0) got = b.Recv(leaders[static_cast<size_t>(li - 1)], 0, all);
+    if (li > 0) got = b.Recv(leaders[static_cast<size_t>(li) - 1], 0, all);
     if (li + 1 < static_cast<int>(leaders.size())) {
-      b.Send(leaders[static_cast<size_t>(li + 1)], 0, src, {got}, DepMode::kPerChunk);
+      b.Send(leaders[static_cast<size_t>(li) + 1], 0, src, {got}, DepMode::kPerChunk);
     }
   }
   const int p = IndexOf(chain, a.rank);
-  if (p > 0) got = b.Recv(chain[static_cast<size_t>(p - 1)], 0, all);
-  if (p + 1 < static_cast<int>(chain.size())) b.Send(chain[static_cast<size_t>(p + 1)], 0, src, {got}, DepMode::kPerChunk);
+  if (p > 0) got = b.Recv(chain[static_cast<size_t>(p) - 1], 0, all);
+  if (p + 1 < static_cast<int>(chain.size())) {
+    b.Send(chain[static_cast<size_t>(p) + 1], 0, src, {got}, DepMode::kPerChunk);
+  }
   return Status::Ok();
 }
 

@@ -59,8 +59,8 @@ struct HostGroups {
   }
   // The leaders from the root's host on, in host order (wrapping).
   std::vector<int> LeadersFromRoot(int root) const {
-    std::vector<int> out;
-    for (int i = 0; i < nhosts; ++i) out.push_back(Leader((HostOf(root) + i) % nhosts, root));
+    std::vector<int> out(static_cast<size_t>(nhosts));
+    for (int i = 0; i < nhosts; ++i) out[static_cast<size_t>(i)] = Leader((HostOf(root) + i) % nhosts, root);
     return out;
   }
 

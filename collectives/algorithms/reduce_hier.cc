@@ -24,12 +24,12 @@ Status ReduceHierarchical(const CollectiveArgs& a, Builder& b) {
   const Range in = In(0, n);
   const int p = IndexOf(chain, a.rank);
   if (p > 0) {  // inside the host, towards its leader
-    const int to = chain[static_cast<size_t>(p - 1)];
+    const int to = chain[static_cast<size_t>(p) - 1];
     if (p + 1 == m) {
       b.Send(to, 0, in);
     } else {
       b.Scratch(n);
-      b.RecvReduceSend(chain[static_cast<size_t>(p + 1)], to, 0, in, acc, {}, DepMode::kPerChunk);
+      b.RecvReduceSend(chain[static_cast<size_t>(p) + 1], to, 0, in, acc, {}, DepMode::kPerChunk);
     }
     return Status::Ok();
   }
@@ -44,14 +44,14 @@ Status ReduceHierarchical(const CollectiveArgs& a, Builder& b) {
   const int nl = static_cast<int>(leaders.size());
   if (!root && (m > 1 || li + 1 < nl)) b.Scratch(n);
   if (li + 1 < nl) {
-    const int from = leaders[static_cast<size_t>(li + 1)];
+    const int from = leaders[static_cast<size_t>(li) + 1];
     if (root) {
       b.RecvReduce(from, 0, partial, acc, {host_sum}, DepMode::kPerChunk);
     } else {
-      b.RecvReduceSend(from, leaders[static_cast<size_t>(li - 1)], 0, partial, acc, {host_sum}, DepMode::kPerChunk);
+      b.RecvReduceSend(from, leaders[static_cast<size_t>(li) - 1], 0, partial, acc, {host_sum}, DepMode::kPerChunk);
     }
   } else if (!root) {
-    b.Send(leaders[static_cast<size_t>(li - 1)], 0, partial, {host_sum}, DepMode::kPerChunk);
+    b.Send(leaders[static_cast<size_t>(li) - 1], 0, partial, {host_sum}, DepMode::kPerChunk);
   }
   return Status::Ok();
 }
