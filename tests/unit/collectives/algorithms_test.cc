@@ -243,14 +243,14 @@ TEST(BarrierTest, NoRankFinishesBeforeEveryRankArrived) {
         }
         for (int q = 0; q < n; ++q) {
           std::vector<bool> seen(base[n], false);
-          std::vector<size_t> todo;
-          for (size_t v = base[q]; v < base[q + 1]; ++v) todo.push_back(v);
-          while (!todo.empty()) {
-            const size_t v = todo.back();
-            todo.pop_back();
+          std::vector<size_t> stack;
+          for (size_t v = base[q]; v < base[q + 1]; ++v) stack.push_back(v);
+          while (!stack.empty()) {
+            const size_t v = stack.back();
+            stack.pop_back();
             if (seen[v]) continue;
             seen[v] = true;
-            for (size_t w : succ[v]) todo.push_back(w);
+            for (size_t w : succ[v]) stack.push_back(w);
           }
           for (int r = 0; r < n; ++r) {
             bool waits = false;

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <memory>
 
 #include "transport/backend.h"
 #include "transport/bootstrap.h"
@@ -195,6 +197,22 @@ TEST(BootstrapTest, PairsTakeShmInsideAHostAndTheNetworkBetween) {
   EXPECT_EQ(DescribeRoutes(forced, {}), "tcp for all 10 pairs (CIUIC_TRANSPORT)");
 }
 
+// A FileStore in a fresh temporary directory, removed afterwards.
+struct TempFileStore {
+  TempFileStore() {
+    char tmpl[] = "/tmp/ciuic-bootstrap-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) return;
+    dir = tmpl;
+    auto s = transport::FileStore::Open(dir);
+    if (s.ok()) store = std::move(*s);
+  }
+  ~TempFileStore() {
+    if (!dir.empty()) std::filesystem::remove_all(dir);
+  }
+  std::string dir;
+  std::unique_ptr<transport::FileStore> store;
+};
+
 // CIUIC_TRANSPORT=shm joins one machine only: split hosts of one machine
 // pass, ranks on two machines are refused, naming each machine's ranks.
 TEST(BootstrapTest, ForcedShmAcrossMachinesIsRefusedNamingTheRanks) {
@@ -223,19 +241,17 @@ TEST(BootstrapTest, ForcedShmAcrossMachinesIsRefusedNamingTheRanks) {
 // Through a store: rank 0 refuses, and the other rank reads the refusal at
 // once instead of waiting out its timeout for a decision.
 TEST(BootstrapTest, EveryRankLearnsRankZerosRefusalAtOnce) {
-  char tmpl[] = "/tmp/ciuic-bootstrap-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  auto store = transport::FileStore::Open(tmpl);
-  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  TempFileStore t;
+  ASSERT_NE(t.store, nullptr) << t.dir;
   Config c;
   c.transport = "shm";
   // Rank 1's record as from another machine.
-  ASSERT_TRUE((*store)->Set("t/host/1", HostRecord{"far", "bootX/nsX/far", false, {}}.Encode()).ok());
+  ASSERT_TRUE(t.store->Set("t/host/1", HostRecord{"far", "bootX/nsX/far", false, {}}.Encode()).ok());
   const auto start = std::chrono::steady_clock::now();
-  auto zero = AgreeOnCommunicator(**store, "t", 0, 2, c, "none", std::chrono::milliseconds(20000));
+  auto zero = AgreeOnCommunicator(*t.store, "t", 0, 2, c, "none", std::chrono::milliseconds(20000));
   EXPECT_EQ(zero.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(zero.status().message().find("rank 1 on far"), std::string::npos) << zero.status().ToString();
-  auto one = AgreeOnCommunicator(**store, "t", 1, 2, c, "none", std::chrono::milliseconds(20000));
+  auto one = AgreeOnCommunicator(*t.store, "t", 1, 2, c, "none", std::chrono::milliseconds(20000));
   EXPECT_EQ(one.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(one.status().message().find("rank 0 refused the communicator: CIUIC_TRANSPORT=shm"), std::string::npos)
       << one.status().ToString();
@@ -243,7 +259,6 @@ TEST(BootstrapTest, EveryRankLearnsRankZerosRefusalAtOnce) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << "a rank waited out its timeout";
   EXPECT_EQ(CommDecision::Decode("refused x\ny").status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(CommDecision::Decode("refused x\ny").status().message().find("x\\x0ay"), std::string::npos);
-  EXPECT_EQ(system(("rm -rf " + std::string(tmpl)).c_str()), 0);
 }
 
 // The CIUIC_HOST_ID of a key, with and without /proc's boot id (the INFO
@@ -260,10 +275,8 @@ TEST(BootstrapTest, HostIdWithAndWithoutProc) {
 // A rank checks the local ranks rank 0 published for its host against the
 // decision: a list without it (or with others' ranks) is data loss.
 TEST(BootstrapTest, LocalRanksThatDisagreeWithTheDecisionAreDataLoss) {
-  char tmpl[] = "/tmp/ciuic-bootstrap-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  auto store = transport::FileStore::Open(tmpl);
-  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  TempFileStore t;
+  ASSERT_NE(t.store, nullptr) << t.dir;
   Config c;
   CommDecision d;
   d.transport = BackendKind::kShm;
@@ -272,24 +285,23 @@ TEST(BootstrapTest, LocalRanksThatDisagreeWithTheDecisionAreDataLoss) {
   d.accumulate = c.accumulate;
   d.host_of = {0, 0};
   d.verbs = {false, false};
-  ASSERT_TRUE((*store)->Set("t/transport", d.Encode()).ok());
+  ASSERT_TRUE(t.store->Set("t/transport", d.Encode()).ok());
   LocalRanks wrong;
   wrong.ranks = {0};
   wrong.cpus = {{}};
-  ASSERT_TRUE((*store)->Set("t/local/0", wrong.Encode()).ok());
+  ASSERT_TRUE(t.store->Set("t/local/0", wrong.Encode()).ok());
   LocalRanks local;
-  auto one = AgreeOnCommunicator(**store, "t", 1, 2, c, "none", std::chrono::milliseconds(5000), &local);
+  auto one = AgreeOnCommunicator(*t.store, "t", 1, 2, c, "none", std::chrono::milliseconds(5000), &local);
   EXPECT_EQ(one.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(one.status().message().find("(rank 0) are not its decision's (ranks 0 and 1)"), std::string::npos)
       << one.status().ToString();
   LocalRanks right;
   right.ranks = {0, 1};
   right.cpus = {{}, {}};
-  ASSERT_TRUE((*store)->Set("t/local/0", right.Encode()).ok());
-  auto ok = AgreeOnCommunicator(**store, "t", 1, 2, c, "none", std::chrono::milliseconds(5000), &local);
+  ASSERT_TRUE(t.store->Set("t/local/0", right.Encode()).ok());
+  auto ok = AgreeOnCommunicator(*t.store, "t", 1, 2, c, "none", std::chrono::milliseconds(5000), &local);
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(local.ranks, (std::vector<int>{0, 1}));
-  EXPECT_EQ(system(("rm -rf " + std::string(tmpl)).c_str()), 0);
 }
 
 }  // namespace
