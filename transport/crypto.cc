@@ -24,14 +24,31 @@ std::mutex& CryptoMutex() {
   return *mu;
 }
 
+// Registered when the library loads, not on first use: a std::call_once
+// that another thread is inside at a fork stays "running" in the child, whose
+// first crypto call would then wait on it forever.
+const int kForkHandlers = pthread_atfork([] { CryptoMutex().lock(); }, [] { CryptoMutex().unlock(); },
+                                         [] { CryptoMutex().unlock(); });
+
+// libcrypto's per-thread state is freed at thread exit by a key destructor
+// that takes its global thread-list lock outside our mutex: a fork then
+// left the child that lock held (its first HMAC hung in ERR_set_mark's
+// CRYPTO_THREAD_write_lock, 1 round in ~6000 of the fork test). A
+// thread_local's destructor runs before key destructors: it stops libcrypto's
+// thread state under our mutex, and the key destructor finds nothing left.
+struct ThreadStop {
+  ~ThreadStop() {
+    const std::lock_guard<std::mutex> lock(CryptoMutex());
+    OPENSSL_thread_stop();
+  }
+};
+
 class CryptoLock {
  public:
   CryptoLock() {
-    static std::once_flag once;
-    std::call_once(once, [] {
-      pthread_atfork([] { CryptoMutex().lock(); }, [] { CryptoMutex().unlock(); },
-                     [] { CryptoMutex().unlock(); });
-    });
+    (void)kForkHandlers;
+    static thread_local ThreadStop stop;
+    (void)stop;
     CryptoMutex().lock();
   }
   ~CryptoLock() { CryptoMutex().unlock(); }
