@@ -2,8 +2,12 @@
 // creation, argument checks, and the hand-off of each call to the
 // communicator's implementation (comm_impl.h) to run now (blocking) or to
 // queue (the I-forms).
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -177,15 +181,59 @@ void IdServerHeld(const transport::store_wire::StoreId& id) {
 // communicator here is gone: a communicator that was split hands its server
 // here, because the splits of other processes meet (and make their links,
 // and name faults) through it whatever this process does with its own.
-// Kept to the end of the process.
-void KeepServerToTheEnd(std::shared_ptr<transport::TcpStoreServer> server) {
-  static std::mutex mu;
-  static auto* kept = new std::vector<std::shared_ptr<transport::TcpStoreServer>>();
-  std::lock_guard<std::mutex> lock(mu);
-  for (const auto& s : *kept) {
+// Kept to the end of the process, and the process's exit waits (up to the
+// communicator's timeout) until no other process is connected to them: a
+// rank 0 that finishes first (the store's host under mpirun or srun) would
+// otherwise take the store from splits it is not in, which still make
+// their links through it.
+struct KeptServers {
+  std::mutex mu;
+  std::vector<std::shared_ptr<transport::TcpStoreServer>> servers;
+  std::chrono::milliseconds timeout{0};
+  pid_t pid = 0;  // the process that registered the exit wait (not a fork child)
+};
+KeptServers& GetKeptServers() {
+  static auto* kept = new KeptServers();  // leaked: used by the exit handler
+  return *kept;
+}
+
+void WaitForStoreUsersAtExit() {
+  KeptServers& kept = GetKeptServers();
+  std::vector<std::shared_ptr<transport::TcpStoreServer>> servers;
+  std::chrono::milliseconds timeout;
+  {
+    std::lock_guard<std::mutex> lock(kept.mu);
+    if (kept.pid != getpid()) return;  // a fork child: the server thread is its parent's
+    servers = kept.servers;
+    timeout = kept.timeout;
+  }
+  for (const auto& server : servers) {
+    if (server->WaitForOtherProcesses(std::chrono::milliseconds(0)) == 0) continue;
+    CIUIC_LOG(kInfo, "exit: waiting up to %lld ms for the other ranks to finish with the store this process serves "
+              "(port %u)", static_cast<long long>(timeout.count()), static_cast<unsigned>(server->port()));
+    const size_t left = server->WaitForOtherProcesses(timeout);
+    if (left > 0) {
+      CIUIC_LOG(kWarn, "exit: %zu connection(s) of other processes to the store on port %u still open after %lld ms; "
+                "their communicators lose the store", left, static_cast<unsigned>(server->port()),
+                static_cast<long long>(timeout.count()));
+    }
+  }
+}
+
+void KeepServerToTheEnd(std::shared_ptr<transport::TcpStoreServer> server, std::chrono::milliseconds timeout) {
+  KeptServers& kept = GetKeptServers();
+  std::lock_guard<std::mutex> lock(kept.mu);
+  kept.timeout = std::max(kept.timeout, timeout);
+  if (kept.pid != getpid()) {
+    // First here, or a fork child: its parent's servers have no thread here.
+    kept.servers.clear();
+    kept.pid = getpid();
+    std::atexit(WaitForStoreUsersAtExit);
+  }
+  for (const auto& s : kept.servers) {
     if (s == server) return;
   }
-  kept->push_back(std::move(server));
+  kept.servers.push_back(std::move(server));
 }
 
 }  // namespace
@@ -256,7 +304,9 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Split(int color, int key) 
     if (c == color) members.emplace_back(all[2 * static_cast<size_t>(r) + 1], r);
   }
   // This process may serve the store the new communicators meet through.
-  if (impl_->server() != nullptr) KeepServerToTheEnd(impl_->server());
+  if (impl_->server() != nullptr) {
+    KeepServerToTheEnd(impl_->server(), std::chrono::milliseconds(impl_->config().timeout_ms));
+  }
   if (color == kUndefinedColor) return std::unique_ptr<Communicator>();
   std::sort(members.begin(), members.end());
   int new_rank = 0;
@@ -304,7 +354,12 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::CreateFromEnv(Config confi
     CIUIC_ASSIGN_OR_RETURN(pmix_server, transport::pmix::Rendezvous(&job, config.socket_ifname));
   }
   if (job.world_size > 1 && job.store_host.empty()) {
-    return InvalidArgumentError("CIUIC_STORE_ADDR is not set (host:port of the rendezvous store; rank 0 serves it)");
+    // Slurm without PMIx: rank and size came from SLURM_*, the store cannot.
+    const std::string hint = job.launcher == "slurm"
+                                 ? "; or launch with srun --mpi=pmix, whose PMIx server carries the rendezvous"
+                                 : "";
+    return InvalidArgumentError("CIUIC_STORE_ADDR is not set (host:port of the rendezvous store; rank 0 serves it)" +
+                                hint);
   }
   config.timeout_ms = job.timeout.count();
   if (job.world_size == 1 && job.store_host.empty()) {

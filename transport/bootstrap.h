@@ -59,6 +59,11 @@ class TcpStoreServer {
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
   // The bound port (the real one when started with port 0).
   uint16_t port() const;
+  // Waits until no other process holds a connection to this server (this
+  // process's own TcpStoreClients do not count) or `timeout` passes; returns
+  // how many connections of other processes are left. For a process about
+  // to exit whose store other ranks still use. Any thread.
+  size_t WaitForOtherProcesses(std::chrono::milliseconds timeout);
 
   class Impl;
 
@@ -102,6 +107,7 @@ class TcpStoreClient : public Store {
   std::mutex mu_;
   int fd_;
   std::string peer_;
+  std::string local_key_;  // this end, as the server sees it (its own process's clients)
   std::chrono::milliseconds timeout_;
   Status error_;  // first failure; sticky
 };

@@ -9,7 +9,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <condition_variable>
 #include <map>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "transport/backoff.h"
@@ -26,6 +29,34 @@ using net::Clock;
 using namespace store_wire;  // NOLINT(google-build-using-namespace): the protocol's own names
 
 std::string Bytes(const uint8_t* p, size_t n) { return std::string(reinterpret_cast<const char*>(p), n); }
+
+// One end of a TCP connection as both sides name it: the address bytes
+// (IPv4, also when a dual-stack server sees it v4-mapped) and the port.
+std::string EndpointKey(const sockaddr* sa) {
+  if (sa->sa_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(sa);
+    return Bytes(reinterpret_cast<const uint8_t*>(&in->sin_addr), 4) + Bytes(reinterpret_cast<const uint8_t*>(&in->sin_port), 2);
+  }
+  if (sa->sa_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(sa);
+    const uint8_t* a = in6->sin6_addr.s6_addr;
+    const std::string port = Bytes(reinterpret_cast<const uint8_t*>(&in6->sin6_port), 2);
+    return IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr) ? Bytes(a + 12, 4) + port : Bytes(a, 16) + port;
+  }
+  return "";
+}
+
+// The local ends of this process's live store clients, so a server here can
+// tell its own process's connections from other processes'. Leaked: read
+// from an exit handler, after static destructors may have run.
+struct OwnClients {
+  std::mutex mu;
+  std::multiset<std::string> keys;
+};
+OwnClients& GetOwnClients() {
+  static auto* own = new OwnClients();
+  return *own;
+}
 
 }  // namespace
 
@@ -90,10 +121,28 @@ class TcpStoreServer::Impl {
 
   uint16_t port() const { return port_; }
 
+  size_t WaitForOtherProcesses(std::chrono::milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    std::unique_lock<std::mutex> lock(peers_mu_);
+    for (;;) {
+      size_t others = 0;
+      {
+        OwnClients& own = GetOwnClients();
+        std::lock_guard<std::mutex> own_lock(own.mu);
+        for (const std::string& k : peers_) others += own.keys.count(k) == 0 ? 1 : 0;
+      }
+      if (others == 0 || Clock::now() >= deadline) return others;
+      // Woken when a connection closes; the bound re-reads this process's
+      // own clients, which may close without the server noticing at once.
+      peers_cv_.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
+    }
+  }
+
  private:
   struct Conn {
     int fd;
     std::string peer;
+    std::string key;  // EndpointKey of the peer
     ServerSession session;
     bool dead = false;
     size_t out_pos = 0;
@@ -125,9 +174,15 @@ class TcpStoreServer::Impl {
         if (!c.dead) Flush(&c);
       }
       if (fds[1].revents & POLLIN) Accept();
+      bool closed = false;
       for (Conn& c : conns_) {
-        if (c.dead) close(c.fd);
+        if (!c.dead) continue;
+        close(c.fd);
+        std::lock_guard<std::mutex> lock(peers_mu_);
+        peers_.erase(peers_.find(c.key));
+        closed = true;
       }
+      if (closed) peers_cv_.notify_all();
       conns_.erase(std::remove_if(conns_.begin(), conns_.end(), [](const Conn& c) { return c.dead; }),
                    conns_.end());
     }
@@ -162,7 +217,12 @@ class TcpStoreServer::Impl {
         close(fd);
         continue;
       }
-      conns_.push_back(Conn{fd, peer, ServerSession(secret_, Bytes(nonce, kNonce), &data_)});
+      const std::string key = EndpointKey(sa);
+      {
+        std::lock_guard<std::mutex> lock(peers_mu_);
+        peers_.insert(key);
+      }
+      conns_.push_back(Conn{fd, peer, key, ServerSession(secret_, Bytes(nonce, kNonce), &data_)});
       Flush(&conns_.back());
     }
   }
@@ -228,6 +288,9 @@ class TcpStoreServer::Impl {
   uint16_t port_ = 0;
   std::thread thread_;
   std::vector<Conn> conns_;                   // server thread only
+  std::mutex peers_mu_;
+  std::condition_variable peers_cv_;          // a connection closed
+  std::multiset<std::string> peers_;          // EndpointKey of each of conns_ (peers_mu_)
   std::map<std::string, std::string> data_;  // server thread only
 };
 
@@ -241,6 +304,9 @@ StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(const std::strin
 TcpStoreServer::TcpStoreServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TcpStoreServer::~TcpStoreServer() = default;
 uint16_t TcpStoreServer::port() const { return impl_->port(); }
+size_t TcpStoreServer::WaitForOtherProcesses(std::chrono::milliseconds timeout) {
+  return impl_->WaitForOtherProcesses(timeout);
+}
 
 // ---------------------------------------------------------------- client
 
@@ -351,10 +417,24 @@ StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::Connect(const std::str
 }
 
 TcpStoreClient::TcpStoreClient(int fd, std::string peer, std::chrono::milliseconds timeout)
-    : fd_(fd), peer_(std::move(peer)), timeout_(timeout) {}
+    : fd_(fd), peer_(std::move(peer)), timeout_(timeout) {
+  sockaddr_storage local{};
+  socklen_t len = sizeof(local);
+  if (getsockname(fd_, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+    local_key_ = EndpointKey(reinterpret_cast<const sockaddr*>(&local));
+    OwnClients& own = GetOwnClients();
+    std::lock_guard<std::mutex> lock(own.mu);
+    own.keys.insert(local_key_);
+  }
+}
 
 TcpStoreClient::~TcpStoreClient() {
   if (fd_ >= 0) close(fd_);
+  if (!local_key_.empty()) {
+    OwnClients& own = GetOwnClients();
+    std::lock_guard<std::mutex> lock(own.mu);
+    own.keys.erase(own.keys.find(local_key_));
+  }
 }
 
 StatusOr<TcpStoreClient::Reply> TcpStoreClient::Request(uint8_t op, const std::string& key,

@@ -88,6 +88,56 @@ TEST(TcpStoreTest, SetGetWaitAddAcrossThreads) {
   EXPECT_EQ(c->Set(std::string(kMaxKeyBytes + 1, 'k'), "x").code(), StatusCode::kInvalidArgument);
 }
 
+// A server waits for other processes' connections only: its own process's
+// clients do not count (a rank 0 about to exit would otherwise wait for
+// itself); another process's connection counts until that process closes it.
+TEST(TcpStoreTest, WaitForOtherProcessesCountsOnlyOtherProcesses) {
+  // The child is forked before the server's thread exists: a fork beside a
+  // thread inside malloc can hang the child under gcc 12's sanitizers.
+  int port_pipe[2], connected[2], go[2];
+  ASSERT_EQ(pipe(port_pipe), 0);
+  ASSERT_EQ(pipe(connected), 0);
+  ASSERT_EQ(pipe(go), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    uint16_t port = 0;
+    if (read(port_pipe[0], &port, sizeof(port)) != static_cast<ssize_t>(sizeof(port))) _exit(2);
+    auto c = TcpStoreClient::Connect(kHost, port, kSecret, milliseconds(5000));
+    const char ok = c.ok() && (*c)->Set("child", "here").ok() ? 1 : 0;
+    if (write(connected[1], &ok, 1) != 1) _exit(3);
+    char b;
+    if (read(go[0], &b, 1) != 1) _exit(4);
+    c = StatusOr<std::unique_ptr<TcpStoreClient>>(UnavailableError("closed"));  // closes the connection
+    _exit(ok ? 0 : 1);
+  }
+  auto server = StartServer();
+  ASSERT_NE(server, nullptr);
+  auto own = Connect(server->port());
+  ASSERT_NE(own, nullptr);
+  ASSERT_TRUE(own->Set("k", "v").ok());
+  EXPECT_EQ(server->WaitForOtherProcesses(milliseconds(0)), 0u);
+  const uint16_t port = server->port();
+  ASSERT_EQ(write(port_pipe[1], &port, sizeof(port)), static_cast<ssize_t>(sizeof(port)));
+  char ok = 0;
+  ASSERT_EQ(read(connected[0], &ok, 1), 1);
+  ASSERT_EQ(ok, 1);
+  // The child's connection holds the wait until its timeout.
+  EXPECT_EQ(server->WaitForOtherProcesses(milliseconds(50)), 1u);
+  auto own2 = Connect(server->port());  // another of this process: still not counted
+  ASSERT_NE(own2, nullptr);
+  EXPECT_EQ(server->WaitForOtherProcesses(milliseconds(0)), 1u);
+  ASSERT_EQ(write(go[1], "g", 1), 1);
+  // The child closes: the wait ends well before its 30 s timeout with none left.
+  const auto t0 = Clock::now();
+  EXPECT_EQ(server->WaitForOtherProcesses(milliseconds(30000)), 0u);
+  EXPECT_LT(Clock::now() - t0, milliseconds(20000));
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  for (int fd : {port_pipe[0], port_pipe[1], connected[0], connected[1], go[0], go[1]}) close(fd);
+}
+
 TEST(TcpStoreTest, GetTimeoutNamesKey) {
   auto server = StartServer();
   ASSERT_TRUE(server);
