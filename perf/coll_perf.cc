@@ -536,7 +536,9 @@ int RunRank(const Options& o, std::unique_ptr<Communicator> comm) {
       const auto t0 = Clock::now();
       for (int it = 0; it < iters && s.ok(); ++it) s = RunOnce(*comm, o, c, ti.dtype, op, in, out);
       double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / iters;
-      row.algo = comm->last_algorithm();
+      // A size of no elements calls nothing: last_algorithm() would name the
+      // barrier above.
+      row.algo = c.count == 0 ? std::string("none (no elements)") : comm->last_algorithm();
       double wrong = 0;
       if (s.ok() && o.check) {
         auto w = Check(*comm, o, c, ti.dtype, op, buffers, inplace);

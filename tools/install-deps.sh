@@ -11,6 +11,7 @@ packages=(
   libhwloc-dev hwloc
   libibverbs-dev librdmacm-dev ibverbs-providers rdma-core libpmix-dev
   openmpi-bin libopenmpi-dev
+  slurmd slurmctld slurm-client munge
   clang libclang-rt-dev clang-tidy cppcheck
 )
 missing=()
