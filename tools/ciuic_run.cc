@@ -110,6 +110,11 @@ const char kUsage[] =
     "  --link-delay D          with --hosts: one-way delay per host (tc netem), e.g. 50us\n"
     "  --keep-going            when a rank fails, let the others run to their own end\n"
     "                          (they see the failure: fault-tolerance experiments)\n"
+    "  --net-only              with --hosts: make the hosts, then run prog once in the\n"
+    "                          bridge's namespace (which reaches every host) instead of\n"
+    "                          the ranks, with CIUIC_SIM_NS_PREFIX (host k's namespace\n"
+    "                          is PREFIXk), CIUIC_SIM_SUBNET and CIUIC_SIM_HOSTS\n"
+    "                          (ciuic-host0:RANKS,...): for other launchers (mpirun)\n"
     "  -h, --help              this text\n"
     "Output lines are prefixed with [rank]; when a rank fails the others are\n"
     "stopped (unless --keep-going) and ciuic-run exits with its status\n"
@@ -205,6 +210,7 @@ struct Options {
   std::string link_delay;  // tc syntax ("50us"); empty: none
   std::vector<std::string> command;
   bool keep_going = false;  // a failed rank does not stop the others
+  bool net_only = false;    // run the command once in the bridge namespace, not the ranks
   bool help = false;
 };
 
@@ -264,6 +270,10 @@ StatusOr<Options> ParseArgs(int argc, char** argv) {
     }
     if (arg == "--keep-going") {
       o.keep_going = true;
+      continue;
+    }
+    if (arg == "--net-only") {
+      o.net_only = true;
       continue;
     }
     std::string name = arg, value;
@@ -376,6 +386,10 @@ StatusOr<Options> ParseArgs(int argc, char** argv) {
   }
   if (o.hosts == 0 && o.link_rate_bps != 0) return InvalidArgumentError("--link-rate needs --hosts");
   if (o.hosts == 0 && !o.link_delay.empty()) return InvalidArgumentError("--link-delay needs --hosts");
+  if (o.net_only && o.hosts == 0) return InvalidArgumentError("--net-only needs --hosts");
+  if (o.net_only && !o.transport.empty()) {
+    return InvalidArgumentError("--net-only starts no ranks: --transport has nothing to apply to");
+  }
   return o;
 }
 
@@ -536,6 +550,8 @@ class SimNet {
   SimNet& operator=(const SimNet&) = delete;
 
   std::string HostNs(int k) const { return prefix_ + std::to_string(k); }
+  const std::string& Prefix() const { return prefix_; }
+  std::string Subnet() const { return subnet_ + "0/24"; }
   std::string BridgeNs() const { return prefix_ + "br"; }
   std::string HostIf(int k) const { return "ciuic" + std::to_string(k); }
   std::string HostAddr(int k) const { return subnet_ + std::to_string(k + 1); }
@@ -875,7 +891,7 @@ struct RankState {
 
 class Launcher {
  public:
-  explicit Launcher(Options o) : o_(std::move(o)), ranks_(o_.nranks) {}
+  explicit Launcher(Options o) : o_(std::move(o)), ranks_(o_.net_only ? 1 : o_.nranks) {}
 
   int Run() {
     if (!BlockSignals()) return kExitSetup;
@@ -932,7 +948,10 @@ class Launcher {
       return kExitSetup;
     }
     int rc = 0;
-    for (int r = 0; r < o_.nranks && rc == 0; ++r) {
+    if (o_.net_only) {
+      rc = StopRequested() ? 0 : Spawn(0, MakeNetOnlyPlan(path), devnull);
+    }
+    for (int r = 0; r < o_.nranks && rc == 0 && !o_.net_only; ++r) {
       if (StopRequested()) break;  // Ctrl-C during setup: start no more ranks
       ChildPlan plan = MakePlan(r, path, store_addr, *secret, cpus[r]);
       rc = Spawn(r, plan, devnull);
@@ -1035,6 +1054,38 @@ class Launcher {
     CPU_ZERO(&plan.cpus);
     for (int cpu : cpus) CPU_SET(cpu, &plan.cpus);
     plan.bind = !cpus.empty();
+    return plan;
+  }
+
+  // --net-only: the command once, in the bridge's namespace, told where the
+  // hosts are; unbound, with a host name no host has (so a launcher treats
+  // every simulated host as remote).
+  ChildPlan MakeNetOnlyPlan(const std::string& path) {
+    ChildPlan plan;
+    plan.path = path;
+    for (const std::string& a : o_.command) plan.argv.push_back(const_cast<char*>(a.c_str()));
+    plan.argv.push_back(nullptr);
+    for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+      if (!StartsWith(*e, "CIUIC_SIM_")) plan.env_storage.emplace_back(*e);
+    }
+    std::string hosts;
+    for (int k = 0; k < o_.hosts; ++k) {
+      int ranks = 0;
+      if (!o_.host_sizes.empty()) {
+        ranks = o_.host_sizes[static_cast<size_t>(k)];
+      } else {
+        for (int r = 0; r < o_.nranks; ++r) ranks += static_cast<int64_t>(r) * o_.hosts / o_.nranks == k ? 1 : 0;
+      }
+      hosts += (k > 0 ? "," : "") + std::string("ciuic-host") + std::to_string(k) + ":" + std::to_string(ranks);
+    }
+    plan.env_storage.push_back("CIUIC_SIM_NS_PREFIX=" + net_->Prefix());
+    plan.env_storage.push_back("CIUIC_SIM_SUBNET=" + net_->Subnet());
+    plan.env_storage.push_back("CIUIC_SIM_HOSTS=" + hosts);
+    for (std::string& v : plan.env_storage) plan.envp.push_back(v.data());
+    plan.envp.push_back(nullptr);
+    CPU_ZERO(&plan.cpus);
+    plan.netns_fd = net_->BridgeNsFd();
+    plan.hostname = "ciuic-bridge";
     return plan;
   }
 

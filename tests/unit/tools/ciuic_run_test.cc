@@ -720,6 +720,34 @@ TEST_F(CiuicRunTest, HostsGiveEachRankItsHostAndAddress) {
   EXPECT_EQ(Count(r.out, "inet "), 4u) << r.out;
 }
 
+// --net-only: the hosts are made, and the command runs once in the bridge's
+// namespace (it reaches every host), told the namespaces, the subnet and the
+// hosts with their rank counts; no rank variables.
+TEST_F(CiuicRunTest, NetOnlyRunsTheCommandOnceWhereItReachesEveryHost) {
+  SKIP_WITHOUT_NETNS();
+  Launch l(Args({"-n", "3", "--hosts", "2+1", "--net-only"},
+                Sh("hostname; echo \"hosts=$CIUIC_SIM_HOSTS subnet=$CIUIC_SIM_SUBNET rank=${CIUIC_RANK:-none}\"; "
+                   "ip netns exec \"${CIUIC_SIM_NS_PREFIX}1\" ip -4 -o addr show dev ciuic1; "
+                   // Refused (not unreachable): host 1's address answers from here.
+                   "timeout 5 bash -c \"exec 3<>/dev/tcp/${CIUIC_SIM_SUBNET%0/24}2/9\" 2>&1 | grep -o -m1 refused")));
+  Track(l);
+  const Result r = l.Finish();
+  EXPECT_EQ(r.code, 0) << r.err;
+  const std::string subnet = "10.77." + std::to_string(l.pid() % 250) + ".";
+  EXPECT_EQ(Count(r.out, "[0] ciuic-bridge\n"), 1u) << r.out;
+  EXPECT_EQ(Count(r.out, "[0] hosts=ciuic-host0:2,ciuic-host1:1 subnet=" + subnet + "0/24 rank=none\n"), 1u) << r.out;
+  EXPECT_NE(r.out.find("ciuic1    inet " + subnet + "2/24"), std::string::npos) << r.out;
+  EXPECT_EQ(Count(r.out, "[0] refused\n"), 1u) << r.out;
+  EXPECT_EQ(Count(r.out, "[1]"), 0u) << r.out;
+}
+
+TEST_F(CiuicRunTest, NetOnlyNeedsHosts) {
+  Launch l(Args({"-n", "2", "--net-only"}, Sh("true")));
+  const Result r = l.Finish();
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--net-only needs --hosts"), std::string::npos) << r.err;
+}
+
 TEST_F(CiuicRunTest, HostsRanksReachTheStoreFromEveryNamespace) {
   SKIP_WITHOUT_NETNS();
   // Ranks 0,1 on host 0 and 2,3 on host 1 (blocks).
