@@ -180,6 +180,12 @@ class CommImpl {
 
   // Selection and plans.
   std::optional<Tuning> tuning_;  // CIUIC_TUNING_FILE
+  // Whether the file's line for the network kind applies (not when a file
+  // measured on one machine meets several hosts: loopback is no network).
+  bool tuning_network_level_ = true;
+  // ApplyTuning of the file (gamma of dtype/op), keeping the network's
+  // alpha, beta and copy where tuning_network_level_ says so.
+  void ApplyFileTuning(CostParams* params, DataType dtype, ReduceOp op) const;
   SelectionContext selection_;
   SelectionCache selections_;
   struct PlanKey {

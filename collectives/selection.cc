@@ -177,7 +177,7 @@ StatusOr<Selection> Select(const CallShape& call, DataType dtype, ReduceOp op, c
   const size_t rep = call.bytes == 0 ? 0 : (size_t{1} << klass);
   const CallShape rep_call = Scaled(call, rep);
   const bool oversubscribed = p.ranks_outnumber_cpus && call.nranks > 2;
-  const auto key = std::make_pair(static_cast<int>(call.collective), klass);
+  const auto key = std::make_tuple(static_cast<int>(call.collective), klass, call.root);
   auto cached = cache->find(key);
   if (cached == cache->end()) {
     std::vector<std::pair<const AlgorithmInfo*, Prediction>> preds;

@@ -75,9 +75,12 @@ struct Selection {
   const char* name() const { return algorithm == nullptr ? "?" : algorithm->name(); }
 };
 
-// The schedules' predictions per (collective, size class): the model runs
-// once per class (with the first call's element type), not per call.
-using SelectionCache = std::map<std::pair<int, int>, std::vector<std::pair<const AlgorithmInfo*, Prediction>>>;
+// The schedules' predictions per (collective, size class, root): the model
+// runs once per class (with the first call's element type), not per call;
+// per root, since a rooted schedule's cost depends on where the root is
+// (uneven hosts).
+using SelectionCache =
+    std::map<std::tuple<int, int, int>, std::vector<std::pair<const AlgorithmInfo*, Prediction>>>;
 
 // Errors: kInvalidArgument (nranks < 1, elem_size 0), those of the model.
 StatusOr<Selection> Select(const CallShape& call, DataType dtype, ReduceOp op, const SelectionContext& ctx,

@@ -376,6 +376,13 @@ std::string FormatTuning(const Tuning& t) {
   return out;
 }
 
+bool MeasuredOnOneMachine(const Tuning& t) {
+  for (const auto& [key, value] : t.meta) {
+    if (key == "hosts") return value == "1";
+  }
+  return false;
+}
+
 void ApplyTuning(const Tuning& t, transport::BackendKind backend, CostParams* p, DataType dtype, ReduceOp op) {
   for (const BackendTuning& b : t.backends) {
     if (b.backend != backend) continue;

@@ -132,6 +132,11 @@ Status CheckTuning(const Tuning& tuning);
 // 65536 ring").
 std::string FormatRule(const TuningRule& rule);
 
+// Whether the file says it was measured on one machine ("meta hosts 1", as
+// ciuic-tune writes when it forks its ranks): its tcp line is then
+// loopback's, which is not a network between hosts.
+bool MeasuredOnOneMachine(const Tuning& tuning);
+
 // Overrides the fields of `params` the file has for `backend` (alpha, beta,
 // copy) and the gamma of (dtype, op) (avg falls back to sum's gamma: the
 // executor reduces avg as a sum); leaves the others as they are.

@@ -261,6 +261,37 @@ TEST(SelectionTest, ForcedThenTunedThenTheModel) {
   EXPECT_EQ(forced_hier->algorithm->id, Algorithm::kHierarchical);
 }
 
+// The cached predictions of a rooted collective are the root's: where a
+// root on a host of its own costs differently from a root among the others
+// (uneven hosts), a second root must not be answered from the first's.
+TEST(SelectionTest, RootedCollectivesArePredictedPerRoot) {
+  SelectionContext ctx;
+  ctx.backend = BackendKind::kTcp;
+  ctx.params = DefaultCostParams(BackendKind::kTcp);
+  ctx.host_of = {0, 1, 0, 1, 1, 2};
+  ctx.params.host_of = ctx.host_of;
+  const CostParams shm = DefaultCostParams(BackendKind::kShm);
+  ctx.params.intra_alpha_s = shm.alpha_s;
+  ctx.params.intra_beta_s_per_byte = shm.beta_s_per_byte;
+  for (Collective c : {Collective::kBroadcast, Collective::kReduce}) {
+    CallShape a = Shape(c, 1 << 18, 4, 6), b = a;
+    a.backend = b.backend = BackendKind::kTcp;
+    a.root = 0;
+    b.root = 5;
+    SelectionCache fresh_a, fresh_b, shared;
+    auto want_a = Select(a, DataType::kFloat32, ReduceOp::kSum, ctx, &fresh_a);
+    auto want_b = Select(b, DataType::kFloat32, ReduceOp::kSum, ctx, &fresh_b);
+    ASSERT_TRUE(want_a.ok() && want_b.ok());
+    // The layout makes the roots differ (else this test could not fail).
+    ASSERT_NE(want_a->predicted_s, want_b->predicted_s) << CollectiveName(c);
+    auto got_a = Select(a, DataType::kFloat32, ReduceOp::kSum, ctx, &shared);
+    auto got_b = Select(b, DataType::kFloat32, ReduceOp::kSum, ctx, &shared);
+    ASSERT_TRUE(got_a.ok() && got_b.ok());
+    EXPECT_EQ(got_a->predicted_s, want_a->predicted_s) << CollectiveName(c);
+    EXPECT_EQ(got_b->predicted_s, want_b->predicted_s) << CollectiveName(c) << ": root 5 answered from root 0's";
+  }
+}
+
 TEST(SelectionTest, PredictCallCostsBothKinds) {
   const CostParams p = DefaultCostParams(BackendKind::kShm);
   const DirectLimits l;

@@ -271,6 +271,18 @@ TEST(TuningTest, RulesOfAHostCountWinOverThoseWithout) {
       << unsorted.status().ToString();
 }
 
+TEST(TuningTest, MeasuredOnOneMachineIsWhatMetaHostsSays) {
+  auto one = ParseTuning("ciuic-tuning 1\nmeta host vm\nmeta hosts 1\n", "t");
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_TRUE(MeasuredOnOneMachine(*one));
+  auto two = ParseTuning("ciuic-tuning 1\nmeta hosts 2\n", "t");
+  ASSERT_TRUE(two.ok());
+  EXPECT_FALSE(MeasuredOnOneMachine(*two));
+  auto old = ParseTuning("ciuic-tuning 1\nmeta host vm\n", "t");  // files before the key: not known
+  ASSERT_TRUE(old.ok());
+  EXPECT_FALSE(MeasuredOnOneMachine(*old));
+}
+
 TEST(TuningTest, ApplyTuningOverridesWhatTheFileHas) {
   const Tuning t = ParseOrDie(kSample);
   const CostParams base = DefaultCostParams(BackendKind::kTcp);
