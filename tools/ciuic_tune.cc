@@ -62,6 +62,7 @@
 #include "ciuic/config.h"
 #include "ciuic/kernels.h"
 #include "transport/transport.h"
+#include "collectives/comm_impl.h"
 #include "collectives/cost_model.h"
 #include "collectives/registry.h"
 #include "collectives/selection.h"
@@ -88,6 +89,7 @@ struct Options {
   std::string output = "ciuic-tuning.txt";
   std::string check;  // --check FILE: only parse it
   std::string command;
+  bool ranks_given = false, backends_given = false;
 };
 
 // How long each measurement runs: --quick trades precision for time.
@@ -134,7 +136,10 @@ void Usage(FILE* out) {
                "                        as it is understood; exit 1 with the line of the first error\n"
                "  -h, --help\n"
                "Ranks are forked here; tcp runs over loopback. CIUIC_* knobs apply (ciuic-info),\n"
-               "CIUIC_CHUNK_SIZE and CIUIC_NCHANNELS shape what is measured.\n");
+               "CIUIC_CHUNK_SIZE and CIUIC_NCHANNELS shape what is measured.\n"
+               "Started by a launcher (ciuic-run, mpirun, srun) it tunes that job instead: every\n"
+               "all-reduce algorithm on the job's own communicator (shm inside hosts, the network\n"
+               "between), rules for its rank and host count; rank 0 writes the file (-n, -t: no).\n");
 }
 
 bool BadFlag(const char* flag, const char* value, const std::string& expected) {
@@ -163,6 +168,7 @@ bool ParseOptions(int argc, char** argv, Options* o) {
   while ((c = getopt_long(argc, argv, ":n:t:b:e:o:h", kLong, nullptr)) != -1) {
     switch (c) {
       case 'n': {
+        o->ranks_given = true;
         o->ranks.clear();
         for (const std::string& item : SplitList(optarg)) {
           char* end = nullptr;
@@ -176,6 +182,7 @@ bool ParseOptions(int argc, char** argv, Options* o) {
         break;
       }
       case 't': {
+        o->backends_given = true;
         o->backends.clear();
         for (const std::string& item : SplitList(optarg)) {
           StatusOr<BackendKind> k = transport::ParseBackendKind(item);
@@ -769,6 +776,7 @@ std::vector<collectives::TuningRule> DeriveRules(BackendKind kind, int n,
     r.collective = Collective::kAllReduce;
     r.backend = kind;
     r.nranks = n;
+    r.nhosts = 1;  // forked on this machine: says nothing of a job across hosts
     r.from_bytes = rules.empty() ? 0 : sizes[i];
     r.algorithm = best;
     rules.push_back(r);
@@ -784,6 +792,7 @@ void PrintTable(BackendKind kind, int n, const std::map<std::string, std::map<si
   collectives::SelectionContext ctx;
   ctx.backend = kind;
   ctx.params = params;
+  ctx.host_of = params.host_of;  // several hosts: the two-level model, hier a candidate
   ctx.limits.slot_bytes = params.chunk_bytes;
   collectives::SelectionCache cache;
   auto shape = [&](size_t bytes) {
@@ -863,6 +872,127 @@ int Fail(const std::string& what) {
   return 1;
 }
 
+// The end of a run: the results check, then the file and its rules
+// (`where`: what the final line adds about the file).
+int WriteResult(const Options& o, const collectives::Tuning& tuning, double wrong, Clock::time_point started,
+                const std::string& where) {
+  std::printf("#\n# Out of bounds values : %.0f %s\n", wrong, wrong > 0 ? "FAILED" : "OK");
+  if (wrong > 0) return Fail("wrong all-reduce results (see #wrong above); no tuning file written");
+  if (Status s = collectives::CheckTuning(tuning); !s.ok()) return Fail("internal: " + s.ToString());
+  if (Status s = WriteFile(o.output, collectives::FormatTuning(tuning)); !s.ok()) return Fail(s.message());
+  std::printf("# rules:\n");
+  for (const collectives::TuningRule& r : tuning.rules) std::printf("#   %s\n", collectives::FormatRule(r).c_str());
+  std::printf("# wrote %s (%zu rules) in %.0f s%s%s; use it with CIUIC_TUNING_FILE=%s\n", o.output.c_str(),
+              tuning.rules.size(), std::chrono::duration<double>(Clock::now() - started).count(),
+              where.empty() ? "" : " ", where.c_str(), o.output.c_str());
+  return 0;
+}
+
+// Launched (ciuic-run, mpirun, srun): the job's own communicator decides
+// what each pair uses, and every all-reduce algorithm that runs on its
+// collective kind is swept on communicators of the same ranks (each forced
+// to it), so rules come out for this rank count and host count. Rank 0
+// prints and writes; the others only take part.
+int RunLaunched(const Options& o, const Config& config, const kernels::Reducer& reducer, const Effort& e,
+                const std::vector<size_t>& sizes, const transport::JobInfo& job) {
+  if (o.ranks_given || o.backends_given) {
+    std::fprintf(stderr, "%s: %s: the launcher sets the ranks (%d) and the job's hosts decide the transports\n",
+                 kProg, o.ranks_given ? "-n" : "-t", job.world_size);
+    return 2;
+  }
+  Config base = config;
+  base.tuning_file.clear();  // measure the library's own choices
+  StatusOr<std::unique_ptr<Communicator>> parent = Communicator::CreateFromEnv(base);
+  if (!parent.ok()) return Fail("the job's communicator: " + parent.status().ToString());
+  collectives::CommImpl& impl = collectives::CommImpl::Of(**parent);
+  const int rank = (*parent)->rank(), n = (*parent)->size();
+  const BackendKind kind = impl.transport();
+  int nhosts = 0;
+  for (int h : impl.host_of()) nhosts = std::max(nhosts, h + 1);
+  nhosts = std::max(nhosts, 1);
+  const bool lead = rank == 0;
+  if (lead) {
+    std::printf("# ciuic-tune  version %s  git %s  %s  (launched: %s)\n", Version(), GitRevision(), UtcNow().c_str(),
+                job.launcher.c_str());
+    std::printf("# host %s  cpu %s  simd %s\n", HostName().c_str(), CpuName().c_str(), reducer.target_name());
+    std::printf("# allreduce on %s (%s), %d ranks on %d host%s, sizes %s..%s x%zu\n", (*parent)->job_transport_name().c_str(),
+                transport::BackendName(kind), n, nhosts, nhosts == 1 ? "" : "s", SizeText(sizes.front()).c_str(),
+                SizeText(sizes.back()).c_str(), e.factor);
+    std::fflush(stdout);
+  }
+  std::vector<std::string> algos;
+  for (const collectives::AlgorithmInfo* a : collectives::EntriesFor(Collective::kAllReduce)) {
+    if (!a->RunsOn(kind) || (a->needs_hosts && nhosts < 2)) continue;
+    if (kind != BackendKind::kShm && a->kind != collectives::AlgorithmKind::kSchedule) continue;
+    algos.push_back(a->name());
+  }
+  std::vector<float> send(sizes.back() / 4 + 1, 1.0f), recv(sizes.back() / 4 + 1, 2.0f);
+  std::map<std::string, std::map<size_t, Point>> by_algo;
+  const auto started = Clock::now();
+  SweepArgs args{{kind}, sizes, e, base};
+  for (const std::string& algo : algos) {
+    Config c = base;
+    if (Status s = c.Set("CIUIC_ALGO", "allreduce:" + algo); !s.ok()) return Fail(s.ToString());
+    StatusOr<std::unique_ptr<Communicator>> comm =
+        Communicator::CreateWithStore(rank, n, impl.store(), c, impl.prefix() + "/tune/" + algo);
+    if (!comm.ok()) return Fail("allreduce " + algo + ": " + comm.status().ToString());
+    const auto t0 = Clock::now();
+    for (size_t bytes : sizes) {
+      std::string report;
+      Status s = TimeOneSize(**comm, args, bytes, bytes == sizes.front(), send, recv, &report);
+      if (!s.ok()) return Fail("allreduce " + algo + " at " + std::to_string(bytes) + " B: " + s.ToString());
+      Point p;
+      size_t b = 0;
+      std::istringstream in(report);
+      in >> b >> p.us >> p.wrong;
+      by_algo[algo][bytes] = p;
+    }
+    if (lead) {
+      std::printf("#   %-12s %zu sizes in %.1f s\n", algo.c_str(), sizes.size(),
+                  std::chrono::duration<double>(Clock::now() - t0).count());
+      std::fflush(stdout);
+    }
+  }
+  // Every rank waits here: rank 0 may serve the store the others still read.
+  if (Status s = (*parent)->Barrier(); !s.ok()) return Fail("the final barrier: " + s.ToString());
+  if (!lead) return 0;
+
+  collectives::Tuning tuning;
+  tuning.origin = o.output;
+  tuning.meta = {{"host", MetaText(HostName())},
+                 {"hosts", std::to_string(nhosts)},
+                 {"date", UtcNow()},
+                 {"git", MetaText(GitRevision())},
+                 {"version", MetaText(Version())},
+                 {"launcher", MetaText(job.launcher)},
+                 {"transports", MetaText((*parent)->job_transport_name())},
+                 {"ranks", std::to_string(n)},
+                 {"command", MetaText(o.command)}};
+  collectives::CostParams params = collectives::DefaultCostParams(kind);
+  params.chunk_bytes = transport::LinkOptions::FromConfig(base).ok() ? transport::LinkOptions::FromConfig(base)->slot_size
+                                                                     : params.chunk_bytes;
+  params.nchannels = base.nchannels;
+  params.elem_size = 4;
+  if (nhosts > 1) {
+    // The communicator's two levels (defaults: no file was loaded).
+    const collectives::CostParams shm = collectives::DefaultCostParams(BackendKind::kShm);
+    params.host_of = impl.host_of();
+    params.intra_alpha_s = shm.alpha_s;
+    params.intra_beta_s_per_byte = shm.beta_s_per_byte;
+  }
+  PrintTable(kind, n, by_algo, sizes, params);
+  double wrong = 0;
+  for (const auto& [algo, points] : by_algo) {
+    for (const auto& [bytes, p] : points) wrong += p.wrong;
+  }
+  for (collectives::TuningRule r : DeriveRules(kind, n, by_algo, sizes)) {
+    r.nhosts = nhosts;
+    tuning.rules.push_back(r);
+  }
+  return WriteResult(o, tuning, wrong, started,
+                     "on rank 0's host; every rank must load the same file (copied to each host)");
+}
+
 int Main(int argc, char** argv) {
   // A rank that died early closes its pipe: writing its port must be an
   // error (EPIPE), not a signal that ends the tool.
@@ -892,6 +1022,10 @@ int Main(int argc, char** argv) {
   }
   const Effort e = EffortFor(o.quick);
   const std::vector<size_t> sizes = Sizes(o, e);
+  // Started by a launcher as one of several ranks: tune that job.
+  StatusOr<transport::JobInfo> job = transport::DiscoverJob(*config);
+  if (!job.ok()) return Fail(job.status().ToString());
+  if (job->launcher != "none" && job->world_size > 1) return RunLaunched(o, *config, *reducer, e, sizes, *job);
 
   // Transports: as asked (each must be usable), or shm, tcp and verbs where usable.
   transport::BackendOptions probe;
@@ -932,7 +1066,10 @@ int Main(int argc, char** argv) {
 
   collectives::Tuning tuning;
   tuning.origin = o.output;
+  // "hosts 1": measured on one machine (tcp over loopback), so a job across
+  // hosts keeps the defaults for its network and skips these rules.
   tuning.meta = {{"host", MetaText(host)},
+                 {"hosts", "1"},
                  {"date", date},
                  {"git", MetaText(GitRevision())},
                  {"version", MetaText(Version())},
@@ -1046,15 +1183,7 @@ int Main(int argc, char** argv) {
       for (const collectives::TuningRule& r : DeriveRules(kind, n, by_algo, sizes)) tuning.rules.push_back(r);
     }
   }
-  std::printf("#\n# Out of bounds values : %.0f %s\n", wrong, wrong > 0 ? "FAILED" : "OK");
-  if (wrong > 0) return Fail("wrong all-reduce results (see #wrong above); no tuning file written");
-  if (Status s = collectives::CheckTuning(tuning); !s.ok()) return Fail("internal: " + s.ToString());
-  if (Status s = WriteFile(o.output, collectives::FormatTuning(tuning)); !s.ok()) return Fail(s.message());
-  std::printf("# rules:\n");
-  for (const collectives::TuningRule& r : tuning.rules) std::printf("#   %s\n", collectives::FormatRule(r).c_str());
-  std::printf("# wrote %s (%zu rules) in %.0f s; use it with CIUIC_TUNING_FILE=%s\n", o.output.c_str(),
-              tuning.rules.size(), std::chrono::duration<double>(Clock::now() - started).count(), o.output.c_str());
-  return 0;
+  return WriteResult(o, tuning, wrong, started, "");
 }
 
 }  // namespace

@@ -27,9 +27,8 @@ struct Result {
   std::string output;  // stdout and stderr
 };
 
-Result RunTune(const std::string& args) {
+Result RunCommand(const std::string& cmd) {
   Result r;
-  const std::string cmd = std::string(CIUIC_TUNE_BIN) + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
   char buf[4096];
@@ -39,6 +38,8 @@ Result RunTune(const std::string& args) {
   r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
 }
+
+Result RunTune(const std::string& args) { return RunCommand(std::string(CIUIC_TUNE_BIN) + " " + args + " 2>&1"); }
 
 std::string TempPath() {
   char tmpl[] = "/tmp/ciuic-tune-test-XXXXXX";
@@ -69,7 +70,71 @@ TEST(CiuicTuneTest, QuickRunWritesALoadableFile) {
   for (const collectives::TuningRule& rule : t->rules) {
     EXPECT_EQ(rule.nranks, 2) << collectives::FormatRule(rule);
     EXPECT_EQ(rule.backend, transport::BackendKind::kShm);
+    EXPECT_EQ(rule.nhosts, 1) << collectives::FormatRule(rule);
   }
+  // Measured on one machine: said so, and its rules do not reach a job
+  // across hosts.
+  EXPECT_TRUE(collectives::MeasuredOnOneMachine(*t));
+  EXPECT_FALSE(collectives::TunedAlgorithm(*t, collectives::Collective::kAllReduce, transport::BackendKind::kShm, 2, 0,
+                                           /*nhosts=*/2)
+                   .has_value());
+}
+
+Result RunLaunched(const std::string& launcher_args, const std::string& tune_args) {
+  return RunCommand(std::string(CIUIC_RUN_BIN) + " " + launcher_args + " -- " + CIUIC_TUNE_BIN + " " + tune_args +
+                    " 2>&1");
+}
+
+// The file at `path` (removed), every rule of it for `backend`, `nranks`
+// ranks and `nhosts` hosts, and whether it says it was measured on one machine.
+void ExpectFile(const std::string& path, transport::BackendKind backend, int nranks, int nhosts) {
+  StatusOr<collectives::Tuning> t = collectives::LoadTuningFile(path);
+  std::remove(path.c_str());
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(collectives::MeasuredOnOneMachine(*t), nhosts == 1);
+  ASSERT_FALSE(t->rules.empty());
+  for (const collectives::TuningRule& rule : t->rules) {
+    EXPECT_EQ(rule.backend, backend) << collectives::FormatRule(rule);
+    EXPECT_EQ(rule.nranks, nranks) << collectives::FormatRule(rule);
+    EXPECT_EQ(rule.nhosts, nhosts) << collectives::FormatRule(rule);
+  }
+  EXPECT_TRUE(collectives::TunedAlgorithm(*t, collectives::Collective::kAllReduce, backend, nranks, 0, nhosts)
+                  .has_value());
+}
+
+// Started by a launcher across simulated hosts, ciuic-tune sweeps the job's
+// own communicator (shm inside hosts, tcp between, hier a candidate) and
+// rank 0 writes rules for 4 ranks on 2 hosts; the model's table is the
+// two-level one.
+TEST(CiuicTuneTest, LaunchedAcrossHostsWritesTheJobsRules) {
+  if (geteuid() != 0) GTEST_SKIP() << "ciuic-run --hosts needs root (network namespaces)";
+  const std::string path = TempPath();
+  const Result r = RunLaunched("-n 4 --hosts 2", "--quick -e 64K -o " + path);
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("[0] # allreduce on shm+tcp (tcp), 4 ranks on 2 hosts"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[0] #   hier "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[0] # Out of bounds values : 0 OK"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("[1] #"), std::string::npos) << "only rank 0 reports:\n" << r.output;
+  ExpectFile(path, transport::BackendKind::kTcp, 4, 2);
+}
+
+// On one host a launched run tunes shm for its rank count, marked one host.
+TEST(CiuicTuneTest, LaunchedOnOneHostTunesItsRankCount) {
+  const std::string path = TempPath();
+  const Result r = RunLaunched("-n 3", "--quick -e 4K -o " + path);
+  ASSERT_EQ(r.rc, 0) << r.output;
+  ExpectFile(path, transport::BackendKind::kShm, 3, 1);
+}
+
+TEST(CiuicTuneTest, LaunchedRefusesRankAndTransportFlags) {
+  Result r = RunLaunched("-n 2", "-n 2 -o /dev/null");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("-n: the launcher sets the ranks (2)"), std::string::npos) << r.output;
+  r = RunLaunched("-n 2", "-t tcp -o /dev/null");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("-t: the launcher sets the ranks (2) and the job's hosts decide the transports"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST(CiuicTuneTest, CheckParsesAFile) {
