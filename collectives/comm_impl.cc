@@ -136,16 +136,6 @@ CommImpl::~CommImpl() {
   queue_.reset();
 }
 
-void CommImpl::ApplyFileTuning(CostParams* params, DataType dtype, ReduceOp op) const {
-  const CostParams before = *params;
-  ApplyTuning(*tuning_, selection_.backend, params, dtype, op);
-  if (!tuning_network_level_) {
-    params->alpha_s = before.alpha_s;
-    params->beta_s_per_byte = before.beta_s_per_byte;
-    params->copy_s_per_byte = before.copy_s_per_byte;
-  }
-}
-
 Status CommImpl::Init() {
   const auto timeout = std::chrono::milliseconds(config_.timeout_ms);
   CIUIC_ASSIGN_OR_RETURN(selection_.algo, AlgoKnob::Parse(config_.algo));
@@ -218,14 +208,19 @@ Status CommImpl::Init() {
   }
   if (tuning_.has_value()) {
     selection_.tuning = &*tuning_;
-    tuning_network_level_ = !(decision_.nhosts() > 1 && !decision_.forced && MeasuredOnOneMachine(*tuning_));
-    ApplyFileTuning(&selection_.params, DataType::kFloat32, ReduceOp::kSum);
+    // Several hosts: the network kind's figures between hosts (the file's
+    // between_hosts line, else its plain line unless it was measured on one
+    // machine, where tcp is loopback's).
+    tuning_level_ = decision_.nhosts() > 1 ? TuningLevel::kBetweenHosts : TuningLevel::kOneMachine;
+    ApplyTuning(*tuning_, selection_.backend, &selection_.params, DataType::kFloat32, ReduceOp::kSum, tuning_level_);
+    const bool network_from_file =
+        tuning_level_ == TuningLevel::kOneMachine || FindBackendLine(*tuning_, kind, tuning_level_) != nullptr;
     CIUIC_LOG(kInfo, "tuning from %s (CIUIC_TUNING_FILE): %zu rules; %s alpha %.3g us, beta %.3g GB/s%s",
               config_.tuning_file.c_str(), tuning_->rules.size(), transport::BackendName(kind),
               selection_.params.alpha_s * 1e6, 1e-9 / selection_.params.beta_s_per_byte,
-              tuning_network_level_ ? ""
-                                    : " (defaults between hosts: the file was measured on one machine, "
-                                      "its network line is loopback's; its rules for one host do not apply)");
+              network_from_file ? (tuning_level_ == TuningLevel::kBetweenHosts ? " (between hosts)" : "")
+                                : " (defaults between hosts: the file has no between_hosts line and was measured on "
+                                  "one machine, its network line is loopback's; its rules for one host do not apply)");
   }
   const ShmDirectOptions direct_options = DirectOptions();
   selection_.limits.slot_bytes = direct_options.slot_bytes;
@@ -535,7 +530,7 @@ Status CommImpl::ExecuteCollective(const OpDesc& d, Clock::time_point deadline) 
     const double measured = std::chrono::duration<double>(Clock::now() - t0).count();
     // The model's time for this very call (selection costed its size class).
     CostParams p = selection_.params;
-    if (tuning_.has_value()) ApplyFileTuning(&p, d.dtype, d.op);
+    if (tuning_.has_value()) ApplyTuning(*tuning_, selection_.backend, &p, d.dtype, d.op, tuning_level_);
     StatusOr<double> predicted = PredictCall(*plan->algorithm, ShapeOf(d, size_, selection_.backend), p, selection_.limits);
     CIUIC_LOG(kInfo, "%s %zu B: %s predicted %.2f us, measured %.2f us", CollectiveName(d.coll),
               d.count * DataTypeSize(d.dtype), plan->algorithm->name(), predicted.ok() ? *predicted * 1e6 : -1.0,

@@ -85,6 +85,8 @@ class CommImpl {
   std::string transport_name() const;
   std::string job_transport_name() const;
   const std::vector<int>& host_of() const { return decision_.host_of; }
+  // The job id every rank of this communicator agreed on.
+  const std::string& job_id() const { return decision_.job_id; }
   std::string last_algorithm() const;
   DeviceMemory* device_memory() const { return gpu_ == nullptr ? nullptr : gpu_->memory(); }
   // The topology plan it applies (none when the topology was not found).
@@ -180,12 +182,9 @@ class CommImpl {
 
   // Selection and plans.
   std::optional<Tuning> tuning_;  // CIUIC_TUNING_FILE
-  // Whether the file's line for the network kind applies (not when a file
-  // measured on one machine meets several hosts: loopback is no network).
-  bool tuning_network_level_ = true;
-  // ApplyTuning of the file (gamma of dtype/op), keeping the network's
-  // alpha, beta and copy where tuning_network_level_ says so.
-  void ApplyFileTuning(CostParams* params, DataType dtype, ReduceOp op) const;
+  // Which of the file's lines give the network kind's figures (between
+  // hosts when the communicator spans several).
+  TuningLevel tuning_level_ = TuningLevel::kOneMachine;
   SelectionContext selection_;
   SelectionCache selections_;
   struct PlanKey {

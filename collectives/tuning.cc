@@ -24,6 +24,7 @@ constexpr Collective kAllCollectives[] = {
 constexpr transport::BackendKind kAllBackends[] = {transport::BackendKind::kShm, transport::BackendKind::kTcp,
                                                    transport::BackendKind::kVerbs};
 constexpr const char* kBackendFields = "alpha_us, beta_gbps, copy_gbps";
+constexpr const char* kBetweenHostsWord = "between_hosts";
 
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\r'; }
 
@@ -218,23 +219,32 @@ class Parser {
     BackendTuning b;
     b.line = line_;
     if (!FindByName(f[1], kAllBackends, &transport::BackendName, &b.backend)) return UnknownBackend(f[1]);
+    size_t first_field = 2;
+    if (f.size() > 2 && f[2] == kBetweenHostsWord) {
+      if (b.backend == transport::BackendKind::kShm) {
+        return Error("backend shm between_hosts: shared memory does not reach between hosts");
+      }
+      b.between_hosts = true;
+      first_field = 3;
+    }
+    const std::string name = f[1] + (b.between_hosts ? std::string(" ") + kBetweenHostsWord : "");
     for (const BackendTuning& other : tuning_.backends) {
-      if (other.backend == b.backend) {
-        return Error("backend " + f[1] + " given twice (first on line " + std::to_string(other.line) + ")");
+      if (other.backend == b.backend && other.between_hosts == b.between_hosts) {
+        return Error("backend " + name + " given twice (first on line " + std::to_string(other.line) + ")");
       }
     }
-    if (f.size() < 4) return Error("backend " + f[1] + " needs at least one of " + kBackendFields);
-    if (f.size() % 2 != 0) return Error("backend " + f[1] + ": field '" + f.back() + "' has no value");
-    for (size_t i = 2; i + 1 < f.size(); i += 2) {
+    if (f.size() < first_field + 2) return Error("backend " + name + " needs at least one of " + kBackendFields);
+    if ((f.size() - first_field) % 2 != 0) return Error("backend " + name + ": field '" + f.back() + "' has no value");
+    for (size_t i = first_field; i + 1 < f.size(); i += 2) {
       std::optional<double>* slot = nullptr;
       if (f[i] == "alpha_us") slot = &b.alpha_us;
       else if (f[i] == "beta_gbps") slot = &b.beta_gbps;
       else if (f[i] == "copy_gbps") slot = &b.copy_gbps;
-      else return Error("unknown key '" + f[i] + "' in backend " + f[1] + " (valid: " + kBackendFields + ")");
-      if (slot->has_value()) return Error("backend " + f[1] + ": " + f[i] + " given twice");
+      else return Error("unknown key '" + f[i] + "' in backend " + name + " (valid: " + kBackendFields + ")");
+      if (slot->has_value()) return Error("backend " + name + ": " + f[i] + " given twice");
       double v = 0;
       if (!ParsePositive(f[i + 1], &v)) {
-        return Error("backend " + f[1] + ": " + f[i] + " '" + f[i + 1] + "' is not a positive number");
+        return Error("backend " + name + ": " + f[i] + " '" + f[i + 1] + "' is not a positive number");
       }
       *slot = v;
     }
@@ -356,10 +366,12 @@ std::string FormatTuning(const Tuning& t) {
   out += std::string(kMagic) + " " + std::to_string(kTuningFormatVersion) + "\n";
   for (const auto& [key, value] : t.meta) out += "meta " + key + " " + value + "\n";
   if (!t.backends.empty()) {
-    out += "# backend NAME alpha_us (one-way 8 B latency) beta_gbps (streaming) copy_gbps (local copy)\n";
+    out += "# backend NAME [between_hosts] alpha_us (one-way 8 B latency) beta_gbps (streaming) copy_gbps (local "
+           "copy)\n";
   }
   for (const BackendTuning& b : t.backends) {
     out += std::string("backend ") + transport::BackendName(b.backend);
+    if (b.between_hosts) out += std::string(" ") + kBetweenHostsWord;
     if (b.alpha_us) out += " alpha_us " + Number(*b.alpha_us);
     if (b.beta_gbps) out += " beta_gbps " + Number(*b.beta_gbps);
     if (b.copy_gbps) out += " copy_gbps " + Number(*b.copy_gbps);
@@ -383,12 +395,25 @@ bool MeasuredOnOneMachine(const Tuning& t) {
   return false;
 }
 
-void ApplyTuning(const Tuning& t, transport::BackendKind backend, CostParams* p, DataType dtype, ReduceOp op) {
+const BackendTuning* FindBackendLine(const Tuning& t, transport::BackendKind backend, TuningLevel level) {
+  const BackendTuning* plain = nullptr;
+  const BackendTuning* between = nullptr;
   for (const BackendTuning& b : t.backends) {
     if (b.backend != backend) continue;
-    if (b.alpha_us) p->alpha_s = *b.alpha_us * 1e-6;
-    if (b.beta_gbps) p->beta_s_per_byte = 1.0 / (*b.beta_gbps * 1e9);
-    if (b.copy_gbps) p->copy_s_per_byte = 1.0 / (*b.copy_gbps * 1e9);
+    (b.between_hosts ? between : plain) = &b;
+  }
+  if (level == TuningLevel::kOneMachine) return plain;
+  if (between != nullptr) return between;
+  // A plain line measured on one machine is loopback's: no network.
+  return MeasuredOnOneMachine(t) ? nullptr : plain;
+}
+
+void ApplyTuning(const Tuning& t, transport::BackendKind backend, CostParams* p, DataType dtype, ReduceOp op,
+                 TuningLevel level) {
+  if (const BackendTuning* b = FindBackendLine(t, backend, level)) {
+    if (b->alpha_us) p->alpha_s = *b->alpha_us * 1e-6;
+    if (b->beta_gbps) p->beta_s_per_byte = 1.0 / (*b->beta_gbps * 1e9);
+    if (b->copy_gbps) p->copy_s_per_byte = 1.0 / (*b->copy_gbps * 1e9);
   }
   const GammaTuning* found = nullptr;
   for (const GammaTuning& g : t.gammas) {

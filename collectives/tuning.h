@@ -12,9 +12,15 @@
 //   meta    := "meta" KEY TEXT           KEY [a-z0-9_]+; TEXT = the rest of
 //                                        the line (host, date, git, cpu, ...);
 //                                        informational, each KEY once
-//   backend := "backend" BACKEND { FIELD VALUE }    at least one field, each
-//                                        once; one line per BACKEND
+//   backend := "backend" BACKEND [ "between_hosts" ] { FIELD VALUE }
+//                                        at least one field, each once; one
+//                                        line per (BACKEND, level)
 //     BACKEND := shm | tcp | verbs
+//     between_hosts: measured between two hosts (tcp or verbs), the network
+//     level of a job across hosts; a line without it was measured inside
+//     one machine. A job on several hosts takes the between_hosts line for
+//     its network, else the plain line unless the file says `meta hosts 1`
+//     (then loopback's figures are no network: the defaults stay).
 //     alpha_us  VALUE > 0   one-way latency of a small message (8 B ping-pong
 //                           over a Link, half the round trip), microseconds:
 //                           the model's alpha (per chunk)
@@ -45,6 +51,7 @@
 //   ciuic-tuning 1
 //   meta host node17
 //   backend shm alpha_us 0.35 beta_gbps 14.2 copy_gbps 30.1
+//   backend tcp between_hosts alpha_us 48.2 beta_gbps 0.118 copy_gbps 30.1
 //   gamma f32 sum 21.5
 //   rule allreduce shm ranks 2 from 0 recdoubling
 //   rule allreduce shm ranks 2 from 65536 ring
@@ -80,8 +87,13 @@ struct BackendTuning {
   std::optional<double> alpha_us;
   std::optional<double> beta_gbps;
   std::optional<double> copy_gbps;
+  bool between_hosts = false;  // measured between hosts (the network level)
   int line = 0;  // where it was read (0: built in code)
 };
+
+// Which figures of a backend a communicator wants: inside one machine, or
+// between hosts (the network level of a job on several hosts).
+enum class TuningLevel { kOneMachine, kBetweenHosts };
 
 struct GammaTuning {
   DataType dtype = DataType::kFloat32;
@@ -137,11 +149,18 @@ std::string FormatRule(const TuningRule& rule);
 // loopback's, which is not a network between hosts.
 bool MeasuredOnOneMachine(const Tuning& tuning);
 
-// Overrides the fields of `params` the file has for `backend` (alpha, beta,
-// copy) and the gamma of (dtype, op) (avg falls back to sum's gamma: the
-// executor reduces avg as a sum); leaves the others as they are.
+// The backend line that holds `backend`'s figures at `level`: kOneMachine
+// the plain line; kBetweenHosts the between_hosts line, else the plain one
+// unless the file was measured on one machine; nullptr when none applies.
+const BackendTuning* FindBackendLine(const Tuning& tuning, transport::BackendKind backend, TuningLevel level);
+
+// Overrides the fields of `params` the file has for `backend` at `level`
+// (alpha, beta, copy: FindBackendLine) and the gamma of (dtype, op) (avg
+// falls back to sum's gamma: the executor reduces avg as a sum); leaves the
+// others as they are.
 void ApplyTuning(const Tuning& tuning, transport::BackendKind backend, CostParams* params,
-                 DataType dtype = DataType::kFloat32, ReduceOp op = ReduceOp::kSum);
+                 DataType dtype = DataType::kFloat32, ReduceOp op = ReduceOp::kSum,
+                 TuningLevel level = TuningLevel::kOneMachine);
 
 // The rule that covers a call of `bytes` bytes of `collective` on `backend`
 // with `nranks` ranks on `nhosts` hosts: the one with the largest

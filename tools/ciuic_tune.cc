@@ -67,6 +67,7 @@
 #include "collectives/registry.h"
 #include "collectives/selection.h"
 #include "collectives/tuning.h"
+#include "common/log.h"
 #include "common/version.h"
 
 namespace ciuic::tune {
@@ -90,6 +91,11 @@ struct Options {
   std::string check;  // --check FILE: only parse it
   std::string command;
   bool ranks_given = false, backends_given = false;
+
+  // What must agree between the ranks of a launched run (what is measured).
+  std::string Canonical() const {
+    return "-b " + std::to_string(min_bytes) + " -e " + std::to_string(max_bytes) + (quick ? " --quick" : "");
+  }
 };
 
 // How long each measurement runs: --quick trades precision for time.
@@ -557,29 +563,31 @@ struct LinkBench {
   }
 };
 
-Status MeasureLink(int rank, const std::string& host, uint16_t port, const std::string& secret, const Config& config,
-                   BackendKind kind, const Effort& e, const Reporter& out) {
+// One side (`role` 0 or 1) of a pair measuring a Link of `kind` whose
+// store keys live under `prefix`; role 0 returns its result line
+// ("link KIND alpha_us beta_gbps slot_bytes"), role 1 an empty one.
+StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string& prefix, int role,
+                                      const std::string& job_id, const Config& config, BackendKind kind,
+                                      const Effort& e) {
   const auto timeout = std::chrono::milliseconds(config.timeout_ms);
-  CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<transport::TcpStoreClient> store,
-                         transport::TcpStoreClient::Connect(host, port, secret, timeout));
   transport::BackendOptions bo;
-  bo.rank = rank;
+  bo.rank = role;
   bo.world_size = 2;
-  bo.job_id = "tune" + std::to_string(port);
+  bo.job_id = job_id;
   bo.config = config;
   CIUIC_ASSIGN_OR_RETURN(transport::LinkOptions lo, transport::LinkOptions::FromConfig(config));
   LinkBench b;
   b.deadline = Clock::now() + timeout;
   CIUIC_ASSIGN_OR_RETURN(b.backend, transport::OpenBackend(kind, bo));
   b.pool = std::make_unique<transport::BufferPool>(*b.backend, 16u << 20);
-  CIUIC_ASSIGN_OR_RETURN(b.link, transport::Link::Create(*b.backend, *b.pool, *store, "tune/link", rank, 1 - rank, 0,
-                                                         lo, timeout));
+  CIUIC_ASSIGN_OR_RETURN(b.link, transport::Link::Create(*b.backend, *b.pool, store, prefix + "/link", role, 1 - role,
+                                                         0, lo, timeout));
   std::vector<char> src(lo.slot_size, 1);
   // alpha: 8 B ping-pong, one way = half the round trip, median.
   const int warm = e.pingpongs / 10;
   std::vector<double> one_way;
   for (int i = 0; i < warm + e.pingpongs; ++i) {
-    if (rank == 0) {
+    if (role == 0) {
       const auto t0 = Clock::now();
       CIUIC_RETURN_IF_ERROR(b.Send(src.data(), 8));
       CIUIC_RETURN_IF_ERROR(b.Recv());
@@ -597,24 +605,53 @@ Status MeasureLink(int rank, const std::string& host, uint16_t port, const std::
   for (size_t round_chunks : {lo.nslots * 2, chunks}) {
     const auto t0 = Clock::now();
     for (size_t i = 0; i < round_chunks; ++i) {
-      CIUIC_RETURN_IF_ERROR(rank == 0 ? b.Send(src.data(), lo.slot_size) : b.Recv());
+      CIUIC_RETURN_IF_ERROR(role == 0 ? b.Send(src.data(), lo.slot_size) : b.Recv());
     }
-    CIUIC_RETURN_IF_ERROR(rank == 0 ? b.Recv() : b.Send(src.data(), 8));
+    CIUIC_RETURN_IF_ERROR(role == 0 ? b.Recv() : b.Send(src.data(), 8));
     seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   }
   CIUIC_RETURN_IF_ERROR(b.Wait([&] { return b.link->sends_in_flight() == 0; }, "the last write to complete"));
   // Neither side tears the link down while the other still uses it.
-  CIUIC_RETURN_IF_ERROR(store->Set("tune/link/done/" + std::to_string(rank), "1"));
-  CIUIC_RETURN_IF_ERROR(store->Wait({"tune/link/done/0", "tune/link/done/1"}, timeout));
-  if (rank == 0) {
-    std::sort(one_way.begin(), one_way.end());
-    char line[160];
-    std::snprintf(line, sizeof(line), "link %s %.6g %.6g %zu", transport::BackendName(kind),
-                  one_way[one_way.size() / 2], static_cast<double>(chunks * lo.slot_size) / seconds / 1e9,
-                  lo.slot_size);
-    out.Line(line);
-  }
+  CIUIC_RETURN_IF_ERROR(store.Set(prefix + "/link/done/" + std::to_string(role), "1"));
+  CIUIC_RETURN_IF_ERROR(store.Wait({prefix + "/link/done/0", prefix + "/link/done/1"}, timeout));
+  if (role != 0) return std::string();
+  std::sort(one_way.begin(), one_way.end());
+  char line[160];
+  std::snprintf(line, sizeof(line), "link %s %.6g %.6g %zu", transport::BackendName(kind), one_way[one_way.size() / 2],
+                static_cast<double>(chunks * lo.slot_size) / seconds / 1e9, lo.slot_size);
+  return std::string(line);
+}
+
+// A forked pair: its own store client to the parent's store.
+Status MeasureLink(int rank, const std::string& host, uint16_t port, const std::string& secret, const Config& config,
+                   BackendKind kind, const Effort& e, const Reporter& out) {
+  const auto timeout = std::chrono::milliseconds(config.timeout_ms);
+  CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<transport::TcpStoreClient> store,
+                         transport::TcpStoreClient::Connect(host, port, secret, timeout));
+  CIUIC_ASSIGN_OR_RETURN(std::string line,
+                         MeasureLinkOver(*store, "tune", rank, "tune" + std::to_string(port), config, kind, e));
+  if (!line.empty()) out.Line(line);
   return Status::Ok();
+}
+
+// A "link ..." line as a backend line of the file (false: not one).
+bool ParseLinkLine(const std::string& line, collectives::BackendTuning* bt, size_t* slot) {
+  double alpha = 0, beta = 0;
+  char name[16];
+  // The line is this tool's own (a child's or a rank's); a malformed one is
+  // no result.
+  // NOLINTNEXTLINE(cert-err34-c)
+  if (std::sscanf(line.c_str(), "link %15s %lf %lf %zu", name, &alpha, &beta, slot) != 4) return false;
+  bt->alpha_us = std::round(alpha * 1000) / 1000;
+  bt->beta_gbps = std::round(beta * 100) / 100;
+  return true;
+}
+
+void PrintLink(const collectives::BackendTuning& bt, size_t slot) {
+  std::printf("# %-5s%s alpha %.3f us (8 B ping-pong over a Link, median one way)  beta %.2f GB/s (%s chunks)\n",
+              transport::BackendName(bt.backend), bt.between_hosts ? " between hosts" : "", *bt.alpha_us,
+              *bt.beta_gbps, SizeText(slot).c_str());
+  std::fflush(stdout);
 }
 
 // ---------------------------------------------------------------------------
@@ -888,6 +925,113 @@ int WriteResult(const Options& o, const collectives::Tuning& tuning, double wron
   return 0;
 }
 
+// Every rank publishes what it measures (sizes, effort); a rank started
+// with other flags than rank 0 fails on every rank, naming both.
+Status AgreeOnFlags(collectives::CommImpl& impl, const Options& o) {
+  transport::Store& store = *impl.store();
+  const auto timeout = std::chrono::milliseconds(impl.config().timeout_ms);
+  const std::string key = impl.prefix() + "/tune/flags/";
+  CIUIC_RETURN_IF_ERROR(store.Set(key + std::to_string(impl.rank()), o.Canonical()));
+  CIUIC_ASSIGN_OR_RETURN(std::string first, store.Get(key + "0", timeout));
+  for (int r = 1; r < impl.size(); ++r) {
+    CIUIC_ASSIGN_OR_RETURN(std::string theirs, store.Get(key + std::to_string(r), timeout));
+    if (theirs != first) {
+      return InvalidArgumentError("rank " + std::to_string(r) + " was started with " + LogSafe(theirs) +
+                                  ", rank 0 with " + LogSafe(first) + ": every rank must measure the same sizes");
+    }
+  }
+  return Status::Ok();
+}
+
+// The pairs whose links are measured: the two lowest ranks of the first
+// host with two or more (shm), and rank 0 with the lowest rank of another
+// host (the network). -1: no such pair.
+struct LevelPairs {
+  int intra_a = -1, intra_b = -1;
+  int net_b = -1;  // with rank 0
+};
+
+LevelPairs PairsOf(const std::vector<int>& host_of) {
+  LevelPairs p;
+  std::map<int, std::vector<int>> by_host;
+  for (size_t r = 0; r < host_of.size(); ++r) by_host[host_of[r]].push_back(static_cast<int>(r));
+  int first_two = -1;
+  for (size_t r = 0; r < host_of.size() && first_two < 0; ++r) {
+    if (by_host[host_of[r]].size() >= 2) first_two = host_of[r];
+  }
+  if (first_two >= 0) {
+    p.intra_a = by_host[first_two][0];
+    p.intra_b = by_host[first_two][1];
+  }
+  for (size_t r = 1; r < host_of.size(); ++r) {
+    if (host_of[r] != host_of[0]) {
+      p.net_b = static_cast<int>(r);
+      break;
+    }
+  }
+  return p;
+}
+
+// Every rank of `size` arrives at `key`; returns once all have. Waits in the
+// store (a blocked socket), not on a core.
+Status StoreBarrier(transport::Store& store, const std::string& key, int size, std::chrono::milliseconds timeout) {
+  CIUIC_ASSIGN_OR_RETURN(int64_t arrived, store.Add(key + "/arrived", 1));
+  if (arrived == size) CIUIC_RETURN_IF_ERROR(store.Set(key + "/all", "1"));
+  return store.Wait({key + "/all"}, timeout);
+}
+
+// Every rank: measures the links its pairs ask of it, one level at a time
+// (the others wait at a barrier, not on the cores); rank 0 returns the
+// backend lines (shm, and the network's between_hosts), the others none.
+StatusOr<std::vector<collectives::BackendTuning>> MeasureLevels(Communicator& comm, const Config& base,
+                                                                const Effort& e) {
+  collectives::CommImpl& impl = collectives::CommImpl::Of(comm);
+  const int rank = impl.rank();
+  const std::vector<int>& host_of = impl.host_of();
+  const LevelPairs pairs = PairsOf(host_of);
+  const auto timeout = std::chrono::milliseconds(impl.config().timeout_ms);
+  transport::Store& store = *impl.store();
+  struct Level {
+    int a, b;
+    BackendKind kind;
+    bool between_hosts;
+    const char* name;
+  };
+  const std::vector<Level> levels = {{pairs.intra_a, pairs.intra_b, BackendKind::kShm, false, "shm"},
+                                     {0, pairs.net_b, impl.transport(), true, "net"}};
+  std::vector<collectives::BackendTuning> out;
+  for (const Level& l : levels) {
+    if (l.b < 0) continue;  // no such pair in this job
+    const std::string prefix = impl.prefix() + "/tune/level/" + l.name;
+    if (rank == l.a || rank == l.b) {
+      const int role = rank == l.a ? 0 : 1;
+      StatusOr<std::string> line =
+          MeasureLinkOver(store, prefix, role, impl.job_id() + "-tune-" + l.name, base, l.kind, e);
+      if (!line.ok()) {
+        return Status(line.status().code(), std::string(l.name == std::string("shm") ? "shm" : "network") +
+                                                " link of ranks " + std::to_string(l.a) + " and " +
+                                                std::to_string(l.b) + ": " + line.status().message());
+      }
+      if (role == 0) CIUIC_RETURN_IF_ERROR(store.Set(prefix + "/line", *line));
+    }
+    if (rank == 0) {
+      CIUIC_ASSIGN_OR_RETURN(std::string line, store.Get(prefix + "/line", timeout));
+      collectives::BackendTuning bt;
+      bt.backend = l.kind;
+      bt.between_hosts = l.between_hosts;
+      size_t slot = 0;
+      if (!ParseLinkLine(line, &bt, &slot)) return InternalError("a malformed link result: " + LogSafe(line));
+      PrintLink(bt, slot);
+      out.push_back(bt);
+    }
+    // One level at a time: two pairs on the same cores would measure each
+    // other. The others wait in the store, off the cores (a collective
+    // barrier's waits would take CPU from the pair: shm alpha 21 us, not 1).
+    CIUIC_RETURN_IF_ERROR(StoreBarrier(store, prefix + "/barrier", impl.size(), timeout));
+  }
+  return out;
+}
+
 // Launched (ciuic-run, mpirun, srun): the job's own communicator decides
 // what each pair uses, and every all-reduce algorithm that runs on its
 // collective kind is swept on communicators of the same ranks (each forced
@@ -918,6 +1062,34 @@ int RunLaunched(const Options& o, const Config& config, const kernels::Reducer& 
     std::printf("# allreduce on %s (%s), %d ranks on %d host%s, sizes %s..%s x%zu\n", (*parent)->job_transport_name().c_str(),
                 transport::BackendName(kind), n, nhosts, nhosts == 1 ? "" : "s", SizeText(sizes.front()).c_str(),
                 SizeText(sizes.back()).c_str(), e.factor);
+    std::fflush(stdout);
+  }
+  if (Status s = AgreeOnFlags(impl, o); !s.ok()) {
+    std::fprintf(stderr, "%s: rank %d: %s\n", kProg, rank, s.message().c_str());
+    return 2;
+  }
+  collectives::Tuning tuning;
+  // Both levels: shm between two ranks of one host, the network between
+  // rank 0 and a rank on another host (rank 0 gets the lines via the store).
+  StatusOr<std::vector<collectives::BackendTuning>> links = MeasureLevels(**parent, base, e);
+  if (!links.ok()) return Fail("rank " + std::to_string(rank) + ": " + links.status().ToString());
+  if (lead) {
+    StatusOr<KernelRates> rates = MeasureKernels(reducer, e);
+    if (!rates.ok()) return Fail("kernels: " + rates.status().ToString());
+    std::printf("# gamma (dst = a + b, %s result, GB/s of result):", SizeText(kKernelBytes).c_str());
+    for (const auto& [t, gbps] : rates->reduce_gbps) {
+      std::printf(" %s %.1f", DataTypeName(t), gbps);
+      collectives::GammaTuning g;
+      g.dtype = t;
+      g.op = ReduceOp::kSum;
+      g.gbps = std::round(gbps * 100) / 100;
+      tuning.gammas.push_back(g);
+    }
+    std::printf("\n# copy %.1f GB/s (%s)\n", rates->copy_gbps, SizeText(kKernelBytes).c_str());
+    for (collectives::BackendTuning bt : *links) {
+      bt.copy_gbps = std::round(rates->copy_gbps * 100) / 100;
+      tuning.backends.push_back(bt);
+    }
     std::fflush(stdout);
   }
   std::vector<std::string> algos;
@@ -957,7 +1129,6 @@ int RunLaunched(const Options& o, const Config& config, const kernels::Reducer& 
   if (Status s = (*parent)->Barrier(); !s.ok()) return Fail("the final barrier: " + s.ToString());
   if (!lead) return 0;
 
-  collectives::Tuning tuning;
   tuning.origin = o.output;
   tuning.meta = {{"host", MetaText(HostName())},
                  {"hosts", std::to_string(nhosts)},
@@ -968,14 +1139,17 @@ int RunLaunched(const Options& o, const Config& config, const kernels::Reducer& 
                  {"transports", MetaText((*parent)->job_transport_name())},
                  {"ranks", std::to_string(n)},
                  {"command", MetaText(o.command)}};
+  // The parameters a communicator of this job would take from the file.
   collectives::CostParams params = collectives::DefaultCostParams(kind);
+  collectives::ApplyTuning(tuning, kind, &params, DataType::kFloat32, ReduceOp::kSum,
+                           nhosts > 1 ? collectives::TuningLevel::kBetweenHosts : collectives::TuningLevel::kOneMachine);
   params.chunk_bytes = transport::LinkOptions::FromConfig(base).ok() ? transport::LinkOptions::FromConfig(base)->slot_size
                                                                      : params.chunk_bytes;
   params.nchannels = base.nchannels;
   params.elem_size = 4;
   if (nhosts > 1) {
-    // The communicator's two levels (defaults: no file was loaded).
-    const collectives::CostParams shm = collectives::DefaultCostParams(BackendKind::kShm);
+    collectives::CostParams shm = collectives::DefaultCostParams(BackendKind::kShm);
+    collectives::ApplyTuning(tuning, BackendKind::kShm, &shm);
     params.host_of = impl.host_of();
     params.intra_alpha_s = shm.alpha_s;
     params.intra_beta_s_per_byte = shm.beta_s_per_byte;
@@ -1109,18 +1283,8 @@ int Main(int argc, char** argv) {
           return MeasureLink(rank, h, port, secret, c, kind, e, out);
         },
         [&](int, const std::string& line) {
-          double alpha = 0, beta = 0;
           size_t slot = 0;
-          char name[16];
-          // The line is this tool's own child's; a malformed one is skipped.
-          // NOLINTNEXTLINE(cert-err34-c)
-          if (std::sscanf(line.c_str(), "link %15s %lf %lf %zu", name, &alpha, &beta, &slot) == 4) {
-            bt.alpha_us = std::round(alpha * 1000) / 1000;
-            bt.beta_gbps = std::round(beta * 100) / 100;
-            std::printf("# %-5s alpha %.3f us (8 B ping-pong over a Link, median one way)  beta %.2f GB/s (%s chunks)\n",
-                        name, alpha, beta, SizeText(slot).c_str());
-            std::fflush(stdout);
-          }
+          if (ParseLinkLine(line, &bt, &slot)) PrintLink(bt, slot);
         },
         limit);
     if (!s.ok()) return Fail(std::string(transport::BackendName(kind)) + " link test: " + s.message());

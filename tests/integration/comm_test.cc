@@ -2032,6 +2032,8 @@ rule allreduce shm ranks 2 from 1048576 tree
 // loopback's tcp line: on several hosts the network level keeps the
 // defaults and its one-host rules do not apply; shm's line still does. The
 // same lines without the key (a file of another origin) are taken as given.
+// A between_hosts line (ciuic-tune launched across hosts) is what a job on
+// several hosts takes for its network, whatever else the file holds.
 TEST(CollectivesTuning, AOneMachineFileLeavesTheNetworkBetweenHostsAlone) {
   const std::string body = R"(backend shm alpha_us 0.3 beta_gbps 12 copy_gbps 25
 backend tcp alpha_us 5000 beta_gbps 0.001
@@ -2039,6 +2041,8 @@ rule allreduce tcp ranks 4 hosts 1 from 0 ring
 )";
   const std::string one = WriteFile("tuning_one", "ciuic-tuning 1\nmeta hosts 1\n" + body);
   const std::string given = WriteFile("tuning_given", "ciuic-tuning 1\n" + body);
+  const std::string between = WriteFile("tuning_between", "ciuic-tuning 1\nmeta hosts 1\n" + body +
+                                                               "backend tcp between_hosts alpha_us 3000 beta_gbps 0.002\n");
   const std::vector<int> host_of = {0, 0, 1, 1};
   // The model's prediction for the algorithm that ran, from last_algorithm()
   // ("... predicted 21 us, ..." or "5.01 ms"), in microseconds.
@@ -2050,7 +2054,7 @@ rule allreduce tcp ranks 4 hosts 1 from 0 ring
     const std::string unit = std::string(end).substr(0, 3);
     return unit == " ms" ? v * 1e3 : unit == " us" ? v : unit == " s," || unit == " s)" ? v * 1e6 : -1.0;
   };
-  for (const std::string& file : {one, given}) {
+  for (const std::string& file : {one, given, between}) {
     auto results = RunRanks(4, [&](int rank, transport::Store& store) -> Status {
       CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
       config.algo = "auto";
@@ -2068,6 +2072,10 @@ rule allreduce tcp ranks 4 hosts 1 from 0 ring
       if (file == one) {
         // Default network alpha: tens of microseconds, not the file's 5 ms.
         EXPECT_OR_FAIL(us > 0 && us < 1000, "the one-machine file's tcp line was used between hosts: " + why);
+      } else if (file == between) {
+        // At least one crossing at the between_hosts alpha (3 ms); the
+        // plain line's 5 ms would put every algorithm above 5 ms.
+        EXPECT_OR_FAIL(us > 2900 && us < 5000, "the between_hosts line was not the network's: " + why);
       } else {
         EXPECT_OR_FAIL(us > 5000, "the file's tcp line was not used: " + why);
       }

@@ -126,6 +126,11 @@ TEST(TuningTest, EveryErrorNamesFileLineAndProblem) {
       {"backend shm beta_gbps 1e999", "'1e999' is not a positive number"},
       {"backend shm copy_gbps 5GB", "'5GB' is not a positive number"},
       {"backend tcp alpha_us 2", "backend tcp given twice (first on line 3)"},
+      {"backend shm between_hosts alpha_us 2", "shared memory does not reach between hosts"},
+      {"backend tcp between_hosts", "backend tcp between_hosts needs at least one of alpha_us"},
+      {"backend tcp between_hosts alpha_us 1 beta_gbps", "backend tcp between_hosts: field 'beta_gbps' has no value"},
+      {"backend tcp between_hosts alpha_us 1 between_hosts 2", "unknown key 'between_hosts' in backend tcp between_hosts"},
+      {"backend verbs alpha_us 1 between_hosts", "field 'between_hosts' has no value"},
       {"gamma f32 sum", "gamma takes a dtype, an op and GB/s"},
       {"gamma f128 sum 1", "unknown dtype 'f128' (valid: i8, u8"},
       {"gamma f32 xor 1", "unknown op 'xor' (valid: sum, prod, min, max, avg, band, bor, bxor, premul_sum)"},
@@ -303,6 +308,72 @@ TEST(TuningTest, ApplyTuningOverridesWhatTheFileHas) {
   EXPECT_DOUBLE_EQ(p.alpha_s, base.alpha_s);
   EXPECT_DOUBLE_EQ(p.beta_s_per_byte, base.beta_s_per_byte);
   EXPECT_DOUBLE_EQ(p.gamma_s_per_byte, base.gamma_s_per_byte);
+}
+
+// One line per (backend, level): a job across hosts takes the between_hosts
+// line for its network, one machine the plain line.
+TEST(TuningTest, BackendLinesPerLevel) {
+  const std::string text =
+      "ciuic-tuning 1\n"
+      "backend shm alpha_us 0.5 beta_gbps 10\n"
+      "backend tcp alpha_us 13 beta_gbps 5 copy_gbps 30\n"
+      "backend tcp between_hosts alpha_us 48.25 beta_gbps 0.118\n";
+  const Tuning t = ParseOrDie(text);
+  ASSERT_EQ(t.backends.size(), 3u);
+  EXPECT_FALSE(t.backends[1].between_hosts);
+  EXPECT_TRUE(t.backends[2].between_hosts);
+  EXPECT_EQ(t.backends[2].line, 4);
+  // Round trip keeps the word and the order.
+  const std::string formatted = FormatTuning(t);
+  EXPECT_NE(formatted.find("backend tcp between_hosts alpha_us 48.25 beta_gbps 0.118\n"), std::string::npos)
+      << formatted;
+  EXPECT_EQ(FormatTuning(ParseOrDie(formatted)), formatted);
+  EXPECT_TRUE(CheckTuning(t).ok());
+  // The same level twice is an error naming the level and the first line.
+  StatusOr<Tuning> twice = ParseTuning(text + "backend tcp between_hosts alpha_us 50\n", "t");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("t:5: backend tcp between_hosts given twice (first on line 4)"),
+            std::string::npos)
+      << twice.status().ToString();
+
+  const CostParams base = DefaultCostParams(BackendKind::kTcp);
+  CostParams one = base, between = base;
+  ApplyTuning(t, BackendKind::kTcp, &one);
+  ApplyTuning(t, BackendKind::kTcp, &between, DataType::kFloat32, ReduceOp::kSum, TuningLevel::kBetweenHosts);
+  EXPECT_DOUBLE_EQ(one.alpha_s, 13e-6);
+  EXPECT_DOUBLE_EQ(one.beta_s_per_byte, 1 / 5e9);
+  EXPECT_DOUBLE_EQ(one.copy_s_per_byte, 1 / 30e9);
+  EXPECT_DOUBLE_EQ(between.alpha_s, 48.25e-6);
+  EXPECT_DOUBLE_EQ(between.beta_s_per_byte, 1 / 0.118e9);
+  EXPECT_DOUBLE_EQ(between.copy_s_per_byte, base.copy_s_per_byte);  // not in the between_hosts line
+  EXPECT_EQ(FindBackendLine(t, BackendKind::kTcp, TuningLevel::kBetweenHosts), &t.backends[2]);
+  EXPECT_EQ(FindBackendLine(t, BackendKind::kShm, TuningLevel::kBetweenHosts), &t.backends[0]);
+  EXPECT_EQ(FindBackendLine(t, BackendKind::kVerbs, TuningLevel::kBetweenHosts), nullptr);
+}
+
+// Without a between_hosts line a job across hosts falls back to the plain
+// line, unless the file was measured on one machine (loopback: defaults).
+TEST(TuningTest, BetweenHostsFallsBackToThePlainLineUnlessMeasuredOnOneMachine) {
+  const std::string lines = "backend tcp alpha_us 13 beta_gbps 5\n";
+  const Tuning any = ParseOrDie("ciuic-tuning 1\n" + lines);
+  const Tuning one = ParseOrDie("ciuic-tuning 1\nmeta hosts 1\n" + lines);
+  const Tuning two = ParseOrDie("ciuic-tuning 1\nmeta hosts 2\n" + lines);
+  const CostParams base = DefaultCostParams(BackendKind::kTcp);
+  for (const Tuning* t : {&any, &two}) {
+    CostParams p = base;
+    ApplyTuning(*t, BackendKind::kTcp, &p, DataType::kFloat32, ReduceOp::kSum, TuningLevel::kBetweenHosts);
+    EXPECT_DOUBLE_EQ(p.alpha_s, 13e-6);
+  }
+  CostParams p = base;
+  ApplyTuning(one, BackendKind::kTcp, &p, DataType::kFloat32, ReduceOp::kSum, TuningLevel::kBetweenHosts);
+  EXPECT_DOUBLE_EQ(p.alpha_s, base.alpha_s);
+  EXPECT_DOUBLE_EQ(p.beta_s_per_byte, base.beta_s_per_byte);
+  EXPECT_EQ(FindBackendLine(one, BackendKind::kTcp, TuningLevel::kBetweenHosts), nullptr);
+  // A between_hosts line alone leaves the one-machine level at the defaults.
+  const Tuning only = ParseOrDie("ciuic-tuning 1\nbackend tcp between_hosts alpha_us 40\n");
+  p = base;
+  ApplyTuning(only, BackendKind::kTcp, &p);
+  EXPECT_DOUBLE_EQ(p.alpha_s, base.alpha_s);
 }
 
 TEST(TuningTest, CheckTuningRejectsWhatCannotBeWritten) {

@@ -86,8 +86,11 @@ Result RunLaunched(const std::string& launcher_args, const std::string& tune_arg
 }
 
 // The file at `path` (removed), every rule of it for `backend`, `nranks`
-// ranks and `nhosts` hosts, and whether it says it was measured on one machine.
-void ExpectFile(const std::string& path, transport::BackendKind backend, int nranks, int nhosts) {
+// ranks and `nhosts` hosts, whether it says it was measured on one machine,
+// and its backend lines: shm measured inside a host, and across hosts the
+// network's between_hosts line. The file is returned in *out.
+void ExpectFile(const std::string& path, transport::BackendKind backend, int nranks, int nhosts,
+                collectives::Tuning* out = nullptr) {
   StatusOr<collectives::Tuning> t = collectives::LoadTuningFile(path);
   std::remove(path.c_str());
   ASSERT_TRUE(t.ok()) << t.status().ToString();
@@ -100,22 +103,64 @@ void ExpectFile(const std::string& path, transport::BackendKind backend, int nra
   }
   EXPECT_TRUE(collectives::TunedAlgorithm(*t, collectives::Collective::kAllReduce, backend, nranks, 0, nhosts)
                   .has_value());
+  using collectives::TuningLevel;
+  const collectives::BackendTuning* shm =
+      collectives::FindBackendLine(*t, transport::BackendKind::kShm, TuningLevel::kOneMachine);
+  ASSERT_NE(shm, nullptr) << collectives::FormatTuning(*t);
+  EXPECT_TRUE(shm->alpha_us && shm->beta_gbps && shm->copy_gbps) << collectives::FormatTuning(*t);
+  EXPECT_FALSE(t->gammas.empty()) << collectives::FormatTuning(*t);
+  if (nhosts > 1) {
+    const collectives::BackendTuning* net = collectives::FindBackendLine(*t, backend, TuningLevel::kBetweenHosts);
+    ASSERT_NE(net, nullptr) << collectives::FormatTuning(*t);
+    EXPECT_TRUE(net->between_hosts && net->alpha_us && net->beta_gbps) << collectives::FormatTuning(*t);
+  }
+  if (out != nullptr) *out = *t;
 }
 
 // Started by a launcher across simulated hosts, ciuic-tune sweeps the job's
 // own communicator (shm inside hosts, tcp between, hier a candidate) and
 // rank 0 writes rules for 4 ranks on 2 hosts; the model's table is the
-// two-level one.
+// two-level one. Both levels are measured: shm inside a host, and tcp
+// between hosts at the link's rate (1 Gbit/s: under 0.2 GB/s, below shm).
 TEST(CiuicTuneTest, LaunchedAcrossHostsWritesTheJobsRules) {
   if (geteuid() != 0) GTEST_SKIP() << "ciuic-run --hosts needs root (network namespaces)";
   const std::string path = TempPath();
-  const Result r = RunLaunched("-n 4 --hosts 2", "--quick -e 64K -o " + path);
+  const Result r = RunLaunched("-n 4 --hosts 2 --link-rate 1gbit", "--quick -e 64K -o " + path);
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_NE(r.output.find("[0] # allreduce on shm+tcp (tcp), 4 ranks on 2 hosts"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[0] # shm   alpha "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[0] # tcp   between hosts alpha "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("[0] #   hier "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("[0] # Out of bounds values : 0 OK"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("[1] #"), std::string::npos) << "only rank 0 reports:\n" << r.output;
-  ExpectFile(path, transport::BackendKind::kTcp, 4, 2);
+  collectives::Tuning t;
+  ExpectFile(path, transport::BackendKind::kTcp, 4, 2, &t);
+  const collectives::BackendTuning* net =
+      collectives::FindBackendLine(t, transport::BackendKind::kTcp, collectives::TuningLevel::kBetweenHosts);
+  const collectives::BackendTuning* shm =
+      collectives::FindBackendLine(t, transport::BackendKind::kShm, collectives::TuningLevel::kOneMachine);
+  ASSERT_TRUE(net != nullptr && shm != nullptr);
+  EXPECT_LT(*net->beta_gbps, 0.2) << collectives::FormatTuning(t);
+  EXPECT_GT(*shm->beta_gbps, *net->beta_gbps) << collectives::FormatTuning(t);
+  // No plain tcp line: loopback was not measured, and nothing pretends it was.
+  EXPECT_EQ(collectives::FindBackendLine(t, transport::BackendKind::kTcp, collectives::TuningLevel::kOneMachine),
+            nullptr)
+      << collectives::FormatTuning(t);
+}
+
+// Ranks started with other sizes than rank 0 would sweep different
+// sizes: every rank stops with an error naming the rank and both flag sets.
+TEST(CiuicTuneTest, LaunchedRanksMustAgreeOnTheirFlags) {
+  const std::string path = TempPath();
+  std::remove(path.c_str());
+  const Result r = RunCommand(std::string(CIUIC_RUN_BIN) + " -n 2 -- sh -c 'exec " + CIUIC_TUNE_BIN +
+                              " --quick -e $((CIUIC_RANK ? 8 : 4))K -o " + path + "' 2>&1");
+  EXPECT_NE(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 1 was started with -b 8 -e 8192 --quick, rank 0 with -b 8 -e 4096 --quick"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(access(path.c_str(), F_OK), 0) << "a file was written";
+  std::remove(path.c_str());
 }
 
 // On one host a launched run tunes shm for its rank count, marked one host.
