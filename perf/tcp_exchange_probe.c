@@ -12,7 +12,19 @@
 // exchange time is the floor of any 2-rank tcp all-reduce here that moves
 // SIZE bytes each way (reduction and copies come on top).
 //
-//   tcp_exchange_probe SIZE...    sizes take K/M/G suffixes
+// Across simulated hosts (`ciuic-run --hosts 2 --net-only`, which sets
+// CIUIC_SIM_NS_PREFIX): --netns A,B puts each pair's rank 0 in network
+// namespace A and rank 1 in B (so the bytes cross the veths, the bridge and
+// any rate limit), and --pairs P runs P pairs at once (a hierarchical
+// all-reduce's cross-host stage: every local rank exchanges with its
+// counterpart). Then us is the slowest pair's and gbs all pairs' bytes per
+// second one way: what the host link carries, the CPU limit of tcp between
+// the namespaces where that is below the link.
+//
+// --quick measures the exchange only, in 2 batches after a warm-up of up to
+// 64 MiB each (a 1 Gbit/s link would otherwise take minutes).
+//
+//   tcp_exchange_probe [--netns A,B] [--pairs P] [--quick] SIZE...    sizes take K/M/G suffixes
 //
 // Exit status 0, 1 when a transfer failed or the data was wrong, 2 on bad
 // usage.
@@ -31,6 +43,9 @@
 #include <time.h>
 #include <unistd.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <arpa/inet.h>
+#include <net/if.h>
 
 #include "size_arg.h"
 
@@ -84,7 +99,9 @@ static void Pin(int cpu) {
 }
 
 // One rank's part for every size; rank 0 prints. 0 ok, 1 failure.
-static int Run(int rank, int fd, size_t* sizes, int nsizes) {
+static int quick = 0;  // --quick
+
+static int Run(int rank, int fd, size_t* sizes, int nsizes, FILE* report) {
   size_t max = 0;
   for (int i = 0; i < nsizes; ++i) max = sizes[i] > max ? sizes[i] : max;
   char* out = malloc(max);
@@ -94,10 +111,11 @@ static int Run(int rank, int fd, size_t* sizes, int nsizes) {
   char ack = 0;
   for (int s = 0; s < nsizes; ++s) {
     const size_t n = sizes[s];
-    const long iters = n >= (64u << 20) ? 4 : (long)((256u << 20) / n > 2000 ? 2000 : (256u << 20) / n);
-    for (int mode = 0; mode < 2; ++mode) {  // 0 oneway, 1 exchange
+    const size_t budget = quick ? (64u << 20) : (256u << 20);
+    const long iters = n >= budget ? (quick ? 1 : 4) : (long)(budget / n > 2000 ? 2000 : budget / n);
+    for (int mode = quick; mode < 2; ++mode) {  // 0 oneway, 1 exchange
       double best = 1e30;
-      for (int batch = 0; batch < 6; ++batch) {  // the first is warm-up
+      for (int batch = 0; batch < (quick ? 3 : 6); ++batch) {  // the first is warm-up
         const double t0 = Now();
         for (long it = 0; it < iters; ++it) {
           int rc;
@@ -124,34 +142,54 @@ static int Run(int rank, int fd, size_t* sizes, int nsizes) {
           }
         }
       }
-      if (rank == 0) printf("%s %zu %.2f %.3f\n", mode ? "exchange" : "oneway", n, best * 1e6, (double)n / best / 1e9);
+      if (rank == 0) fprintf(report, "%s %zu %.2f %.3f\n", mode ? "exchange" : "oneway", n, best * 1e6, (double)n / best / 1e9);
     }
   }
-  fflush(stdout);
+  fflush(report);
   free(out);
   free(in);
   return 0;
 }
 
-int main(int argc, char** argv) {
-  if (argc < 2) {
-    fprintf(stderr, "usage: tcp_exchange_probe SIZE...\n");
-    return 2;
+// Enters the network namespace `name` (/run/netns/name). 0 or -1.
+static int EnterNetns(const char* name) {
+  char path[256];
+  snprintf(path, sizeof(path), "/run/netns/%s", name);
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
+    fprintf(stderr, "tcp_exchange_probe: cannot enter %s: %s\n", path, strerror(errno));
+    if (fd >= 0) close(fd);
+    return -1;
   }
-  size_t sizes[64];
-  int nsizes = 0;
-  for (int i = 1; i < argc && nsizes < 64; ++i) {
-    if (ParseSize(argv[i], &sizes[nsizes]) != 0) {
-      fprintf(stderr, "tcp_exchange_probe: bad size '%s' (a number with K/M/G, up to 4G)\n", argv[i]);
-      return 2;
-    }
-    ++nsizes;
+  close(fd);
+  return 0;
+}
+
+// This namespace's first IPv4 address that is not loopback (the host's
+// veth), else loopback. 0 or -1.
+static int LocalAddress(struct in_addr* out) {
+  struct ifaddrs* list = NULL;
+  out->s_addr = htonl(INADDR_LOOPBACK);
+  if (getifaddrs(&list) != 0) return -1;
+  for (struct ifaddrs* i = list; i != NULL; i = i->ifa_next) {
+    if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET || (i->ifa_flags & IFF_LOOPBACK)) continue;
+    *out = ((struct sockaddr_in*)i->ifa_addr)->sin_addr;
+    break;
   }
+  freeifaddrs(list);
+  return 0;
+}
+
+// One pair: rank 0 here (in namespace ns0 when given), rank 1 forked (in
+// ns1). Rank 0's lines go to `report`. 0 ok, 1 failure.
+static int RunPair(const char* ns0, const char* ns1, size_t* sizes, int nsizes, FILE* report) {
+  if (ns0 != NULL && EnterNetns(ns0) != 0) return 1;
   const int lfd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a;
   memset(&a, 0, sizeof(a));
   a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (LocalAddress(&a.sin_addr) != 0) return 1;
+  if (ns0 == NULL) a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof(a);
   if (lfd < 0 || bind(lfd, (struct sockaddr*)&a, sizeof(a)) != 0 || listen(lfd, 1) != 0 ||
       getsockname(lfd, (struct sockaddr*)&a, &len) != 0) {
@@ -163,8 +201,12 @@ int main(int argc, char** argv) {
   int fd;
   if (child == 0) {
     close(lfd);
+    if (ns1 != NULL && EnterNetns(ns1) != 0) _exit(1);
     fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0 || connect(fd, (struct sockaddr*)&a, sizeof(a)) != 0) _exit(1);
+    if (fd < 0 || connect(fd, (struct sockaddr*)&a, sizeof(a)) != 0) {
+      perror("tcp_exchange_probe: connect");
+      _exit(1);
+    }
   } else {
     fd = accept(lfd, NULL, NULL);
     close(lfd);
@@ -174,10 +216,92 @@ int main(int argc, char** argv) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   const int rank = child == 0 ? 1 : 0;
   Pin(rank);
-  const int rc = Run(rank, fd, sizes, nsizes);
+  const int rc = Run(rank, fd, sizes, nsizes, report);
   close(fd);
   if (child == 0) _exit(rc);
   int status = 0;
   waitpid(child, &status, 0);
   return rc != 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0 ? 1 : 0;
+}
+
+int main(int argc, char** argv) {
+  size_t sizes[64];
+  int nsizes = 0, pairs = 1;
+  char ns_buf[256] = "";
+  const char *ns0 = NULL, *ns1 = NULL;
+  for (int i = 1; i < argc; ++i) {
+    if (strcmp(argv[i], "--netns") == 0 && i + 1 < argc) {
+      snprintf(ns_buf, sizeof(ns_buf), "%s", argv[++i]);
+      char* comma = strchr(ns_buf, ',');
+      if (comma == NULL || comma == ns_buf || comma[1] == '\0') {
+        fprintf(stderr, "tcp_exchange_probe: --netns '%s': expected A,B (two namespace names)\n", argv[i]);
+        return 2;
+      }
+      *comma = '\0';
+      ns0 = ns_buf;
+      ns1 = comma + 1;
+    } else if (strcmp(argv[i], "--pairs") == 0 && i + 1 < argc) {
+      pairs = atoi(argv[++i]);
+      if (pairs < 1 || pairs > 16) {
+        fprintf(stderr, "tcp_exchange_probe: --pairs '%s': expected 1..16\n", argv[i]);
+        return 2;
+      }
+    } else if (strcmp(argv[i], "--quick") == 0) {
+      quick = 1;
+    } else if (nsizes < 64) {
+      if (ParseSize(argv[i], &sizes[nsizes]) != 0) {
+        fprintf(stderr, "tcp_exchange_probe: bad size '%s' (a number with K/M/G, up to 4G)\n", argv[i]);
+        return 2;
+      }
+      ++nsizes;
+    }
+  }
+  if (nsizes == 0) {
+    fprintf(stderr, "usage: tcp_exchange_probe [--netns A,B] [--pairs P] [--quick] SIZE...\n");
+    return 2;
+  }
+  if (pairs == 1) return RunPair(ns0, ns1, sizes, nsizes, stdout);
+  // P pairs at once, each reporting through a pipe; then per line the
+  // slowest pair's time and every pair's bytes.
+  FILE* reports[16];
+  pid_t pids[16];
+  for (int p = 0; p < pairs; ++p) {
+    int fds[2];
+    if (pipe(fds) != 0) return 1;
+    pids[p] = fork();
+    if (pids[p] < 0) return 1;
+    if (pids[p] == 0) {
+      close(fds[0]);
+      FILE* out = fdopen(fds[1], "w");
+      _exit(out == NULL ? 1 : RunPair(ns0, ns1, sizes, nsizes, out));
+    }
+    close(fds[1]);
+    reports[p] = fdopen(fds[0], "r");
+    if (reports[p] == NULL) return 1;
+  }
+  int failed = 0;
+  char line[256];
+  for (;;) {
+    char mode[16] = "";
+    size_t bytes = 0;
+    double worst = 0;
+    int got = 0;
+    for (int p = 0; p < pairs; ++p) {
+      double us = 0, gbs = 0;
+      if (fgets(line, sizeof(line), reports[p]) == NULL) continue;
+      if (sscanf(line, "%15s %zu %lf %lf", mode, &bytes, &us, &gbs) != 4) continue;
+      worst = us > worst ? us : worst;
+      ++got;
+    }
+    if (got == 0) break;
+    if (got != pairs) failed = 1;
+    printf("%s %zu %.2f %.3f\n", mode, bytes, worst, (double)bytes * pairs / (worst * 1e-6) / 1e9);
+  }
+  for (int p = 0; p < pairs; ++p) {
+    int status = 0;
+    fclose(reports[p]);
+    waitpid(pids[p], &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed = 1;
+  }
+  return failed;
 }
