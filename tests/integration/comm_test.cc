@@ -1069,13 +1069,17 @@ TEST(CollectivesHosts, EveryAllReduceScheduleAcrossHosts) {
 
 // The hierarchical all-reduce on uneven hosts (3+1, 2+2+3), with a rank of
 // a small host owning several slices; every element exact, in place too.
+// From 2^19 elements it runs as pipelined pieces (3 and 4 here), the host's
+// all-gather on a second shm channel.
 TEST(CollectivesHosts, HierarchicalOnUnevenHosts) {
-  for (const std::vector<int>& host_of : std::vector<std::vector<int>>{{0, 0, 0, 1}, {0, 0, 1, 1, 2, 2, 2}}) {
+  for (const std::vector<int>& host_of :
+       std::vector<std::vector<int>>{{0, 0, 1, 1}, {0, 0, 0, 1}, {0, 0, 1, 1, 2, 2, 2}}) {
     const int n = static_cast<int>(host_of.size());
     auto results = RunRanks(n, [&](int rank, transport::Store& store) -> Status {
       CIUIC_ASSIGN_OR_RETURN(auto comm, MakeHostComm(rank, store, host_of, "hier"));
       int salt = 0;
-      for (size_t count : {size_t{0}, size_t{1}, size_t{5}, size_t{1000}, size_t{(1u << 16) + 3}}) {
+      for (size_t count : {size_t{0}, size_t{1}, size_t{5}, size_t{1000}, size_t{(1u << 16) + 3},
+                           size_t{3u << 18} + 1, size_t{(1u << 20) + 3}}) {
         for (bool in_place : {false, true}) {
           CIUIC_RETURN_IF_ERROR(CheckAllReduce<float>(*comm, count, ReduceOp::kSum, in_place, ++salt));
           CIUIC_RETURN_IF_ERROR(CheckAllReduce<int32_t>(*comm, count, ReduceOp::kMax, in_place, ++salt));
@@ -1144,14 +1148,14 @@ TEST(CollectivesVerbs, ShmInsideHostsVerbsBetween) {
         EXPECT_OR_FAIL(comm->transport_name() == (mates > 1 ? "shm+verbs" : "verbs"), "transport " + comm->transport_name());
         EXPECT_OR_FAIL(comm->job_transport_name() == "shm+verbs", "job transport " + comm->job_transport_name());
         int salt = 0;
-        for (size_t count : {size_t{1}, size_t{1000}, size_t{(1u << 16) + 3}}) {
+        for (size_t count : {size_t{1}, size_t{1000}, size_t{(1u << 16) + 3}, size_t{(1u << 20) + 3}}) {
           CIUIC_RETURN_IF_ERROR(CheckAllReduce<float>(*comm, count, ReduceOp::kSum, false, ++salt));
           CIUIC_RETURN_IF_ERROR(CheckAllReduce<int32_t>(*comm, count, ReduceOp::kMax, true, ++salt));
           if (std::string(algo) == "hier") {
             EXPECT_OR_FAIL(comm->last_algorithm().rfind("hier (forced by CIUIC_ALGO", 0) == 0,
                            "ran " + comm->last_algorithm());
           }
-          CIUIC_RETURN_IF_ERROR(CheckOthers(*comm, count, ++salt));
+          if (count < (1u << 20)) CIUIC_RETURN_IF_ERROR(CheckOthers(*comm, count, ++salt));  // pieces: all-reduce only
         }
         return Status::Ok();
       }, milliseconds(280000));

@@ -291,6 +291,48 @@ TEST(HostGroupsTest, AgentsPairLocalIndicesOnAnyNumbering) {
   }
 }
 
+// Large vectors on hosts of several ranks run hier as pipelined pieces
+// (2, 3 or 4 by size; the host's all-gather on channel 1): exact results on
+// even, uneven, interleaved and lone-rank hosts, in and out of place; small
+// vectors and one-rank hosts stay one piece on channel 0.
+TEST(HierPipelineTest, LargeVectorsRunInPiecesWithExactResults) {
+  const std::vector<std::vector<int>> layouts = {{0, 0, 1, 1}, {0, 0, 0, 1}, {0, 1, 0, 1},
+                                                 {0, 1, 1, 1}, {0, 0, 1, 1, 2, 2, 2}};
+  uint32_t seed = 1;
+  for (size_t count : {(size_t{1} << 19) + 5, 3 * (size_t{1} << 18) + 7, (size_t{1} << 21) + 3}) {
+    for (const std::vector<int>& host_of : layouts) {
+      for (bool in_place : {false, true}) {
+        Case c;
+        c.algorithm = Algorithm::kHierarchical;
+        c.nranks = static_cast<int>(host_of.size());
+        c.count = count;
+        c.chunk_bytes = in_place ? kLargeChunkBytes : (64u << 10);
+        c.slots = 2;
+        c.in_place = in_place;
+        c.host_of = host_of;
+        const std::string err = Check<int32_t>(c, Op::kSum, seed++);
+        EXPECT_TRUE(err.empty()) << c.Name() << ": " << err;
+      }
+    }
+  }
+  // The pieces: channel 1 carries the all-gather of a large vector on 2x2
+  // hosts, not of a small one, nor on hosts of one rank each.
+  auto uses_channel_1 = [](size_t count, std::vector<int> host_of) {
+    CollectiveArgs a;
+    a.nranks = static_cast<int>(host_of.size());
+    a.count = count;
+    a.host_of = std::move(host_of);
+    StatusOr<Schedule> s = MakeSchedule(Algorithm::kHierarchical, a);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    bool one = false;
+    for (const Step& st : s->steps) one = one || st.channel == 1;
+    return one;
+  };
+  EXPECT_TRUE(uses_channel_1(size_t{1} << 20, {0, 0, 1, 1}));
+  EXPECT_FALSE(uses_channel_1(size_t{1} << 17, {0, 0, 1, 1}));
+  EXPECT_FALSE(uses_channel_1(size_t{1} << 20, {0, 1}));
+}
+
 std::vector<Pair> AllReducePairs() {
   std::vector<Pair> p;
   for (Algorithm a : AlgorithmsFor(Collective::kAllReduce)) p.push_back({Collective::kAllReduce, a});
