@@ -995,10 +995,10 @@ StatusOr<std::vector<collectives::BackendTuning>> MeasureLevels(Communicator& co
     int a, b;
     BackendKind kind;
     bool between_hosts;
-    const char* name;
+    const char* name;  // in store keys and errors
   };
   const std::vector<Level> levels = {{pairs.intra_a, pairs.intra_b, BackendKind::kShm, false, "shm"},
-                                     {0, pairs.net_b, impl.transport(), true, "net"}};
+                                     {0, pairs.net_b, impl.transport(), true, "network"}};
   std::vector<collectives::BackendTuning> out;
   for (const Level& l : levels) {
     if (l.b < 0) continue;  // no such pair in this job
@@ -1008,8 +1008,7 @@ StatusOr<std::vector<collectives::BackendTuning>> MeasureLevels(Communicator& co
       StatusOr<std::string> line =
           MeasureLinkOver(store, prefix, role, impl.job_id() + "-tune-" + l.name, base, l.kind, e);
       if (!line.ok()) {
-        return Status(line.status().code(), std::string(l.name == std::string("shm") ? "shm" : "network") +
-                                                " link of ranks " + std::to_string(l.a) + " and " +
+        return Status(line.status().code(), std::string(l.name) + " link of ranks " + std::to_string(l.a) + " and " +
                                                 std::to_string(l.b) + ": " + line.status().message());
       }
       if (role == 0) CIUIC_RETURN_IF_ERROR(store.Set(prefix + "/line", *line));
@@ -1025,8 +1024,7 @@ StatusOr<std::vector<collectives::BackendTuning>> MeasureLevels(Communicator& co
       out.push_back(bt);
     }
     // One level at a time: two pairs on the same cores would measure each
-    // other. The others wait in the store, off the cores (a collective
-    // barrier's waits would take CPU from the pair: shm alpha 21 us, not 1).
+    // other. The others wait in the store, off the cores.
     CIUIC_RETURN_IF_ERROR(StoreBarrier(store, prefix + "/barrier", impl.size(), timeout));
   }
   return out;
