@@ -890,6 +890,22 @@ collectives::CostParams ModelParams(const collectives::Tuning& tuning, BackendKi
   return p;
 }
 
+// MeasureKernels, printed, with a gamma line per dtype added to `tuning`.
+StatusOr<KernelRates> MeasureGammas(const kernels::Reducer& reducer, const Effort& e, collectives::Tuning* tuning) {
+  CIUIC_ASSIGN_OR_RETURN(KernelRates rates, MeasureKernels(reducer, e));
+  std::printf("# gamma (dst = a + b, %s result, GB/s of result):", SizeText(kKernelBytes).c_str());
+  for (const auto& [t, gbps] : rates.reduce_gbps) {
+    std::printf(" %s %.1f", DataTypeName(t), gbps);
+    collectives::GammaTuning g;
+    g.dtype = t;
+    g.op = ReduceOp::kSum;
+    g.gbps = std::round(gbps * 100) / 100;
+    tuning->gammas.push_back(g);
+  }
+  std::printf("\n# copy %.1f GB/s (%s)\n", rates.copy_gbps, SizeText(kKernelBytes).c_str());
+  return rates;
+}
+
 Status WriteFile(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp" + std::to_string(getpid());
   {
@@ -1072,18 +1088,8 @@ int RunLaunched(const Options& o, const Config& config, const kernels::Reducer& 
   StatusOr<std::vector<collectives::BackendTuning>> links = MeasureLevels(**parent, base, e);
   if (!links.ok()) return Fail("rank " + std::to_string(rank) + ": " + links.status().ToString());
   if (lead) {
-    StatusOr<KernelRates> rates = MeasureKernels(reducer, e);
+    StatusOr<KernelRates> rates = MeasureGammas(reducer, e, &tuning);
     if (!rates.ok()) return Fail("kernels: " + rates.status().ToString());
-    std::printf("# gamma (dst = a + b, %s result, GB/s of result):", SizeText(kKernelBytes).c_str());
-    for (const auto& [t, gbps] : rates->reduce_gbps) {
-      std::printf(" %s %.1f", DataTypeName(t), gbps);
-      collectives::GammaTuning g;
-      g.dtype = t;
-      g.op = ReduceOp::kSum;
-      g.gbps = std::round(gbps * 100) / 100;
-      tuning.gammas.push_back(g);
-    }
-    std::printf("\n# copy %.1f GB/s (%s)\n", rates->copy_gbps, SizeText(kKernelBytes).c_str());
     for (collectives::BackendTuning bt : *links) {
       bt.copy_gbps = std::round(rates->copy_gbps * 100) / 100;
       tuning.backends.push_back(bt);
@@ -1254,18 +1260,8 @@ int Main(int argc, char** argv) {
                  {"command", MetaText(o.command)}};
 
   // gamma and copy.
-  StatusOr<KernelRates> rates = MeasureKernels(*reducer, e);
+  StatusOr<KernelRates> rates = MeasureGammas(*reducer, e, &tuning);
   if (!rates.ok()) return Fail("kernels: " + rates.status().ToString());
-  std::printf("# gamma (dst = a + b, %s result, GB/s of result):", SizeText(kKernelBytes).c_str());
-  for (const auto& [t, gbps] : rates->reduce_gbps) {
-    std::printf(" %s %.1f", DataTypeName(t), gbps);
-    collectives::GammaTuning g;
-    g.dtype = t;
-    g.op = ReduceOp::kSum;
-    g.gbps = std::round(gbps * 100) / 100;
-    tuning.gammas.push_back(g);
-  }
-  std::printf("\n# copy %.1f GB/s (%s)\n", rates->copy_gbps, SizeText(kKernelBytes).c_str());
   std::fflush(stdout);
 
   const auto limit = std::chrono::seconds(std::max<int64_t>(900, config->timeout_ms / 1000 + 60));
