@@ -111,6 +111,11 @@ Status CheckArgs(const CollectiveArgs& a) {
     return InvalidArgumentError(std::string(fn) + ": nchannels " + std::to_string(nch) + " not in [1, " +
                                 std::to_string(kMaxChannels) + "]");
   }
+  if (a.radix != 0 && (a.radix < 2 || a.radix > kMaxRadix)) {
+    return InvalidArgumentError(std::string(fn) + ": radix " + std::to_string(a.radix) + " not in [2, " +
+                                std::to_string(kMaxRadix) + "] (0 = the default, " + std::to_string(kDefaultRadix) +
+                                ")");
+  }
   if (!a.host_of.empty()) {
     // A host map as CommDecision writes it: one entry per rank, hosts
     // numbered in order of first appearance (so none is empty).

@@ -60,8 +60,14 @@ enum class Algorithm : uint8_t {
   kBruck,              // "bruck" (all-gather)
   kLinear,             // "linear" (gather, scatter: the root and every other rank)
   kHierarchical,       // "hier": inside hosts, then across them per slice, then inside again
+  kKnomial,            // "knomial": radix-k trees (broadcast, reduce) and recursive k-ing (all-reduce)
+  kSwing,              // "swing": Swing all-reduce, bandwidth-optimal (reduce-scatter + all-gather)
 };
-inline constexpr int kNumAlgorithms = 12;
+inline constexpr int kNumAlgorithms = 14;
+
+// The k-nomial algorithms' radix when CollectiveArgs::radix is 0.
+inline constexpr int kDefaultRadix = 4;
+inline constexpr int kMaxRadix = 64;
 
 // "allreduce", "broadcast", "reduce", "allgather", "allgatherv",
 // "reducescatter", "reducescatterv", "alltoall", "barrier", "send", "recv",
@@ -98,6 +104,9 @@ struct CollectiveArgs {
   int peer = -1;               // send, recv
   int tag = 0;                 // send, recv: messages of one tag match in order
   int nchannels = 1;
+  // The k-nomial algorithms' radix, in [2, kMaxRadix]; 0 = kDefaultRadix.
+  // Every rank must pass the same.
+  int radix = 0;
   // Each rank's host, numbered in order of first appearance (empty: every
   // rank a host of its own). Only the hierarchical algorithms read it.
   std::vector<int> host_of{};

@@ -44,6 +44,7 @@ struct CostParams {
   size_t chunk_bytes = 512u << 10;   // pipelining unit (CIUIC_CHUNK_SIZE)
   size_t elem_size = 4;              // bytes per element (Predict converts bytes to a count)
   int nchannels = 1;                 // as passed to the generators
+  int radix = 0;                     // the k-nomial radix passed to the generators (0 = default)
   int root = 0;                      // broadcast / reduce
   // Some host runs more ranks than it has CPUs (rank 0 decides, so every
   // rank selects alike): selection leaves out the entries the registry

@@ -16,7 +16,7 @@ using K = AlgorithmKind;
 // The name of every algorithm id, in Algorithm order.
 constexpr const char* kNames[kNumAlgorithms] = {"ring",     "tree",          "recdoubling", "rabenseifner", "binomial",
                                                 "pairwise", "dissemination", "direct",      "p2p",          "bruck",
-                                                "linear",   "hier"};
+                                                "linear",   "hier",          "knomial",     "swing"};
 
 // --- The shared-memory family: when it applies, what it costs -------------
 
@@ -139,6 +139,13 @@ std::vector<AlgorithmInfo> MakeRegistry() {
                g::AllReduceRabenseifner),
       ScheduleEntry(C::kAllReduce, A::kRecursiveDoubling, "log2(n) whole-vector exchanges: latency-optimal",
                g::AllReduceRecursiveDoubling),
+      ScheduleEntry(C::kAllReduce, A::kKnomial,
+                    "recursive k-ing: log_k(n) rounds exchanging the vector with k-1 peers (radix k, default 4)",
+                    g::AllReduceKnomial),
+      ScheduleEntry(C::kAllReduce, A::kSwing,
+                    "Swing: reduce-scatter + all-gather with peers +-1, 3, 5, 11, ... away: bandwidth-optimal, "
+                    "short hops on rings and tori",
+                    g::AllReduceSwing),
       HostsEntry(ScheduleEntry(C::kAllReduce, A::kHierarchical,
                           "reduce-scatter inside each host, a ring per slice across hosts (every local rank a "
                           "leader), all-gather inside: several ranks per host",
@@ -148,6 +155,8 @@ std::vector<AlgorithmInfo> MakeRegistry() {
              BroadcastCost),
       ScheduleEntry(C::kBroadcast, A::kRing, "pipelined chain from the root: large messages", g::BroadcastRing),
       ScheduleEntry(C::kBroadcast, A::kBinomial, "binomial tree: small messages", g::BroadcastBinomial),
+      ScheduleEntry(C::kBroadcast, A::kKnomial, "k-nomial tree (radix k, default 4): fewer rounds than binomial",
+                    g::BroadcastKnomial),
       HostsEntry(ScheduleEntry(C::kBroadcast, A::kHierarchical,
                                "a pipelined chain of host leaders, and one inside each host from its leader",
                                g::BroadcastHierarchical)),
@@ -157,6 +166,7 @@ std::vector<AlgorithmInfo> MakeRegistry() {
       ScheduleEntry(C::kReduce, A::kRing, "ring reduce-scatter, then the segments to the root: large messages",
                g::ReduceRing, /*avoid_oversubscribed=*/true),
       ScheduleEntry(C::kReduce, A::kBinomial, "binomial tree, pipelined", g::ReduceBinomial),
+      ScheduleEntry(C::kReduce, A::kKnomial, "k-nomial tree (radix k, default 4), pipelined", g::ReduceKnomial),
       HostsEntry(ScheduleEntry(C::kReduce, A::kHierarchical,
                                "a pipelined chain inside each host to its leader, then one of the leaders to the root",
                                g::ReduceHierarchical)),
@@ -186,6 +196,9 @@ std::vector<AlgorithmInfo> MakeRegistry() {
 
       SharedEntry(C::kAllToAll, K::kExchange, "one exchange of small inputs", MovingExchangeApplies, AllToAllCost),
       ScheduleEntry(C::kAllToAll, A::kPairwise, "every block straight to its rank", g::AllToAllPairwise),
+      ScheduleEntry(C::kAllToAll, A::kBruck,
+                    "Bruck: ceil(log2 n) rounds of packed blocks, then a local rotation: small blocks, many ranks",
+                    g::AllToAllBruck),
 
       SharedEntry(C::kBarrier, K::kExchange, "one exchange of nothing through the shared slots", BarrierApplies,
              BarrierCost),

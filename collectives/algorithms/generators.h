@@ -15,6 +15,8 @@
 #ifndef CIUIC_COLLECTIVES_ALGORITHMS_GENERATORS_H_
 #define CIUIC_COLLECTIVES_ALGORITHMS_GENERATORS_H_
 
+#include <vector>
+
 #include "ciuic/status.h"
 #include "collectives/algorithms.h"
 #include "collectives/schedule_builder.h"
@@ -37,6 +39,11 @@ Status AllReduceRing(const CollectiveArgs& a, Builder& b);
 Status AllReduceDoubleBinaryTree(const CollectiveArgs& a, Builder& b);
 Status AllReduceRecursiveDoubling(const CollectiveArgs& a, Builder& b);
 Status AllReduceRabenseifner(const CollectiveArgs& a, Builder& b);
+Status AllReduceSwing(const CollectiveArgs& a, Builder& b);
+Status AllReduceKnomial(const CollectiveArgs& a, Builder& b);
+Status BroadcastKnomial(const CollectiveArgs& a, Builder& b);
+Status ReduceKnomial(const CollectiveArgs& a, Builder& b);
+Status AllToAllBruck(const CollectiveArgs& a, Builder& b);
 Status AllReduceHierarchical(const CollectiveArgs& a, Builder& b);
 Status BroadcastHierarchical(const CollectiveArgs& a, Builder& b);
 Status ReduceHierarchical(const CollectiveArgs& a, Builder& b);
@@ -57,6 +64,14 @@ Status ScatterLinear(const CollectiveArgs& a, Builder& b);
 Status AllToAllvPairwise(const CollectiveArgs& a, Builder& b);
 Status SendToPeer(const CollectiveArgs& a, Builder& b);
 Status RecvFromPeer(const CollectiveArgs& a, Builder& b);
+
+// Swing (allreduce_swing.cc): the peer of virtual rank `vr` in step `step`
+// among p = 2^k ranks, and the block order a rank keeps its vector in.
+int SwingPeer(int vr, int step, int p);
+std::vector<int> SwingBlockOrder(int vr, int p);
+
+// The radix the k-nomial generators use for `a` (CollectiveArgs::radix).
+inline int RadixOf(const CollectiveArgs& a) { return a.radix == 0 ? kDefaultRadix : a.radix; }
 
 }  // namespace ciuic::collectives::generators
 

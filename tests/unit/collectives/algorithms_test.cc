@@ -4,13 +4,16 @@
 // the `slow` one (CIUIC_COLLECTIVES_FULL_MATRIX) the full one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <tuple>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "collectives/algorithms/generators.h"
 #include "collectives/algorithms/host_groups.h"
 #include "reference.h"
 
@@ -331,6 +334,149 @@ TEST(HierPipelineTest, LargeVectorsRunInPiecesWithExactResults) {
   EXPECT_TRUE(uses_channel_1(size_t{1} << 20, {0, 0, 1, 1}));
   EXPECT_FALSE(uses_channel_1(size_t{1} << 17, {0, 0, 1, 1}));
   EXPECT_FALSE(uses_channel_1(size_t{1} << 20, {0, 1}));
+}
+
+// The k-nomial family at every radix from 2 (binomial, recursive doubling)
+// to above the rank count, on powers of the radix and not (extras fold
+// onto proxies), every root, in and out of place; and the determinism the
+// all-reduce promises, at radices other than the default.
+TEST(KnomialTest, EveryRadixMatchesTheReference) {
+  uint32_t seed = 7;
+  for (Collective coll : {Collective::kAllReduce, Collective::kBroadcast, Collective::kReduce}) {
+    for (int radix : {2, 3, 5, 8, 17}) {
+      for (int n : {2, 3, 4, 5, 8, 9, 10, 16, 17, 25, 27}) {
+        for (size_t count : {size_t{1}, size_t{5}, size_t{1003}}) {
+          Case c;
+          c.collective = coll;
+          c.algorithm = Algorithm::kKnomial;
+          c.radix = radix;
+          c.nranks = n;
+          c.count = count;
+          c.nchannels = count == 1003 ? 2 : 1;
+          c.chunk_bytes = 64 * sizeof(int32_t);
+          c.slots = 1 + static_cast<int>(seed % 2);
+          c.in_place = seed % 3 == 0;
+          c.root = static_cast<int>(seed % static_cast<uint32_t>(n));
+          const std::string err = Check<int32_t>(c, Op::kSum, seed++);
+          EXPECT_TRUE(err.empty()) << c.Name() << ": " << err;
+        }
+      }
+    }
+  }
+  std::mt19937 rng(99);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (int radix : {3, 5}) {
+    for (int n : {9, 11, 27}) {
+      Case c;
+      c.algorithm = Algorithm::kKnomial;
+      c.radix = radix;
+      c.nranks = n;
+      c.count = 333;
+      c.chunk_bytes = 256;
+      std::vector<std::vector<float>> x(n, std::vector<float>(c.count));
+      for (auto& v : x) {
+        for (auto& e : v) e = dist(rng);
+      }
+      auto got = ::ciuic::collectives::testing::Run<float>(c, Op::kSum, x);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      for (int r = 1; r < n; ++r) {
+        EXPECT_EQ(0, std::memcmp((*got)[0].data(), (*got)[r].data(), c.count * sizeof(float)))
+            << c.Name() << ": rank " << r << " differs from rank 0";
+      }
+    }
+  }
+}
+
+// The radix is what it says: a broadcast from the root sends to k-1
+// children per digit, and the all-reduce of k^m ranks runs m rounds of
+// k-1 messages each way.
+TEST(KnomialTest, RoundsAndFanOutFollowTheRadix) {
+  auto messages = [](Collective coll, int rank, int n, int radix) {
+    CollectiveArgs a;
+    a.collective = coll;
+    a.rank = rank;
+    a.nranks = n;
+    a.count = 64;
+    a.radix = radix;
+    StatusOr<Schedule> s = MakeSchedule(Algorithm::kKnomial, a);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    size_t sends = 0;
+    for (const Step& st : s->steps) sends += StepSends(st.op) ? 1 : 0;
+    return sends;
+  };
+  EXPECT_EQ(messages(Collective::kBroadcast, 0, 64, 4), 9u);   // 3 digits x 3 children
+  EXPECT_EQ(messages(Collective::kBroadcast, 0, 64, 2), 6u);   // binomial
+  EXPECT_EQ(messages(Collective::kAllReduce, 5, 64, 4), 9u);   // 3 rounds x 3 peers
+  EXPECT_EQ(messages(Collective::kAllReduce, 5, 64, 8), 14u);  // 2 rounds x 7 peers
+  EXPECT_EQ(messages(Collective::kAllReduce, 5, 64, 2), 6u);   // recursive doubling
+  CollectiveArgs bad;
+  bad.nranks = 4;
+  bad.count = 4;
+  bad.radix = 1;
+  StatusOr<Schedule> s = MakeSchedule(Algorithm::kKnomial, bad);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("radix 1 not in [2, 64]"), std::string::npos) << s.status().ToString();
+}
+
+// Swing's structure (Di Girolamo et al., NSDI 2024): each step pairs ranks
+// (the peer's peer is the rank), the peers are +-1, 3, 5, 11, ... away, every
+// rank's block order is a permutation (each block reduced at exactly one
+// owner), and on a ring the hops are shorter in total than recursive
+// halving's 1 + 2 + ... + p/2.
+TEST(SwingTest, PeersPairAndBlockOrdersArePermutations) {
+  for (int p = 2; p <= (1 << 12); p *= 2) {
+    int steps = 0;
+    while ((1 << steps) < p) ++steps;
+    long long swing_hops = 0, halving_hops = 0;
+    for (int s = 0; s < steps; ++s) {
+      for (int r = 0; r < p; ++r) {
+        const int q = generators::SwingPeer(r, s, p);
+        ASSERT_NE(q, r) << "p " << p << " step " << s;
+        ASSERT_EQ(generators::SwingPeer(q, s, p), r) << "p " << p << " step " << s << " rank " << r;
+      }
+      const int d = generators::SwingPeer(0, s, p);
+      swing_hops += std::min(d, p - d);
+      halving_hops += std::min(1 << s, p - (1 << s));
+    }
+    if (p >= 8) {
+      EXPECT_LT(swing_hops, halving_hops) << "p " << p;
+    }
+    for (int r : {0, 1, p / 2 - 1, p - 1}) {
+      std::vector<int> order = generators::SwingBlockOrder(r, p);
+      ASSERT_EQ(order.size(), static_cast<size_t>(p));
+      EXPECT_EQ(order[0], r);
+      std::sort(order.begin(), order.end());
+      for (int i = 0; i < p; ++i) ASSERT_EQ(order[static_cast<size_t>(i)], i) << "p " << p << " rank " << r;
+    }
+  }
+  EXPECT_EQ(generators::SwingPeer(0, 0, 64), 1);
+  EXPECT_EQ(generators::SwingPeer(0, 1, 64), 63);  // rho(1) = -1
+  EXPECT_EQ(generators::SwingPeer(0, 2, 64), 3);
+  EXPECT_EQ(generators::SwingPeer(0, 3, 64), 59);  // rho(3) = -5
+  EXPECT_EQ(generators::SwingPeer(0, 4, 64), 11);
+  EXPECT_EQ(generators::SwingPeer(1, 4, 64), 54);  // odd ranks go the other way
+}
+
+// Bruck all-to-all sends ceil(log2 n) messages per rank (pairwise: n-1),
+// each at most half the blocks.
+TEST(BruckTest, AllToAllSendsLogMessages) {
+  for (int n : {2, 3, 5, 8, 13, 16, 33}) {
+    CollectiveArgs a;
+    a.collective = Collective::kAllToAll;
+    a.rank = n / 2;
+    a.nranks = n;
+    a.count = 10;
+    StatusOr<Schedule> s = MakeSchedule(Algorithm::kBruck, a);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    size_t sends = 0, rounds = 0;
+    for (int d = 1; d < n; d *= 2) ++rounds;
+    for (const Step& st : s->steps) {
+      if (!StepSends(st.op)) continue;
+      ++sends;
+      EXPECT_LE(StepCount(st), static_cast<size_t>((n + 1) / 2) * a.count) << "n " << n;
+    }
+    EXPECT_EQ(sends, rounds) << "n " << n;
+  }
 }
 
 std::vector<Pair> AllReducePairs() {

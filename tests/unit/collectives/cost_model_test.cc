@@ -174,7 +174,7 @@ TEST(CostModelTest, RecursiveDoublingForTinyRingForHuge) {
       ASSERT_TRUE(huge.ok()) << huge.status().ToString();
       EXPECT_EQ(huge->algorithm->id, Algorithm::kRing) << huge->reason;
       EXPECT_EQ(std::string(huge->name()), "ring");
-      EXPECT_EQ(huge->predicted_s.size(), 4u);
+      EXPECT_EQ(huge->predicted_s.size(), 6u);
       EXPECT_NE(huge->reason.find("ring"), std::string::npos);
     }
   }

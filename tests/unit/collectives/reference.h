@@ -106,12 +106,14 @@ struct Case {
   bool in_place = false;
   int root = 0;
   std::vector<int> host_of;  // empty: every rank a host of its own
+  int radix = 0;             // the k-nomial radix (0: the default)
 
   std::string Name() const {
     return std::string(CollectiveName(collective)) + "/" + AlgorithmName(algorithm) + " n=" +
            std::to_string(nranks) + " count=" + std::to_string(count) + " ch=" + std::to_string(nchannels) +
            " chunk=" + std::to_string(chunk_bytes) + "B slots=" + std::to_string(slots) +
-           (in_place ? " in-place" : " out-of-place") + " root=" + std::to_string(root) + HostsName();
+           (in_place ? " in-place" : " out-of-place") + " root=" + std::to_string(root) +
+           (radix != 0 ? " radix=" + std::to_string(radix) : "") + HostsName();
   }
   std::string HostsName() const {
     std::string s;
@@ -165,6 +167,7 @@ inline CollectiveArgs ArgsFor(const Case& c, int rank) {
   a.nchannels = c.nchannels;
   a.root = c.root;
   a.host_of = c.host_of;
+  a.radix = c.radix;
   if (c.collective == Collective::kAllGatherv || c.collective == Collective::kReduceScatterv) {
     a.counts = VCounts(c.count, c.nranks);
   }
