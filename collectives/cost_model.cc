@@ -7,13 +7,45 @@
 #include <map>
 #include <tuple>
 
+#include "collectives/schedule_builder.h"
+
 namespace ciuic::collectives {
+
+using internal::Mod;
+
+const char* PredictionMethodName(PredictionMethod m) {
+  switch (m) {
+    case PredictionMethod::kExact: return "exact";
+    case PredictionMethod::kSymmetric: return "symmetric";
+    case PredictionMethod::kEstimate: return "estimate";
+  }
+  return "?";
+}
+
 namespace {
 
-// Per-chunk latency l and period q of a step, its chunk count and bytes.
+// Where time on a path goes: per-message alpha, bytes on the wire, local
+// reductions and copies.
+struct Split {
+  double lat = 0, bw = 0, cpu = 0;
+};
+Split operator+(Split a, Split b) { return {a.lat + b.lat, a.bw + b.bw, a.cpu + b.cpu}; }
+Split operator*(double k, Split a) { return {k * a.lat, k * a.bw, k * a.cpu}; }
+
+// A time and how the path to it splits.
+struct Timed {
+  double t = 0;
+  Split split;
+};
+Timed Later(const Timed& a, const Timed& b) { return b.t > a.t ? b : a; }
+Timed After(const Timed& a, double t, Split s) { return {a.t + t, a.split + s}; }
+
+// Per-chunk latency l and period q of a step (each with its split), its
+// chunk count and bytes.
 struct StepCost {
   double l = 0, q = 0;
   double l_in = 0;  // forwarding steps: the store stage alone
+  Split sl, sq, sin;
   size_t chunks = 1;
   double bytes = 0;
 };
@@ -35,27 +67,34 @@ StepCost CostOf(const Step& st, const CostParams& p, int rank) {
   const double chunk = static_cast<double>(std::max<size_t>(1, p.chunk_bytes));
   c.chunks = c.bytes == 0 ? 1 : static_cast<size_t>(std::ceil(c.bytes / chunk));
   const double cb = c.bytes / static_cast<double>(c.chunks);
-  const double send = alpha + cb * beta;
-  const double reduce = cb * p.gamma_s_per_byte;
-  const double copy = cb * p.copy_s_per_byte;
+  const Split send{alpha, cb * beta, 0};
+  const Split reduce{0, 0, cb * p.gamma_s_per_byte};
+  const Split copy{0, 0, cb * p.copy_s_per_byte};
+  auto total = [](Split x) { return x.lat + x.bw + x.cpu; };
+  auto set = [&](Split l, Split q) {
+    c.sl = l;
+    c.sq = q;
+    c.l = total(l);
+    c.q = total(q);
+  };
   switch (st.op) {
-    case StepOp::kSend: c.l = c.q = send; break;
-    case StepOp::kRecv: c.l = c.q = copy; break;
-    case StepOp::kRecvReduce: c.l = c.q = reduce; break;
+    case StepOp::kSend: set(send, send); break;
+    case StepOp::kRecv: set(copy, copy); break;
+    case StepOp::kRecvReduce: set(reduce, reduce); break;
     case StepOp::kRecvReduceSend:
-      c.l_in = reduce;
-      c.l = reduce + send;
-      c.q = std::max(reduce, send);
+    case StepOp::kRecvCopySend: {
+      const Split store = st.op == StepOp::kRecvReduceSend ? reduce : copy;
+      c.sin = store;
+      c.l_in = total(store);
+      set(store + send, total(store) >= total(send) ? store : send);
       break;
-    case StepOp::kRecvCopySend:
-      c.l_in = copy;
-      c.l = copy + send;
-      c.q = std::max(copy, send);
+    }
+    case StepOp::kCopy: set(copy, copy); break;
+    case StepOp::kReduce: {
+      const double operands = static_cast<double>(st.inputs.size() > 2 ? st.inputs.size() - 1 : 1);
+      set(operands * reduce, operands * reduce);
       break;
-    case StepOp::kCopy: c.l = c.q = copy; break;
-    case StepOp::kReduce:
-      c.l = c.q = reduce * static_cast<double>(st.inputs.size() > 2 ? st.inputs.size() - 1 : 1);
-      break;
+    }
   }
   return c;
 }
@@ -142,125 +181,304 @@ CostParams WithHostMapFor(const CostParams& p, size_t nranks) {
 
 }  // namespace
 
-StatusOr<Prediction> PredictSchedules(const std::vector<Schedule>& schedules, const CostParams& params) {
-  CIUIC_RETURN_IF_ERROR(CheckMessageMatching(schedules));
-  const CostParams p = WithHostMapFor(params, schedules.size());
-  const size_t n = schedules.size();
-  std::vector<size_t> base(n + 1, 0);
-  for (size_t r = 0; r < n; ++r) base[r + 1] = base[r] + schedules[r].steps.size();
-  const size_t total = base[n];
-  // Predecessors of every node and how they constrain it: a stream passes
-  // chunk times through (kPerChunk deps, a message to its receiver); after
-  // last waits for the predecessor's end (kWhole deps, the previous message
-  // sent on a link); after received waits until the predecessor has
-  // received all its chunks (the previous message received on a link: a
-  // forwarding step stores chunks without waiting for its own sends).
-  enum class Edge : uint8_t { kStream, kAfterLast, kAfterReceived };
-  std::vector<std::vector<std::pair<size_t, Edge>>> preds(total);
-  std::vector<std::vector<size_t>> succs(total);
-  auto edge = [&](size_t from, size_t to, Edge kind) {
+namespace {
+
+// The steps of one or more ranks as a graph. Predecessors say how they
+// constrain a step: a stream passes chunk times through (kPerChunk deps, a
+// message to its receiver); after last waits for the predecessor's end
+// (kWhole deps, the previous message sent on a link); after received waits
+// until the predecessor has received all its chunks (the previous message
+// received on a link: a forwarding step stores chunks without waiting for
+// its own sends).
+enum class Edge : uint8_t { kStream, kAfterLast, kAfterReceived };
+
+struct StepGraph {
+  std::vector<const Step*> step;
+  std::vector<int> rank;
+  std::vector<std::vector<std::pair<size_t, Edge>>> preds;
+  std::vector<std::vector<size_t>> succs;
+
+  void Add(const Step* st, int r) {
+    step.push_back(st);
+    rank.push_back(r);
+    preds.emplace_back();
+    succs.emplace_back();
+  }
+  void Link(size_t from, size_t to, Edge kind) {
     preds[to].emplace_back(from, kind);
     succs[from].push_back(to);
-  };
-  using Key = std::tuple<int, int, int>;
-  std::map<Key, std::vector<size_t>> sends, recvs;
-  for (size_t r = 0; r < n; ++r) {
-    const Schedule& s = schedules[r];
-    std::map<Key, size_t> last_send, last_recv;
-    for (size_t i = 0; i < s.steps.size(); ++i) {
-      const Step& st = s.steps[i];
-      const size_t id = base[r] + i;
-      for (int d : st.deps) {
-        if (d < 0 || static_cast<size_t>(d) >= i) {
-          return InvalidArgumentError("PredictSchedules: rank " + std::to_string(r) + " step #" + std::to_string(i) +
-                                      " has a bad dep " + std::to_string(d));
-        }
-        edge(base[r] + d, id, st.dep_mode == DepMode::kPerChunk ? Edge::kStream : Edge::kAfterLast);
+  }
+};
+
+using LinkKey = std::tuple<int, int, int>;  // sender, receiver, channel
+
+// Adds schedule `s`'s steps (ids from `base`) with their deps and the FIFO
+// order of its messages per link; records its sends and receives per link.
+Status AddSchedule(const Schedule& s, size_t base, StepGraph& g, std::map<LinkKey, std::vector<size_t>>& sends,
+                   std::map<LinkKey, std::vector<size_t>>& recvs) {
+  std::map<LinkKey, size_t> last_send, last_recv;
+  for (size_t i = 0; i < s.steps.size(); ++i) {
+    const Step& st = s.steps[i];
+    const size_t id = base + i;
+    g.Add(&st, s.rank);
+    for (int d : st.deps) {
+      if (d < 0 || static_cast<size_t>(d) >= i) {
+        return InvalidArgumentError("PredictSchedules: rank " + std::to_string(s.rank) + " step #" +
+                                    std::to_string(i) + " has a bad dep " + std::to_string(d));
       }
-      if (StepSends(st.op)) {
-        const Key k(static_cast<int>(r), st.send_peer, st.channel);
-        auto it = last_send.find(k);
-        if (it != last_send.end()) edge(it->second, id, Edge::kAfterLast);
-        last_send[k] = id;
-        sends[k].push_back(id);
-      }
-      if (StepReceives(st.op)) {
-        const Key k(st.recv_peer, static_cast<int>(r), st.channel);
-        auto it = last_recv.find(k);
-        if (it != last_recv.end()) edge(it->second, id, Edge::kAfterReceived);
-        last_recv[k] = id;
-        recvs[k].push_back(id);
-      }
+      g.Link(base + static_cast<size_t>(d), id, st.dep_mode == DepMode::kPerChunk ? Edge::kStream : Edge::kAfterLast);
+    }
+    if (StepSends(st.op)) {
+      const LinkKey k(s.rank, st.send_peer, st.channel);
+      auto it = last_send.find(k);
+      if (it != last_send.end()) g.Link(it->second, id, Edge::kAfterLast);
+      last_send[k] = id;
+      sends[k].push_back(id);
+    }
+    if (StepReceives(st.op)) {
+      const LinkKey k(st.recv_peer, s.rank, st.channel);
+      auto it = last_recv.find(k);
+      if (it != last_recv.end()) g.Link(it->second, id, Edge::kAfterReceived);
+      last_recv[k] = id;
+      recvs[k].push_back(id);
     }
   }
-  for (const auto& [k, ids] : sends) {
-    const std::vector<size_t>& rv = recvs[k];
-    for (size_t m = 0; m < ids.size() && m < rv.size(); ++m) edge(ids[m], rv[m], Edge::kStream);
-  }
-  // Longest path in topological order (Kahn).
+  return Status::Ok();
+}
+
+// The longest path through `g` (Kahn's order): its end and how it splits.
+StatusOr<Timed> LongestPath(const StepGraph& g, const CostParams& p, const std::string& algorithm) {
+  const size_t total = g.step.size();
   std::vector<size_t> indeg(total, 0);
-  for (size_t v = 0; v < total; ++v) indeg[v] = preds[v].size();
   std::vector<size_t> ready;
   for (size_t v = 0; v < total; ++v) {
+    indeg[v] = g.preds[v].size();
     if (indeg[v] == 0) ready.push_back(v);
   }
-  std::vector<double> first(total, 0), last(total, 0), received(total, 0);
-  std::vector<const Step*> step_of(total);
-  std::vector<int> rank_of(total);
-  for (size_t r = 0; r < n; ++r) {
-    for (size_t i = 0; i < schedules[r].steps.size(); ++i) {
-      step_of[base[r] + i] = &schedules[r].steps[i];
-      rank_of[base[r] + i] = schedules[r].rank;
-    }
-  }
+  std::vector<Timed> first(total), last(total), received(total);
   size_t done = 0;
-  double critical = 0;
+  Timed critical;
   while (!ready.empty()) {
     const size_t v = ready.back();
     ready.pop_back();
     ++done;
-    double in_first = 0, in_last = 0;
-    for (const auto& [u, kind] : preds[v]) {
-      const double end = kind == Edge::kAfterReceived ? received[u] : last[u];
-      in_first = std::max(in_first, kind == Edge::kStream ? first[u] : end);
-      in_last = std::max(in_last, end);
+    Timed in_first, in_last;
+    for (const auto& [u, kind] : g.preds[v]) {
+      const Timed& end = kind == Edge::kAfterReceived ? received[u] : last[u];
+      in_first = Later(in_first, kind == Edge::kStream ? first[u] : end);
+      in_last = Later(in_last, end);
     }
-    const StepCost c = CostOf(*step_of[v], p, rank_of[v]);
+    const StepCost c = CostOf(*g.step[v], p, g.rank[v]);
     const double n1 = static_cast<double>(c.chunks - 1);
-    first[v] = in_first + c.l;
-    last[v] = std::max(in_last + c.l, in_first + c.l + n1 * c.q);
+    first[v] = After(in_first, c.l, c.sl);
+    last[v] = Later(After(in_last, c.l, c.sl), After(in_first, c.l + n1 * c.q, c.sl + n1 * c.sq));
     // A forwarding step has stored its last chunk one send stage earlier.
     received[v] = last[v];
-    if (step_of[v]->op == StepOp::kRecvReduceSend || step_of[v]->op == StepOp::kRecvCopySend) {
-      received[v] = std::max(in_last + c.l_in, in_first + c.l_in + n1 * c.l_in);
+    if (g.step[v]->op == StepOp::kRecvReduceSend || g.step[v]->op == StepOp::kRecvCopySend) {
+      received[v] = Later(After(in_last, c.l_in, c.sin), After(in_first, c.l_in + n1 * c.l_in, c.sin + n1 * c.sin));
     }
-    critical = std::max(critical, last[v]);
-    for (size_t w : succs[v]) {
+    critical = Later(critical, last[v]);
+    for (size_t w : g.succs[v]) {
       if (--indeg[w] == 0) ready.push_back(w);
     }
   }
   if (done != total) {
-    return InvalidArgumentError("PredictSchedules: the schedules of " + schedules[0].algorithm +
+    return InvalidArgumentError("PredictSchedules: the schedules of " + algorithm +
                                 " wait on each other in a cycle (a deadlock even with unbounded links)");
   }
-  Prediction pred;
-  pred.critical_path_s = critical;
+  return critical;
+}
+
+// Fills the critical-path fields of `pred` from `critical`.
+void SetCriticalPath(const Timed& critical, Prediction& pred) {
+  pred.critical_path_s = critical.t;
+  pred.latency_s = critical.split.lat;
+  pred.bandwidth_s = critical.split.bw;
+  pred.compute_s = critical.split.cpu;
+}
+
+// Raises `pred`'s resource bound to `seconds` when larger, naming it.
+void Bound(Prediction& pred, double seconds, const std::string& what) {
+  if (seconds > pred.resource_bound_s) {
+    pred.resource_bound_s = seconds;
+    pred.busiest = what;
+  }
+}
+
+// The resource bound of ranks whose loads are `loads` (one per rank, in
+// rank order), the host links included.
+void AddLoads(const std::vector<RankLoad>& loads, const CostParams& p, Prediction& pred) {
   std::map<int, std::pair<double, double>> host_link;  // inter-host egress, ingress per host
-  for (const Schedule& s : schedules) {
-    const RankLoad load = LoadOf(s, p);
-    if (SameHost(p, s.rank, s.rank)) {
-      auto& l = host_link[p.host_of[static_cast<size_t>(s.rank)]];
+  for (size_t r = 0; r < loads.size(); ++r) {
+    const RankLoad& load = loads[r];
+    const int rank = static_cast<int>(r);
+    if (SameHost(p, rank, rank)) {
+      const int h = p.host_of[r];
+      auto& l = host_link[h];
       l.first += load.inter_egress;
       l.second += load.inter_ingress;
-      pred.resource_bound_s = std::max({pred.resource_bound_s, l.first, l.second});
+      Bound(pred, l.first, "host " + std::to_string(h) + " link out");
+      Bound(pred, l.second, "host " + std::to_string(h) + " link in");
     }
-    pred.resource_bound_s = std::max({pred.resource_bound_s, load.egress, load.ingress, load.cpu});
+    Bound(pred, load.egress, "rank " + std::to_string(rank) + " egress");
+    Bound(pred, load.ingress, "rank " + std::to_string(rank) + " ingress");
+    Bound(pred, load.cpu, "rank " + std::to_string(rank) + " reductions and copies");
     pred.max_messages_per_rank = std::max(pred.max_messages_per_rank, load.messages);
     pred.max_bytes_sent_per_rank = std::max(pred.max_bytes_sent_per_rank, load.bytes_sent);
     pred.total_bytes_sent += load.bytes_sent;
   }
+}
+
+void Finish(Prediction& pred) {
   pred.seconds = std::max(pred.critical_path_s, pred.resource_bound_s);
+  if (pred.critical_path_s >= pred.resource_bound_s) pred.busiest = "critical path";
+}
+
+}  // namespace
+
+StatusOr<Prediction> PredictSchedules(const std::vector<Schedule>& schedules, const CostParams& params) {
+  CIUIC_RETURN_IF_ERROR(CheckMessageMatching(schedules));
+  const CostParams p = WithHostMapFor(params, schedules.size());
+  StepGraph g;
+  std::map<LinkKey, std::vector<size_t>> sends, recvs;
+  size_t base = 0;
+  for (const Schedule& s : schedules) {
+    CIUIC_RETURN_IF_ERROR(AddSchedule(s, base, g, sends, recvs));
+    base += s.steps.size();
+  }
+  for (const auto& [k, ids] : sends) {
+    const std::vector<size_t>& rv = recvs[k];
+    for (size_t m = 0; m < ids.size() && m < rv.size(); ++m) g.Link(ids[m], rv[m], Edge::kStream);
+  }
+  CIUIC_ASSIGN_OR_RETURN(Timed critical, LongestPath(g, p, schedules.empty() ? "" : schedules[0].algorithm));
+  Prediction pred;
+  pred.method = PredictionMethod::kExact;
+  SetCriticalPath(critical, pred);
+  std::vector<RankLoad> loads;
+  loads.reserve(schedules.size());
+  for (const Schedule& s : schedules) loads.push_back(LoadOf(s, p));
+  AddLoads(loads, p, pred);
+  Finish(pred);
   return pred;
+}
+
+int SymmetryImage(Symmetry sym, int q, int x, int n) {
+  switch (sym) {
+    case Symmetry::kTranslation: return Mod(static_cast<long long>(x) + q, n);
+    case Symmetry::kXor: return x ^ q;
+    case Symmetry::kSwing:
+      return q % 2 == 0 ? Mod(static_cast<long long>(x) + q, n) : Mod(static_cast<long long>(q) - x, n);
+  }
+  return x;
+}
+
+const char* SymmetryName(Symmetry sym) {
+  switch (sym) {
+    case Symmetry::kTranslation: return "translation";
+    case Symmetry::kXor: return "xor";
+    case Symmetry::kSwing: return "swing";
+  }
+  return "?";
+}
+
+bool IsSymmetryImage(const Schedule& s0, const Schedule& sq, Symmetry sym) {
+  const int n = s0.nranks, q = sq.rank;
+  if (sq.nranks != n || s0.rank != 0 || sq.steps.size() != s0.steps.size() || sq.nchannels != s0.nchannels) {
+    return false;
+  }
+  if (sym == Symmetry::kXor && (n & (n - 1)) != 0) return false;
+  if (SymmetryImage(sym, q, 0, n) != q) return false;
+  for (size_t i = 0; i < s0.steps.size(); ++i) {
+    const Step& a = s0.steps[i];
+    const Step& b = sq.steps[i];
+    if (a.op != b.op || a.channel != b.channel || a.deps != b.deps || a.dep_mode != b.dep_mode ||
+        StepCount(a) != StepCount(b) || a.inputs.size() != b.inputs.size()) {
+      return false;
+    }
+    if (StepSends(a.op) && SymmetryImage(sym, q, a.send_peer, n) != b.send_peer) return false;
+    if (StepReceives(a.op) && SymmetryImage(sym, q, a.recv_peer, n) != b.recv_peer) return false;
+  }
+  return true;
+}
+
+StatusOr<Prediction> PredictSymmetric(const Schedule& rank0, Symmetry sym, const CostParams& params) {
+  const int n = rank0.nranks;
+  const CostParams p = WithHostMapFor(params, static_cast<size_t>(n));
+  if (!p.host_of.empty()) {
+    return InvalidArgumentError("PredictSymmetric: a host map breaks the symmetry between ranks");
+  }
+  StepGraph g;
+  std::map<LinkKey, std::vector<size_t>> sends, recvs;
+  CIUIC_RETURN_IF_ERROR(AddSchedule(rank0, 0, g, sends, recvs));
+  // Rank q's k-th message to rank 0 is the image of rank 0's k-th message to
+  // the rank that q's symmetry maps onto 0; it leaves when that one does.
+  for (const auto& [k, ids] : recvs) {
+    const int q = std::get<0>(k), ch = std::get<2>(k);
+    int pre = -1;  // the rank the image of which, under q's map, is 0
+    for (int x : {Mod(-static_cast<long long>(q), n), q}) {
+      if (SymmetryImage(sym, q, x, n) == 0) pre = x;
+    }
+    if (pre < 0) return InvalidArgumentError("PredictSymmetric: no preimage of rank 0 under rank " + std::to_string(q));
+    auto it = sends.find(LinkKey(0, pre, ch));
+    const size_t have = it == sends.end() ? 0 : it->second.size();
+    if (have != ids.size()) {
+      return InvalidArgumentError("PredictSymmetric: " + rank0.algorithm + " is not " + SymmetryName(sym) +
+                                  "-symmetric: rank 0 receives " + std::to_string(ids.size()) + " messages from rank " +
+                                  std::to_string(q) + " on channel " + std::to_string(ch) + " but sends " +
+                                  std::to_string(have) + " to rank " + std::to_string(pre));
+    }
+    for (size_t m = 0; m < ids.size(); ++m) g.Link(it->second[m], ids[m], Edge::kStream);
+  }
+  CIUIC_ASSIGN_OR_RETURN(Timed critical, LongestPath(g, p, rank0.algorithm));
+  Prediction pred;
+  pred.method = PredictionMethod::kSymmetric;
+  SetCriticalPath(critical, pred);
+  // Every rank's load is rank 0's.
+  AddLoads({LoadOf(rank0, p)}, p, pred);
+  pred.total_bytes_sent = pred.max_bytes_sent_per_rank * static_cast<size_t>(n);
+  Finish(pred);
+  return pred;
+}
+
+namespace {
+
+// Ranks to compare with rank 0 for a symmetry: the neighbours of 0 and of
+// n/2, the last ones, and a spread of others (all of them up to 32 ranks).
+std::vector<int> SampleRanks(int n) {
+  std::vector<int> out;
+  if (n <= 32) {
+    for (int r = 1; r < n; ++r) out.push_back(r);
+    return out;
+  }
+  for (int r : {1, 2, 3, n / 2 - 1, n / 2, n / 2 + 1, n - 2, n - 1}) out.push_back(r);
+  uint64_t x = 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(n);
+  for (int i = 0; i < 8; ++i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    out.push_back(1 + static_cast<int>((x >> 33) % static_cast<uint64_t>(n - 1)));
+  }
+  return out;
+}
+
+}  // namespace
+
+StatusOr<Symmetry> FindSymmetry(Algorithm algorithm, const CollectiveArgs& args) {
+  CollectiveArgs a = args;
+  a.rank = 0;
+  CIUIC_ASSIGN_OR_RETURN(Schedule s0, MakeSchedule(algorithm, a));
+  const std::vector<int> sample = SampleRanks(args.nranks);
+  std::vector<Schedule> others;
+  for (int r : sample) {
+    a.rank = r;
+    CIUIC_ASSIGN_OR_RETURN(Schedule s, MakeSchedule(algorithm, a));
+    others.push_back(std::move(s));
+  }
+  for (Symmetry sym : {Symmetry::kTranslation, Symmetry::kXor, Symmetry::kSwing}) {
+    bool all = true;
+    for (const Schedule& s : others) all = all && IsSymmetryImage(s0, s, sym);
+    if (all) return sym;
+  }
+  return NotFoundError(std::string(CollectiveName(args.collective)) + "/" + AlgorithmName(algorithm) + " on " +
+                       std::to_string(args.nranks) + " ranks: no rank symmetry (translation, xor, swing) holds");
 }
 
 StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t bytes, int nranks,
@@ -311,16 +529,21 @@ StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t 
   if (nranks > kMaxExactRanks) {
     args.rank = 0;
     CIUIC_ASSIGN_OR_RETURN(Schedule s, MakeSchedule(algorithm, args));
+    if (p.host_of.empty()) {
+      StatusOr<Symmetry> sym = FindSymmetry(algorithm, args);
+      if (sym.ok()) return PredictSymmetric(s, *sym, p);
+    }
     const RankLoad load = LoadOf(s, p);
     Prediction pred;
-    pred.exact = false;
+    pred.method = PredictionMethod::kEstimate;
     pred.resource_bound_s = std::max({load.egress, load.ingress, load.cpu});
+    pred.busiest = "rank 0 (estimate)";
     if (!p.host_of.empty()) {
       // Rank 0's host link, as if its every rank crossed like rank 0.
       const auto mates = static_cast<double>(std::count(p.host_of.begin(), p.host_of.end(), p.host_of[0]));
       pred.resource_bound_s = std::max({pred.resource_bound_s, load.inter_egress * mates, load.inter_ingress * mates});
     }
-    pred.critical_path_s = load.latency;
+    pred.critical_path_s = pred.latency_s = load.latency;
     pred.seconds = pred.resource_bound_s + pred.critical_path_s;
     pred.max_messages_per_rank = load.messages;
     pred.max_bytes_sent_per_rank = load.bytes_sent;

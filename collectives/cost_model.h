@@ -14,9 +14,11 @@
 //   received and bytes reduced/copied, each at its rate; concurrent steps
 //   share them (two trees or channels do not double a NIC).
 // The prediction is the larger of the two. Up to kMaxExactRanks ranks every
-// rank's schedule is generated; beyond, rank 0's schedule is costed alone
-// (its resource bound plus each message step's alpha at its level):
-// cheaper, rougher.
+// rank's schedule is generated. Beyond, a schedule whose ranks are images
+// of rank 0's under a rank symmetry (FindSymmetry) is costed exactly from
+// rank 0's steps alone, which is what lets ciuic-sim reach 65,536 ranks and
+// more; any other is estimated from rank 0's schedule (its resource bound
+// plus each message step's alpha at its level): cheaper, rougher.
 //
 // Thread contract: pure functions.
 #ifndef CIUIC_COLLECTIVES_COST_MODEL_H_
@@ -67,15 +69,57 @@ struct CostParams {
 // alpha 3 us, 12.5 GB/s (100 Gb/s); gamma 20 GB/s, copy 33 GB/s for all.
 CostParams DefaultCostParams(transport::BackendKind kind);
 
+// How a prediction was made: from every rank's schedule; from rank 0's
+// alone where every other rank's schedule is an image of it under a rank
+// symmetry (the same times, so the same result as kExact); or estimated
+// from rank 0's loads and message count (no symmetry, nranks >
+// kMaxExactRanks).
+enum class PredictionMethod : uint8_t { kExact, kSymmetric, kEstimate };
+
 struct Prediction {
   double seconds = 0;             // max(critical_path_s, resource_bound_s)
   double critical_path_s = 0;
-  double resource_bound_s = 0;    // the busiest rank's busiest resource
+  // How the critical path splits: per-message alpha, bytes on the wire
+  // (bytes x beta), local reductions and copies. Their sum is
+  // critical_path_s (an estimate has latency only).
+  double latency_s = 0, bandwidth_s = 0, compute_s = 0;
+  double resource_bound_s = 0;    // the busiest rank's (or host link's) busiest resource
+  // What bounds `seconds`: "critical path", or the busiest resource
+  // ("rank 3 egress", "host 1 link out", "rank 0 reductions and copies").
+  std::string busiest;
   size_t max_messages_per_rank = 0;  // message steps of the busiest rank
   size_t max_bytes_sent_per_rank = 0;
-  size_t total_bytes_sent = 0;    // over all ranks (rank-0 estimate: rank 0's x nranks)
-  bool exact = true;              // false: rank-0-only estimate (nranks > kMaxExactRanks)
+  size_t total_bytes_sent = 0;    // over all ranks (symmetric and estimate: rank 0's x nranks)
+  PredictionMethod method = PredictionMethod::kExact;
+  bool exact() const { return method != PredictionMethod::kEstimate; }
 };
+
+// "exact", "symmetric", "estimate".
+const char* PredictionMethodName(PredictionMethod m);
+
+// Rank symmetries of schedules: rank q's schedule is rank 0's with every
+// peer x replaced by g_q(x): translation x + q (rings, Bruck, dissemination),
+// xor x ^ q (recursive doubling, halving, on powers of two), swing x + q for
+// even q and q - x for odd q (Swing).
+enum class Symmetry : uint8_t { kTranslation, kXor, kSwing };
+const char* SymmetryName(Symmetry sym);
+// g_q(x) among n ranks.
+int SymmetryImage(Symmetry sym, int q, int x, int n);
+// Whether `sq` is `s0`'s image (s0.rank == 0) under g_{sq.rank}: the same
+// steps, ops, counts, channels and deps, with peers mapped.
+bool IsSymmetryImage(const Schedule& s0, const Schedule& sq, Symmetry sym);
+// The first symmetry under which the schedules of every rank up to 32
+// ranks, and beyond of 16 sampled ranks (rank 0's neighbours, n/2's, the
+// last, and a spread), are images of rank 0's. Errors: kNotFound when none
+// holds; those of MakeSchedule.
+StatusOr<Symmetry> FindSymmetry(Algorithm algorithm, const CollectiveArgs& args);
+// The prediction from rank 0's schedule alone, the other ranks being its
+// images under `sym`: its graph with each receive fed by the matching send
+// of the sender's image in rank 0's own steps. Equal to PredictSchedules
+// of all ranks when the symmetry holds for every rank. Errors:
+// kInvalidArgument for a host map (two levels break the symmetry) or
+// messages that do not pair up.
+StatusOr<Prediction> PredictSymmetric(const Schedule& rank0, Symmetry sym, const CostParams& params);
 
 // Costs the schedules of all ranks (schedules[r].rank == r) of elements of
 // params.elem_size bytes. Errors: kInvalidArgument when the schedules do not

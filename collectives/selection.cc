@@ -195,7 +195,7 @@ StatusOr<Selection> Select(const CallShape& call, DataType dtype, ReduceOp op, c
     Candidate c{e, 0, 0, true};
     if (e->kind == AlgorithmKind::kSchedule) {
       for (const auto& [entry, pred] : cached->second) {
-        if (entry == e) c = Candidate{e, pred.seconds, pred.total_bytes_sent, pred.exact};
+        if (entry == e) c = Candidate{e, pred.seconds, pred.total_bytes_sent, pred.exact()};
       }
     } else {
       c.seconds = e->cost(rep_call, p, ctx.limits);
