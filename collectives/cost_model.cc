@@ -481,6 +481,22 @@ StatusOr<Symmetry> FindSymmetry(Algorithm algorithm, const CollectiveArgs& args)
                        std::to_string(args.nranks) + " ranks: no rank symmetry (translation, xor, swing) holds");
 }
 
+namespace {
+
+// Every rank's schedule, costed together.
+StatusOr<Prediction> PredictAll(Algorithm algorithm, CollectiveArgs args, const CostParams& p) {
+  std::vector<Schedule> all;
+  all.reserve(static_cast<size_t>(args.nranks));
+  for (int r = 0; r < args.nranks; ++r) {
+    args.rank = r;
+    CIUIC_ASSIGN_OR_RETURN(Schedule s, MakeSchedule(algorithm, args));
+    all.push_back(std::move(s));
+  }
+  return PredictSchedules(all, p);
+}
+
+}  // namespace
+
 StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t bytes, int nranks,
                              const CostParams& params) {
   if (params.elem_size == 0) return InvalidArgumentError("Predict: elem_size must be > 0");
@@ -533,6 +549,9 @@ StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t 
       StatusOr<Symmetry> sym = FindSymmetry(algorithm, args);
       if (sym.ok()) return PredictSymmetric(s, *sym, p);
     }
+    if (p.max_exact_steps > 0 && s.steps.size() * static_cast<size_t>(nranks) <= p.max_exact_steps) {
+      return PredictAll(algorithm, args, p);
+    }
     const RankLoad load = LoadOf(s, p);
     Prediction pred;
     pred.method = PredictionMethod::kEstimate;
@@ -545,19 +564,15 @@ StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t 
     }
     pred.critical_path_s = pred.latency_s = load.latency;
     pred.seconds = pred.resource_bound_s + pred.critical_path_s;
+    // The estimate's split: its latency, and its busiest resource as wire
+    // time or as compute.
+    (load.cpu >= std::max(load.egress, load.ingress) ? pred.compute_s : pred.bandwidth_s) = pred.resource_bound_s;
     pred.max_messages_per_rank = load.messages;
     pred.max_bytes_sent_per_rank = load.bytes_sent;
     pred.total_bytes_sent = load.bytes_sent * static_cast<size_t>(nranks);
     return pred;
   }
-  std::vector<Schedule> all;
-  all.reserve(nranks);
-  for (int r = 0; r < nranks; ++r) {
-    args.rank = r;
-    CIUIC_ASSIGN_OR_RETURN(Schedule s, MakeSchedule(algorithm, args));
-    all.push_back(std::move(s));
-  }
-  return PredictSchedules(all, p);
+  return PredictAll(algorithm, args, p);
 }
 
 }  // namespace ciuic::collectives

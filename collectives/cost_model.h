@@ -17,8 +17,10 @@
 // rank's schedule is generated. Beyond, a schedule whose ranks are images
 // of rank 0's under a rank symmetry (FindSymmetry) is costed exactly from
 // rank 0's steps alone, which is what lets ciuic-sim reach 65,536 ranks and
-// more; any other is estimated from rank 0's schedule (its resource bound
-// plus each message step's alpha at its level): cheaper, rougher.
+// more; any other is costed from every rank's schedule while rank 0's steps
+// x nranks stays under CostParams::max_exact_steps, and estimated from rank
+// 0's schedule beyond (its resource bound plus each message step's alpha at
+// its level): cheaper, rougher.
 //
 // Thread contract: pure functions.
 #ifndef CIUIC_COLLECTIVES_COST_MODEL_H_
@@ -52,6 +54,10 @@ struct CostParams {
   // rank selects alike): selection leaves out the entries the registry
   // marks avoid_when_ranks_outnumber_cpus (the ring reduce).
   bool ranks_outnumber_cpus = false;
+  // Above kMaxExactRanks, a schedule with no rank symmetry is still costed
+  // from every rank's schedule when rank 0's steps x nranks is at most this
+  // (0: never; ciuic-sim raises it, selection keeps it 0 to stay cheap).
+  size_t max_exact_steps = 0;
   // Two levels: each rank's host (empty: one level, alpha/beta for every
   // message). With a map, a message between ranks of one host costs
   // intra_alpha_s/intra_beta_s_per_byte (shm) and one between hosts
@@ -81,7 +87,8 @@ struct Prediction {
   double critical_path_s = 0;
   // How the critical path splits: per-message alpha, bytes on the wire
   // (bytes x beta), local reductions and copies. Their sum is
-  // critical_path_s (an estimate has latency only).
+  // critical_path_s; an estimate's is `seconds` (its latency, then its
+  // busiest resource as bandwidth or compute).
   double latency_s = 0, bandwidth_s = 0, compute_s = 0;
   double resource_bound_s = 0;    // the busiest rank's (or host link's) busiest resource
   // What bounds `seconds`: "critical path", or the busiest resource

@@ -143,6 +143,14 @@ class Builder {
     return Add(std::move(st));
   }
 
+  // One step that is done when all of `deps` are: an empty copy. Later
+  // steps depend on it instead of on every one of `deps`, which keeps a
+  // schedule with many parallel steps linear in size.
+  int Join(std::vector<int> deps) {
+    if (deps.size() == 1) return deps[0];
+    return Copy(Scr(0, 0), Scr(0, 0), std::move(deps));
+  }
+
   Schedule Take() { return std::move(s_); }
 
  private:

@@ -63,7 +63,10 @@ Status AllReduceRecursiveDoubling(const CollectiveArgs& a, Builder& b) {
       last = {snd, rcv, red};
     }
     if (rank < 2 * extra) b.Send(rank - 1, c, R(cur), last, kPerChunk);
-    if (cur != BufKind::kOutput) b.Copy(R(cur), R(BufKind::kOutput), last, kPerChunk);
+    // Every rank ends with this copy, a no-op where the result is already in
+    // the output, so all ranks' schedules have one shape (the cost model's
+    // symmetric path costs rank 0's alone at scale).
+    b.Copy(R(cur), R(BufKind::kOutput), last, kPerChunk);
   }
   return Status::Ok();
 }

@@ -36,15 +36,25 @@ int IntervalRoot(int lo, int hi) {  // [lo, hi), lo < hi
   return lo;
 }
 
-int BuildTree(int lo, int hi, int parent, std::vector<TreeNode>& t) {
-  if (lo >= hi) return -1;
-  const int m = IntervalRoot(lo, hi);
-  t[m].parent = parent;
-  const int left = BuildTree(lo, m, m, t);
-  const int right = BuildTree(m + 1, hi, m, t);
-  if (left >= 0) t[m].children.push_back(left);
-  if (right >= 0) t[m].children.push_back(right);
-  return m;
+// Position `pos`'s node, found by descending from [0, n): O(log n), so a
+// rank's schedule costs no more to generate at 65,536 ranks than at 8.
+TreeNode NodeAt(int pos, int n) {
+  TreeNode node;
+  int lo = 0, hi = n;
+  for (;;) {
+    const int m = IntervalRoot(lo, hi);
+    if (m == pos) {
+      if (lo < m) node.children.push_back(IntervalRoot(lo, m));
+      if (m + 1 < hi) node.children.push_back(IntervalRoot(m + 1, hi));
+      return node;
+    }
+    node.parent = m;
+    if (pos < m) {
+      hi = m;
+    } else {
+      lo = m + 1;
+    }
+  }
 }
 
 }  // namespace
@@ -55,14 +65,12 @@ Status AllReduceDoubleBinaryTree(const CollectiveArgs& a, Builder& b) {
   const int nch = std::max(1, static_cast<int>(std::min<size_t>(static_cast<size_t>(a.nchannels), a.count / 2)));
   const int nparts = 2 * nch;
   b.Channels(nparts);
-  std::vector<TreeNode> tree(n);
-  BuildTree(0, n, -1, tree);
   for (int t = 0; t < 2; ++t) {
     // Tree 1 mirrors tree 0 (even n) or shifts it by one (odd n), so that
     // the odd positions (leaves) of one are interior ranks in the other.
     auto pos_of = [&](int r) { return t == 0 ? r : (n % 2 == 0 ? n - 1 - r : Mod(r - 1, n)); };
     auto rank_at = [&](int q) { return t == 0 ? q : (n % 2 == 0 ? n - 1 - q : Mod(q + 1, n)); };
-    const TreeNode& node = tree[pos_of(a.rank)];
+    const TreeNode node = NodeAt(pos_of(a.rank), n);
     const int parent = node.parent >= 0 ? rank_at(node.parent) : -1;
     std::vector<int> kids;
     for (int k : node.children) kids.push_back(rank_at(k));

@@ -55,12 +55,14 @@ Status AllToAllBruck(const CollectiveArgs& a, Builder& b) {
     // Never after our own send: every rank sends first, and a send of
     // several chunks needs its receiver to drain the link.
     sent.push_back(b.Recv(Mod(rank - d, n), 0, Scr(recv, at), last));
-    last = {sent[sent.size() - 2]};  // the send: the next packing overwrites what it reads
+    std::vector<int> round = {sent[sent.size() - 2]};  // the send: the next packing overwrites what it reads
+    const int received = b.Join(sent);
     at = 0;
     for (const auto& [s, e] : runs) {
-      last.push_back(b.Copy(Scr(recv + at, (e - s) * cnt), Scr(s * cnt, (e - s) * cnt), sent));
+      round.push_back(b.Copy(Scr(recv + at, (e - s) * cnt), Scr(s * cnt, (e - s) * cnt), {received}));
       at += (e - s) * cnt;
     }
+    last = {b.Join(round)};
   }
   // Position j holds the block from rank - j.
   for (size_t j = 0; j < nc; ++j) {

@@ -169,7 +169,9 @@ Status AllReduceKnomial(const CollectiveArgs& a, Builder& b) {
       cur = dst;
     }
     for (int e : extras) b.Send(e, c, R(cur), last, kPerChunk);
-    if (cur != kOut) b.Copy(R(cur), R(kOut), last, kPerChunk);
+    // A no-op where the result is already in the output: every rank's
+    // schedule has one shape (the cost model's symmetric path).
+    b.Copy(R(cur), R(kOut), last, kPerChunk);
   }
   return Status::Ok();
 }

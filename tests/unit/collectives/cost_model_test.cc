@@ -356,15 +356,15 @@ TEST(CostModelSymmetryTest, RankZeroAloneEqualsEveryRank) {
       }
     }
   }
-  // Recursive doubling is not symmetric (the ranks that end a round as the
-  // higher group hold the result in scratch and copy it out), nor is Bruck
-  // (its local rotations split at the rank); beyond kMaxExactRanks they are
-  // estimated.
-  for (const char* want : {"allreduce/ring", "allreduce/rabenseifner", "allreduce/swing", "allgather/ring",
-                           "reducescatter/ring", "barrier/dissemination"}) {
+  // Bruck is not symmetric (its local rotations split at the rank), nor are
+  // the trees: beyond kMaxExactRanks they are costed from every rank's
+  // schedule (CostParams::max_exact_steps) or estimated.
+  for (const char* want : {"allreduce/ring", "allreduce/rabenseifner", "allreduce/swing", "allreduce/recdoubling",
+                           "allgather/ring", "reducescatter/ring", "barrier/dissemination"}) {
     EXPECT_EQ(symmetric.count(want), 1u) << want << " found no symmetry";
   }
-  EXPECT_EQ(symmetric.count("allreduce/recdoubling"), 0u);
+  EXPECT_EQ(symmetric.count("allreduce/tree"), 0u);
+  EXPECT_EQ(symmetric.count("allgather/bruck"), 0u);
 }
 
 // 65,536 ranks: every symmetric all-reduce is costed exactly (method

@@ -1,0 +1,446 @@
+// ciuic-sim: predicts what a collective's schedules cost on a network
+// model, at any rank count, with the cost model selection uses (one model,
+// not two: collectives/cost_model.h). Per algorithm, rank count and size it
+// prints the predicted time, algbw and busbw (nccl-tests' definitions), the
+// critical path split into latency, bandwidth and compute, the extra time
+// shared resources add beyond it (contention), the busiest resource, and
+// how the figure was made (every rank's schedule; rank 0's alone under a
+// rank symmetry; or an estimate).
+//
+//   ciuic-sim --coll allreduce --ranks 8,64,65536 --size 8,1M,64M
+//             [--algo ring,swing|all] [--net SPEC|FILE] [--ranks-per-host K]
+//             [--tuning FILE [--backend tcp|verbs|shm]] [--elem-size E]
+//             [--chunk BYTES] [--channels C] [--radix K] [--exact-steps N]
+//             [--format table|csv|json]
+//
+// --net: "flat" (every pair one alpha and one link per rank) or "hosts"
+// (ranks-per-host ranks share a host: shm figures inside, the network
+// between, the host's link shared by its ranks), with figures as
+// "flat:alpha_us=2,gbps=25,gamma_gbps=20,copy_gbps=33" or a file of
+// "key value" lines (model, alpha_us, gbps, intra_alpha_us, intra_gbps,
+// gamma_gbps, copy_gbps; # comments). --tuning takes the figures a tuning
+// file (ciuic-tune) has for --backend: the plain line, and between hosts
+// the between_hosts line. --size is nccl-tests' size: the vector
+// (all-reduce, broadcast, reduce), all ranks' blocks (all-gather,
+// reduce-scatter), one rank's send buffer (all-to-all).
+//
+// Exit status: 0 ok, 1 a prediction failed, 2 bad usage (the message names
+// the option).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "collectives/cost_model.h"
+#include "collectives/registry.h"
+#include "collectives/tuning.h"
+
+namespace {
+
+namespace coll = ciuic::collectives;
+using ciuic::Status;
+using ciuic::StatusOr;
+using transport_kind = ciuic::transport::BackendKind;
+
+constexpr int kUsage = 2;
+
+std::vector<std::string> SplitList(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string item;
+  std::istringstream in(s);
+  while (std::getline(in, item, sep)) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+// "64", "4K", "1M", "2G" (powers of 1024) or "1.5M".
+StatusOr<size_t> ParseBytes(const std::string& opt, const std::string& s) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  double mul = 1;
+  const std::string unit = end ? std::string(end) : "";
+  if (unit == "K" || unit == "KiB" || unit == "k") {
+    mul = 1024.0;
+  } else if (unit == "M" || unit == "MiB") {
+    mul = 1024.0 * 1024;
+  } else if (unit == "G" || unit == "GiB") {
+    mul = 1024.0 * 1024 * 1024;
+  } else if (!unit.empty() && unit != "B") {
+    return ciuic::InvalidArgumentError(opt + ": '" + s + "' is not a size (e.g. 8, 64K, 1M, 2G)");
+  }
+  if (end == s.c_str() || !(v >= 0) || v * mul > 1e15) {
+    return ciuic::InvalidArgumentError(opt + ": '" + s + "' is not a size (e.g. 8, 64K, 1M, 2G)");
+  }
+  return static_cast<size_t>(std::llround(v * mul));
+}
+
+StatusOr<long long> ParseInt(const std::string& opt, const std::string& s, long long lo, long long hi) {
+  char* end = nullptr;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || *end != '\0' || v < lo || v > hi) {
+    return ciuic::InvalidArgumentError(opt + ": '" + s + "' is not an integer in [" + std::to_string(lo) + ", " +
+                                       std::to_string(hi) + "]");
+  }
+  return v;
+}
+
+// The network model: the cost model's parameters at its two levels.
+struct Net {
+  std::string model = "flat";  // flat | hosts
+  coll::CostParams params;
+};
+
+Status SetNetKey(Net& net, const std::string& origin, const std::string& key, const std::string& value) {
+  if (key == "model") {
+    if (value != "flat" && value != "hosts") {
+      return ciuic::InvalidArgumentError(origin + ": model '" + value + "' is not one of flat, hosts");
+    }
+    net.model = value;
+    return Status::Ok();
+  }
+  char* end = nullptr;
+  const double v = std::strtod(value.c_str(), &end);
+  if (value.empty() || *end != '\0' || !(v > 0) || !std::isfinite(v)) {
+    return ciuic::InvalidArgumentError(origin + ": " + key + " '" + value + "' is not a positive number");
+  }
+  coll::CostParams& p = net.params;
+  if (key == "alpha_us") {
+    p.alpha_s = v * 1e-6;
+  } else if (key == "gbps") {
+    p.beta_s_per_byte = 1e-9 / v;
+  } else if (key == "intra_alpha_us") {
+    p.intra_alpha_s = v * 1e-6;
+  } else if (key == "intra_gbps") {
+    p.intra_beta_s_per_byte = 1e-9 / v;
+  } else if (key == "gamma_gbps") {
+    p.gamma_s_per_byte = 1e-9 / v;
+  } else if (key == "copy_gbps") {
+    p.copy_s_per_byte = 1e-9 / v;
+  } else {
+    return ciuic::InvalidArgumentError(origin + ": unknown key '" + key +
+                                       "' (model, alpha_us, gbps, intra_alpha_us, intra_gbps, gamma_gbps, "
+                                       "copy_gbps)");
+  }
+  return Status::Ok();
+}
+
+// "flat", "hosts:alpha_us=2,gbps=25" or a file of "key value" lines.
+Status ParseNet(const std::string& spec, Net& net) {
+  const std::string head = spec.substr(0, spec.find(':'));
+  if (head == "flat" || head == "hosts") {
+    net.model = head;
+    if (spec.size() == head.size()) return Status::Ok();
+    for (const std::string& kv : SplitList(spec.substr(head.size() + 1), ',')) {
+      const size_t eq = kv.find('=');
+      if (eq == std::string::npos) return ciuic::InvalidArgumentError("--net: '" + kv + "' is not key=value");
+      CIUIC_RETURN_IF_ERROR(SetNetKey(net, "--net", kv.substr(0, eq), kv.substr(eq + 1)));
+    }
+    return Status::Ok();
+  }
+  std::ifstream in(spec);
+  if (!in) {
+    return ciuic::InvalidArgumentError("--net: '" + spec + "' is neither flat[:...], hosts[:...] nor a readable file");
+  }
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    line = line.substr(0, line.find('#'));
+    std::istringstream words(line);
+    std::string key, value, extra;
+    if (!(words >> key)) continue;
+    const std::string where = spec + ":" + std::to_string(n);
+    if (!(words >> value) || (words >> extra)) return ciuic::InvalidArgumentError(where + ": want 'key value'");
+    CIUIC_RETURN_IF_ERROR(SetNetKey(net, where, key, value));
+  }
+  return Status::Ok();
+}
+
+// nccl-tests' bus bandwidth factor.
+double BusFactor(coll::Collective c, int n) {
+  const double nd = n;
+  switch (c) {
+    case coll::Collective::kAllReduce: return 2 * (nd - 1) / nd;
+    case coll::Collective::kAllGather:
+    case coll::Collective::kReduceScatter:
+    case coll::Collective::kAllToAll: return (nd - 1) / nd;
+    default: return 1;
+  }
+}
+
+struct Row {
+  std::string algo;
+  int ranks = 0;
+  size_t bytes = 0;
+  coll::Prediction pred;
+  double sim_s = 0;
+  std::string error;
+};
+
+// What shared resources add beyond the critical path.
+double Contention(const coll::Prediction& p) {
+  return std::max(0.0, p.seconds - (p.latency_s + p.bandwidth_s + p.compute_s));
+}
+
+std::string Fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+int Usage(const std::string& why) {
+  std::fprintf(stderr,
+               "ciuic-sim: %s\n"
+               "usage: ciuic-sim --coll COLLECTIVE --ranks N[,N...] --size S[,S...] [--algo NAME[,NAME]|all]\n"
+               "                 [--net flat|hosts[:key=value,...]|FILE] [--ranks-per-host K]\n"
+               "                 [--tuning FILE [--backend tcp|verbs|shm]] [--elem-size E] [--chunk BYTES]\n"
+               "                 [--channels C] [--radix K] [--exact-steps N] [--format table|csv|json]\n",
+               why.c_str());
+  return kUsage;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::map<std::string, std::string> opt;
+  const std::vector<std::string> known = {"--coll",  "--algo",     "--ranks", "--size",  "--net",
+                                          "--ranks-per-host", "--tuning", "--backend", "--elem-size",
+                                          "--chunk", "--channels", "--radix", "--format", "--exact-steps"};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      Usage("predicts collectives' times on a network model");
+      return 0;
+    }
+    if (std::find(known.begin(), known.end(), a) == known.end()) return Usage("unknown option '" + a + "'");
+    if (i + 1 >= argc) return Usage(a + " needs a value");
+    opt[a] = argv[++i];
+  }
+  for (const char* need : {"--coll", "--ranks", "--size"}) {
+    if (opt.count(need) == 0) return Usage(std::string(need) + " is required");
+  }
+  StatusOr<coll::Collective> c = coll::ParseCollective(opt["--coll"]);
+  if (!c.ok()) return Usage("--coll: " + c.status().message());
+
+  Net net;
+  const std::string backend_name = opt.count("--backend") ? opt["--backend"] : "verbs";
+  transport_kind backend = transport_kind::kVerbs;
+  if (backend_name == "tcp") {
+    backend = transport_kind::kTcp;
+  } else if (backend_name == "shm") {
+    backend = transport_kind::kShm;
+  } else if (backend_name != "verbs") {
+    return Usage("--backend: '" + backend_name + "' is not one of tcp, verbs, shm");
+  }
+  net.params = coll::DefaultCostParams(backend);
+  if (opt.count("--tuning")) {
+    StatusOr<coll::Tuning> t = coll::LoadTuningFile(opt["--tuning"]);
+    if (!t.ok()) return Usage("--tuning: " + t.status().message());
+    coll::CostParams inter = net.params;
+    coll::ApplyTuning(*t, backend, &net.params);
+    coll::ApplyTuning(*t, backend, &inter, ciuic::DataType::kFloat32, ciuic::ReduceOp::kSum,
+                      coll::TuningLevel::kBetweenHosts);
+    // Two levels: shm's figures inside a host, the backend's between.
+    coll::CostParams shm = coll::DefaultCostParams(transport_kind::kShm);
+    coll::ApplyTuning(*t, transport_kind::kShm, &shm);
+    net.params.intra_alpha_s = shm.alpha_s;
+    net.params.intra_beta_s_per_byte = shm.beta_s_per_byte;
+    if (opt.count("--ranks-per-host")) {
+      net.params.alpha_s = inter.alpha_s;
+      net.params.beta_s_per_byte = inter.beta_s_per_byte;
+    }
+  }
+  if (opt.count("--net")) {
+    const Status s = ParseNet(opt["--net"], net);
+    if (!s.ok()) return Usage(s.message());
+  }
+  int per_host = 1;
+  if (opt.count("--ranks-per-host")) {
+    StatusOr<long long> k = ParseInt("--ranks-per-host", opt["--ranks-per-host"], 1, 1 << 20);
+    if (!k.ok()) return Usage(k.status().message());
+    per_host = static_cast<int>(*k);
+    if (!opt.count("--net")) net.model = "hosts";
+  }
+  if (net.model == "hosts" && !opt.count("--ranks-per-host")) {
+    return Usage("--net hosts needs --ranks-per-host K");
+  }
+  if (net.model == "flat" && per_host > 1) return Usage("--ranks-per-host needs --net hosts");
+  struct IntOpt {
+    const char* name;
+    long long lo, hi;
+  };
+  // Schedules without a rank symmetry are costed from every rank's up to
+  // this many steps in all (about 0.8 GB), estimated beyond.
+  net.params.max_exact_steps = 2000000;
+  for (const IntOpt& o : {IntOpt{"--elem-size", 1, 64}, IntOpt{"--chunk", 1, 1ll << 40},
+                          IntOpt{"--channels", 1, coll::kMaxChannels}, IntOpt{"--radix", 2, coll::kMaxRadix},
+                          IntOpt{"--exact-steps", 0, 1ll << 34}}) {
+    if (!opt.count(o.name)) continue;
+    StatusOr<long long> v = ParseInt(o.name, opt[o.name], o.lo, o.hi);
+    if (!v.ok()) return Usage(v.status().message());
+    const std::string name = o.name;
+    if (name == "--elem-size") net.params.elem_size = static_cast<size_t>(*v);
+    if (name == "--chunk") net.params.chunk_bytes = static_cast<size_t>(*v);
+    if (name == "--channels") net.params.nchannels = static_cast<int>(*v);
+    if (name == "--radix") net.params.radix = static_cast<int>(*v);
+    if (name == "--exact-steps") net.params.max_exact_steps = static_cast<size_t>(*v);
+  }
+  const std::string format = opt.count("--format") ? opt["--format"] : "table";
+  if (format != "table" && format != "csv" && format != "json") {
+    return Usage("--format: '" + format + "' is not one of table, csv, json");
+  }
+
+  std::vector<int> ranks;
+  for (const std::string& s : SplitList(opt["--ranks"], ',')) {
+    StatusOr<long long> n = ParseInt("--ranks", s, 1, 1 << 24);
+    if (!n.ok()) return Usage(n.status().message());
+    ranks.push_back(static_cast<int>(*n));
+  }
+  std::vector<size_t> sizes;
+  for (const std::string& s : SplitList(opt["--size"], ',')) {
+    StatusOr<size_t> b = ParseBytes("--size", s);
+    if (!b.ok()) return Usage(b.status().message());
+    sizes.push_back(*b);
+  }
+  if (ranks.empty() || sizes.empty()) return Usage("--ranks and --size need at least one value");
+
+  // The schedule algorithms asked for (hier only with hosts of several ranks).
+  std::vector<const coll::AlgorithmInfo*> algos;
+  const std::string algo_opt = opt.count("--algo") ? opt["--algo"] : "all";
+  for (const coll::AlgorithmInfo* e : coll::EntriesFor(*c)) {
+    if (e->kind != coll::AlgorithmKind::kSchedule) continue;
+    if (algo_opt == "all") {
+      if (e->needs_hosts && per_host < 2) continue;
+      algos.push_back(e);
+    }
+  }
+  if (algo_opt != "all") {
+    for (const std::string& name : SplitList(algo_opt, ',')) {
+      StatusOr<coll::Algorithm> a = coll::ParseAlgorithm(*c, name);
+      const coll::AlgorithmInfo* e = a.ok() ? coll::FindEntry(*c, *a) : nullptr;
+      if (e == nullptr || e->kind != coll::AlgorithmKind::kSchedule) {
+        return Usage("--algo: '" + name + "' is not a schedule of " + opt["--coll"] + "; valid: " +
+                     coll::AlgorithmNamesFor(*c));
+      }
+      algos.push_back(e);
+    }
+  }
+
+  std::vector<Row> rows;
+  int failures = 0;
+  for (int n : ranks) {
+    coll::CostParams p = net.params;
+    p.host_of.clear();
+    if (per_host > 1) {
+      for (int r = 0; r < n; ++r) p.host_of.push_back(r / per_host);
+    }
+    for (size_t size : sizes) {
+      // Predict's size: the vector, or one rank's block.
+      const bool blocks = *c == coll::Collective::kAllGather || *c == coll::Collective::kReduceScatter ||
+                          *c == coll::Collective::kAllToAll;
+      const size_t per_call = blocks ? size / static_cast<size_t>(n) : size;
+      for (const coll::AlgorithmInfo* e : algos) {
+        Row row;
+        row.algo = e->name();
+        row.ranks = n;
+        row.bytes = size;
+        const auto t0 = std::chrono::steady_clock::now();
+        StatusOr<coll::Prediction> pred = coll::Predict(*c, e->id, per_call, n, p);
+        row.sim_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (pred.ok()) {
+          row.pred = *pred;
+        } else {
+          row.error = pred.status().ToString();
+          ++failures;
+        }
+        rows.push_back(row);
+      }
+    }
+  }
+
+  const std::string model_line =
+      "# ciuic-sim " + opt["--coll"] + " on " + net.model + (per_host > 1 ? " (" + std::to_string(per_host) +
+      " ranks per host)" : "") + ": alpha " + Fixed(net.params.alpha_s * 1e6, 2) + " us, " +
+      Fixed(1e-9 / net.params.beta_s_per_byte, 2) + " GB/s" +
+      (per_host > 1 ? "; inside a host alpha " + Fixed(net.params.intra_alpha_s * 1e6, 2) + " us, " +
+                          Fixed(1e-9 / net.params.intra_beta_s_per_byte, 2) + " GB/s"
+                    : "") +
+      "; gamma " + Fixed(1e-9 / net.params.gamma_s_per_byte, 1) + " GB/s, copy " +
+      Fixed(1e-9 / net.params.copy_s_per_byte, 1) + " GB/s; chunk " + std::to_string(net.params.chunk_bytes) +
+      " B, elements of " + std::to_string(net.params.elem_size) + " B";
+  auto gbs = [](size_t bytes, double s) { return s > 0 ? static_cast<double>(bytes) / s / 1e9 : 0.0; };
+  if (format == "json") {
+    std::printf("{\"collective\": %s, \"model\": %s, \"ranks_per_host\": %d, \"alpha_us\": %g, \"gbps\": %g,\n"
+                " \"rows\": [\n",
+                JsonString(opt["--coll"]).c_str(), JsonString(net.model).c_str(), per_host,
+                net.params.alpha_s * 1e6, 1e-9 / net.params.beta_s_per_byte);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      const coll::Prediction& p = r.pred;
+      std::printf("  {\"algorithm\": %s, \"ranks\": %d, \"bytes\": %zu, ", JsonString(r.algo).c_str(), r.ranks,
+                  r.bytes);
+      if (!r.error.empty()) {
+        std::printf("\"error\": %s}%s\n", JsonString(r.error).c_str(), i + 1 < rows.size() ? "," : "");
+        continue;
+      }
+      std::printf("\"time_us\": %.6g, \"algbw_gbps\": %.6g, \"busbw_gbps\": %.6g, \"latency_us\": %.6g, "
+                  "\"bandwidth_us\": %.6g, \"compute_us\": %.6g, \"contention_us\": %.6g, \"bound_by\": %s, "
+                  "\"method\": %s, \"messages_per_rank\": %zu, \"bytes_sent_per_rank\": %zu, \"sim_s\": %.4g}%s\n",
+                  p.seconds * 1e6, gbs(r.bytes, p.seconds), gbs(r.bytes, p.seconds) * BusFactor(*c, r.ranks),
+                  p.latency_s * 1e6, p.bandwidth_s * 1e6, p.compute_s * 1e6,
+                  Contention(p) * 1e6, JsonString(p.busiest).c_str(),
+                  JsonString(coll::PredictionMethodName(p.method)).c_str(), p.max_messages_per_rank,
+                  p.max_bytes_sent_per_rank, r.sim_s, i + 1 < rows.size() ? "," : "");
+    }
+    std::printf(" ]}\n");
+  } else {
+    const bool csv = format == "csv";
+    std::printf("%s\n", model_line.c_str());
+    if (csv) {
+      std::printf("algorithm,ranks,bytes,time_us,algbw_gbps,busbw_gbps,latency_us,bandwidth_us,compute_us,"
+                  "contention_us,bound_by,method,messages_per_rank,sim_s\n");
+    } else {
+      std::printf("%-13s %8s %12s %12s %9s %9s %11s %11s %11s %11s %-10s %s\n", "algorithm", "ranks", "bytes",
+                  "time_us", "algbw", "busbw", "latency_us", "bandw_us", "compute_us", "content_us", "method",
+                  "bound by");
+    }
+    for (const Row& r : rows) {
+      const coll::Prediction& p = r.pred;
+      if (!r.error.empty()) {
+        std::printf(csv ? "%s,%d,%zu,error: %s\n" : "%-13s %8d %12zu error: %s\n", r.algo.c_str(), r.ranks, r.bytes,
+                    r.error.c_str());
+        continue;
+      }
+      if (csv) {
+        std::printf("%s,%d,%zu,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%s,%s,%zu,%.4g\n", r.algo.c_str(), r.ranks, r.bytes,
+                    p.seconds * 1e6, gbs(r.bytes, p.seconds), gbs(r.bytes, p.seconds) * BusFactor(*c, r.ranks),
+                    p.latency_s * 1e6, p.bandwidth_s * 1e6, p.compute_s * 1e6,
+                    Contention(p) * 1e6, p.busiest.c_str(),
+                    coll::PredictionMethodName(p.method), p.max_messages_per_rank, r.sim_s);
+      } else {
+        std::printf("%-13s %8d %12zu %12.2f %9.3f %9.3f %11.2f %11.2f %11.2f %11.2f %-10s %s\n", r.algo.c_str(),
+                    r.ranks, r.bytes, p.seconds * 1e6, gbs(r.bytes, p.seconds),
+                    gbs(r.bytes, p.seconds) * BusFactor(*c, r.ranks), p.latency_s * 1e6, p.bandwidth_s * 1e6,
+                    p.compute_s * 1e6, Contention(p) * 1e6,
+                    coll::PredictionMethodName(p.method), p.busiest.c_str());
+      }
+    }
+  }
+  return failures == 0 ? 0 : 1;
+}
