@@ -307,7 +307,13 @@ void Bound(Prediction& pred, double seconds, const std::string& what) {
 
 // The resource bound of ranks whose loads are `loads` (one per rank, in
 // rank order), the host links included.
-void AddLoads(const std::vector<RankLoad>& loads, const CostParams& p, Prediction& pred) {
+void AddLoads(const std::vector<RankLoad>& loads, const CostParams& p, Prediction& pred, size_t copies = 1) {
+  if (p.cpu_cores > 0) {
+    double work = 0;
+    for (const RankLoad& load : loads) work += load.egress + load.ingress + load.cpu;
+    Bound(pred, work * static_cast<double>(copies) / std::min(p.cpu_cores, static_cast<double>(loads.size() * copies)),
+          "the machine's cores");
+  }
   std::map<int, std::pair<double, double>> host_link;  // inter-host egress, ingress per host
   for (size_t r = 0; r < loads.size(); ++r) {
     const RankLoad& load = loads[r];
@@ -323,6 +329,7 @@ void AddLoads(const std::vector<RankLoad>& loads, const CostParams& p, Predictio
     Bound(pred, load.egress, "rank " + std::to_string(rank) + " egress");
     Bound(pred, load.ingress, "rank " + std::to_string(rank) + " ingress");
     Bound(pred, load.cpu, "rank " + std::to_string(rank) + " reductions and copies");
+    if (p.cpu_cores > 0) Bound(pred, load.egress + load.ingress + load.cpu, "rank " + std::to_string(rank) + " CPU");
     pred.max_messages_per_rank = std::max(pred.max_messages_per_rank, load.messages);
     pred.max_bytes_sent_per_rank = std::max(pred.max_bytes_sent_per_rank, load.bytes_sent);
     pred.total_bytes_sent += load.bytes_sent;
@@ -434,7 +441,7 @@ StatusOr<Prediction> PredictSymmetric(const Schedule& rank0, Symmetry sym, const
   pred.method = PredictionMethod::kSymmetric;
   SetCriticalPath(critical, pred);
   // Every rank's load is rank 0's.
-  AddLoads({LoadOf(rank0, p)}, p, pred);
+  AddLoads({LoadOf(rank0, p)}, p, pred, static_cast<size_t>(n));
   pred.total_bytes_sent = pred.max_bytes_sent_per_rank * static_cast<size_t>(n);
   Finish(pred);
   return pred;

@@ -58,6 +58,12 @@ struct CostParams {
   // from every rank's schedule when rank 0's steps x nranks is at most this
   // (0: never; ciuic-sim raises it, selection keeps it 0 to stay cheap).
   size_t max_exact_steps = 0;
+  // One machine whose CPUs move the bytes (tcp over loopback, shm): > 0
+  // says the ranks share this many cores, so a rank's sending, receiving
+  // and reducing are serial work of its thread, and all ranks' work
+  // together is bounded by the cores. 0: links move bytes on their own
+  // (NICs), the default. ciuic-sim --cpu-cores sets it.
+  double cpu_cores = 0;
   // Two levels: each rank's host (empty: one level, alpha/beta for every
   // message). With a map, a message between ranks of one host costs
   // intra_alpha_s/intra_beta_s_per_byte (shm) and one between hosts

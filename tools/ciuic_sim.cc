@@ -10,7 +10,7 @@
 //   ciuic-sim --coll allreduce --ranks 8,64,65536 --size 8,1M,64M
 //             [--algo ring,swing|all] [--net SPEC|FILE] [--ranks-per-host K]
 //             [--tuning FILE [--backend tcp|verbs|shm]] [--elem-size E]
-//             [--chunk BYTES] [--channels C] [--radix K] [--exact-steps N]
+//             [--chunk BYTES] [--channels C] [--radix K] [--exact-steps N] [--cpu-cores C]
 //             [--format table|csv|json]
 //
 // --net: "flat" (every pair one alpha and one link per rank) or "hosts"
@@ -20,7 +20,10 @@
 // "key value" lines (model, alpha_us, gbps, intra_alpha_us, intra_gbps,
 // gamma_gbps, copy_gbps; # comments). --tuning takes the figures a tuning
 // file (ciuic-tune) has for --backend: the plain line, and between hosts
-// the between_hosts line. --size is nccl-tests' size: the vector
+// the between_hosts line. --cpu-cores C: the ranks share one machine of C
+// cores whose CPUs move the bytes (tcp over loopback, shm), so each rank's
+// sends, receives and reductions are serial and all ranks' work shares
+// the cores. --size is nccl-tests' size: the vector
 // (all-reduce, broadcast, reduce), all ranks' blocks (all-gather,
 // reduce-scatter), one rank's send buffer (all-to-all).
 //
@@ -210,7 +213,8 @@ int Usage(const std::string& why) {
                "usage: ciuic-sim --coll COLLECTIVE --ranks N[,N...] --size S[,S...] [--algo NAME[,NAME]|all]\n"
                "                 [--net flat|hosts[:key=value,...]|FILE] [--ranks-per-host K]\n"
                "                 [--tuning FILE [--backend tcp|verbs|shm]] [--elem-size E] [--chunk BYTES]\n"
-               "                 [--channels C] [--radix K] [--exact-steps N] [--format table|csv|json]\n",
+               "                 [--channels C] [--radix K] [--exact-steps N] [--cpu-cores C]\n"
+               "                 [--format table|csv|json]\n",
                why.c_str());
   return kUsage;
 }
@@ -221,7 +225,7 @@ int main(int argc, char** argv) {
   std::map<std::string, std::string> opt;
   const std::vector<std::string> known = {"--coll",  "--algo",     "--ranks", "--size",  "--net",
                                           "--ranks-per-host", "--tuning", "--backend", "--elem-size",
-                                          "--chunk", "--channels", "--radix", "--format", "--exact-steps"};
+                                          "--chunk", "--channels", "--radix", "--format", "--exact-steps", "--cpu-cores"};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "-h" || a == "--help") {
@@ -265,6 +269,11 @@ int main(int argc, char** argv) {
       net.params.alpha_s = inter.alpha_s;
       net.params.beta_s_per_byte = inter.beta_s_per_byte;
     }
+  }
+  if (opt.count("--cpu-cores")) {
+    StatusOr<long long> k = ParseInt("--cpu-cores", opt["--cpu-cores"], 1, 1 << 20);
+    if (!k.ok()) return Usage(k.status().message());
+    net.params.cpu_cores = static_cast<double>(*k);
   }
   if (opt.count("--net")) {
     const Status s = ParseNet(opt["--net"], net);

@@ -384,3 +384,32 @@ TEST(CostModelSymmetryTest, SixtyFiveThousandRanks) {
 
 }  // namespace
 }  // namespace ciuic::collectives
+
+namespace ciuic::collectives {
+namespace {
+
+// One machine whose cores move the bytes (CostParams::cpu_cores): four
+// ranks on two cores take at least all their sending, receiving and
+// reducing divided by two, and a rank's own work is serial; without the
+// setting links move bytes on their own and the prediction is lower.
+TEST(CostModelCoresTest, RanksOnFewCoresShareThem) {
+  CostParams p = DefaultCostParams(transport::BackendKind::kTcp);
+  const size_t bytes = 16 << 20;
+  const double links = PredictOrDie(Collective::kAllReduce, Algorithm::kRing, bytes, 4, p);
+  p.cpu_cores = 2;
+  auto shared = Predict(Collective::kAllReduce, Algorithm::kRing, bytes, 4, p);
+  ASSERT_TRUE(shared.ok());
+  EXPECT_EQ(shared->busiest, "the machine's cores");
+  // Each rank sends and receives 2 (n-1)/n of the vector.
+  const double wire = 2 * 0.75 * static_cast<double>(bytes) * p.beta_s_per_byte;
+  EXPECT_GT(shared->seconds, 4 * 2 * wire / 2);
+  EXPECT_GT(shared->seconds, 1.5 * links);
+  p.cpu_cores = 8;  // more cores than ranks: each rank's own work bounds it
+  auto roomy = Predict(Collective::kAllReduce, Algorithm::kRing, bytes, 4, p);
+  ASSERT_TRUE(roomy.ok());
+  EXPECT_EQ(roomy->busiest.find("CPU"), roomy->busiest.size() - 3) << roomy->busiest;
+  EXPECT_LT(roomy->seconds, shared->seconds);
+}
+
+}  // namespace
+}  // namespace ciuic::collectives
