@@ -308,11 +308,11 @@ void Bound(Prediction& pred, double seconds, const std::string& what) {
 // The resource bound of ranks whose loads are `loads` (one per rank, in
 // rank order), the host links included.
 void AddLoads(const std::vector<RankLoad>& loads, const CostParams& p, Prediction& pred, size_t copies = 1) {
-  if (p.cpu_cores > 0) {
+  // With a core per rank, each rank's own work (below) is the bound.
+  if (p.cpu_cores > 0 && p.cpu_cores < static_cast<double>(loads.size() * copies)) {
     double work = 0;
     for (const RankLoad& load : loads) work += load.egress + load.ingress + load.cpu;
-    Bound(pred, work * static_cast<double>(copies) / std::min(p.cpu_cores, static_cast<double>(loads.size() * copies)),
-          "the machine's cores");
+    Bound(pred, work * static_cast<double>(copies) / p.cpu_cores, "the machine's cores");
   }
   std::map<int, std::pair<double, double>> host_link;  // inter-host egress, ingress per host
   for (size_t r = 0; r < loads.size(); ++r) {
