@@ -26,11 +26,13 @@ namespace {
 
 // Where time on a path goes: per-message alpha, bytes on the wire, local
 // reductions and copies.
+// cont: what a message waits beyond its own bytes x beta because other
+// messages share its links (a torus).
 struct Split {
-  double lat = 0, bw = 0, cpu = 0;
+  double lat = 0, bw = 0, cpu = 0, cont = 0;
 };
-Split operator+(Split a, Split b) { return {a.lat + b.lat, a.bw + b.bw, a.cpu + b.cpu}; }
-Split operator*(double k, Split a) { return {k * a.lat, k * a.bw, k * a.cpu}; }
+Split operator+(Split a, Split b) { return {a.lat + b.lat, a.bw + b.bw, a.cpu + b.cpu, a.cont + b.cont}; }
+Split operator*(double k, Split a) { return {k * a.lat, k * a.bw, k * a.cpu, k * a.cont}; }
 
 // A time and how the path to it splits.
 struct Timed {
@@ -57,8 +59,15 @@ bool SameHost(const CostParams& p, int a, int b) {
          p.host_of[static_cast<size_t>(a)] == p.host_of[static_cast<size_t>(b)];
 }
 
+// What a network topology adds to one send step: hops x hop latency, and
+// its bytes' time on its busiest link beyond bytes x beta (contention).
+struct Routed {
+  double hop_s = 0;
+  double wire_s_per_byte = 0;  // 0: bytes x beta
+};
+
 // The step of `rank`; its sends cost the level of (rank, send_peer).
-StepCost CostOf(const Step& st, const CostParams& p, int rank) {
+StepCost CostOf(const Step& st, const CostParams& p, int rank, const Routed& routed = Routed()) {
   StepCost c;
   const bool intra = StepSends(st.op) && SameHost(p, rank, st.send_peer);
   const double alpha = intra ? p.intra_alpha_s : p.alpha_s;
@@ -67,10 +76,11 @@ StepCost CostOf(const Step& st, const CostParams& p, int rank) {
   const double chunk = static_cast<double>(std::max<size_t>(1, p.chunk_bytes));
   c.chunks = c.bytes == 0 ? 1 : static_cast<size_t>(std::ceil(c.bytes / chunk));
   const double cb = c.bytes / static_cast<double>(c.chunks);
-  const Split send{alpha, cb * beta, 0};
+  const double wire = routed.wire_s_per_byte > beta ? routed.wire_s_per_byte : beta;
+  const Split send{alpha + routed.hop_s, cb * beta, 0, cb * (wire - beta)};
   const Split reduce{0, 0, cb * p.gamma_s_per_byte};
   const Split copy{0, 0, cb * p.copy_s_per_byte};
-  auto total = [](Split x) { return x.lat + x.bw + x.cpu; };
+  auto total = [](Split x) { return x.lat + x.bw + x.cpu + x.cont; };
   auto set = [&](Split l, Split q) {
     c.sl = l;
     c.sq = q;
@@ -195,6 +205,7 @@ enum class Edge : uint8_t { kStream, kAfterLast, kAfterReceived };
 struct StepGraph {
   std::vector<const Step*> step;
   std::vector<int> rank;
+  std::vector<Routed> routed;  // per step; empty: no topology
   std::vector<std::vector<std::pair<size_t, Edge>>> preds;
   std::vector<std::vector<size_t>> succs;
 
@@ -268,7 +279,7 @@ StatusOr<Timed> LongestPath(const StepGraph& g, const CostParams& p, const std::
       in_first = Later(in_first, kind == Edge::kStream ? first[u] : end);
       in_last = Later(in_last, end);
     }
-    const StepCost c = CostOf(*g.step[v], p, g.rank[v]);
+    const StepCost c = CostOf(*g.step[v], p, g.rank[v], g.routed.empty() ? Routed() : g.routed[v]);
     const double n1 = static_cast<double>(c.chunks - 1);
     first[v] = After(in_first, c.l, c.sl);
     last[v] = Later(After(in_last, c.l, c.sl), After(in_first, c.l + n1 * c.q, c.sl + n1 * c.sq));
@@ -289,12 +300,83 @@ StatusOr<Timed> LongestPath(const StepGraph& g, const CostParams& p, const std::
   return critical;
 }
 
+// Routes every send of `g` on the torus of p.torus_dims (ranks in row-major
+// order, the last dimension fastest; dimension order, the shorter way round
+// each ring, ties the positive way). Messages that are the k-th send of
+// their ranks are taken to run at once: each directed link's load is the
+// bytes of those that cross it, and a message's wire time per byte is its
+// busiest link's load over its own bytes, times beta (fair sharing).
+Status RouteOnTorus(const CostParams& p, size_t nranks, StepGraph& g) {
+  size_t cells = 1;
+  for (int d : p.torus_dims) cells *= static_cast<size_t>(d);
+  if (cells != nranks) {
+    return InvalidArgumentError("torus of " + std::to_string(cells) + " nodes for " + std::to_string(nranks) +
+                                " ranks: the dimensions must multiply to the rank count");
+  }
+  const int ndims = static_cast<int>(p.torus_dims.size());
+  // The links a message from a to b crosses: (node, dim, +1/-1) as one id.
+  auto path = [&](int a, int b) {
+    std::vector<size_t> links;
+    std::vector<int> ca(static_cast<size_t>(ndims)), cb(static_cast<size_t>(ndims));
+    for (int d = ndims - 1, x = a, y = b; d >= 0; --d) {
+      ca[static_cast<size_t>(d)] = x % p.torus_dims[static_cast<size_t>(d)];
+      cb[static_cast<size_t>(d)] = y % p.torus_dims[static_cast<size_t>(d)];
+      x /= p.torus_dims[static_cast<size_t>(d)];
+      y /= p.torus_dims[static_cast<size_t>(d)];
+    }
+    std::vector<int> cur = ca;
+    for (int d = 0; d < ndims; ++d) {
+      const int len = p.torus_dims[static_cast<size_t>(d)];
+      const int fwd = Mod(cb[static_cast<size_t>(d)] - cur[static_cast<size_t>(d)], len);
+      const int dir = fwd <= len - fwd ? 1 : -1;
+      for (int h = 0, hops = std::min(fwd, len - fwd); h < hops; ++h) {
+        size_t node = 0;
+        for (int e = 0; e < ndims; ++e) node = node * static_cast<size_t>(p.torus_dims[static_cast<size_t>(e)]) +
+                                               static_cast<size_t>(cur[static_cast<size_t>(e)]);
+        links.push_back((node * static_cast<size_t>(ndims) + static_cast<size_t>(d)) * 2 + (dir > 0 ? 0 : 1));
+        cur[static_cast<size_t>(d)] = Mod(cur[static_cast<size_t>(d)] + dir, len);
+      }
+    }
+    return links;
+  };
+  // Sends grouped by their index among their rank's sends.
+  std::vector<std::vector<size_t>> rounds;
+  std::vector<size_t> sent(nranks, 0);
+  for (size_t v = 0; v < g.step.size(); ++v) {
+    if (!StepSends(g.step[v]->op)) continue;
+    const size_t k = sent[static_cast<size_t>(g.rank[v])]++;
+    if (rounds.size() <= k) rounds.resize(k + 1);
+    rounds[k].push_back(v);
+  }
+  g.routed.assign(g.step.size(), Routed());
+  std::map<size_t, double> load;
+  for (const std::vector<size_t>& round : rounds) {
+    load.clear();
+    std::vector<std::vector<size_t>> paths;
+    for (size_t v : round) {
+      paths.push_back(path(g.rank[v], g.step[v]->send_peer));
+      const double bytes = static_cast<double>(StepCount(*g.step[v]) * p.elem_size);
+      for (size_t l : paths.back()) load[l] += bytes;
+    }
+    for (size_t i = 0; i < round.size(); ++i) {
+      const size_t v = round[i];
+      const double bytes = static_cast<double>(StepCount(*g.step[v]) * p.elem_size);
+      double busiest = bytes;
+      for (size_t l : paths[i]) busiest = std::max(busiest, load[l]);
+      g.routed[v].hop_s = static_cast<double>(paths[i].size()) * p.hop_latency_s;
+      g.routed[v].wire_s_per_byte = bytes > 0 ? busiest / bytes * p.beta_s_per_byte : 0;
+    }
+  }
+  return Status::Ok();
+}
+
 // Fills the critical-path fields of `pred` from `critical`.
 void SetCriticalPath(const Timed& critical, Prediction& pred) {
   pred.critical_path_s = critical.t;
   pred.latency_s = critical.split.lat;
   pred.bandwidth_s = critical.split.bw;
   pred.compute_s = critical.split.cpu;
+  pred.contention_s = critical.split.cont;
 }
 
 // Raises `pred`'s resource bound to `seconds` when larger, naming it.
@@ -357,6 +439,7 @@ StatusOr<Prediction> PredictSchedules(const std::vector<Schedule>& schedules, co
     const std::vector<size_t>& rv = recvs[k];
     for (size_t m = 0; m < ids.size() && m < rv.size(); ++m) g.Link(ids[m], rv[m], Edge::kStream);
   }
+  if (!p.torus_dims.empty()) CIUIC_RETURN_IF_ERROR(RouteOnTorus(p, schedules.size(), g));
   CIUIC_ASSIGN_OR_RETURN(Timed critical, LongestPath(g, p, schedules.empty() ? "" : schedules[0].algorithm));
   Prediction pred;
   pred.method = PredictionMethod::kExact;
@@ -411,8 +494,8 @@ bool IsSymmetryImage(const Schedule& s0, const Schedule& sq, Symmetry sym) {
 StatusOr<Prediction> PredictSymmetric(const Schedule& rank0, Symmetry sym, const CostParams& params) {
   const int n = rank0.nranks;
   const CostParams p = WithHostMapFor(params, static_cast<size_t>(n));
-  if (!p.host_of.empty()) {
-    return InvalidArgumentError("PredictSymmetric: a host map breaks the symmetry between ranks");
+  if (!p.host_of.empty() || !p.torus_dims.empty()) {
+    return InvalidArgumentError("PredictSymmetric: a host map or a torus breaks the symmetry between ranks");
   }
   StepGraph g;
   std::map<LinkKey, std::vector<size_t>> sends, recvs;
@@ -552,12 +635,18 @@ StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t 
   if (nranks > kMaxExactRanks) {
     args.rank = 0;
     CIUIC_ASSIGN_OR_RETURN(Schedule s, MakeSchedule(algorithm, args));
-    if (p.host_of.empty()) {
+    if (p.host_of.empty() && p.torus_dims.empty()) {
       StatusOr<Symmetry> sym = FindSymmetry(algorithm, args);
       if (sym.ok()) return PredictSymmetric(s, *sym, p);
     }
     if (p.max_exact_steps > 0 && s.steps.size() * static_cast<size_t>(nranks) <= p.max_exact_steps) {
       return PredictAll(algorithm, args, p);
+    }
+    if (!p.torus_dims.empty()) {
+      return FailedPreconditionError("Predict: " + std::string(AlgorithmName(algorithm)) + " on a torus of " +
+                                     std::to_string(nranks) + " ranks needs every rank's schedule, " +
+                                     std::to_string(s.steps.size() * static_cast<size_t>(nranks)) +
+                                     " steps, over max_exact_steps " + std::to_string(p.max_exact_steps));
     }
     const RankLoad load = LoadOf(s, p);
     Prediction pred;

@@ -64,6 +64,13 @@ struct CostParams {
   // together is bounded by the cores. 0: links move bytes on their own
   // (NICs), the default. ciuic-sim --cpu-cores sets it.
   double cpu_cores = 0;
+  // A torus network (dimensions multiplying to the rank count; ranks in
+  // row-major order): each message crosses the links of its dimension-order
+  // route, each hop adds hop_latency_s, and messages sent at the same index
+  // of their ranks' sends share the links they cross (contention). Empty:
+  // no topology (a link per rank). Costed from every rank's schedule only.
+  std::vector<int> torus_dims;
+  double hop_latency_s = 1e-7;
   // Two levels: each rank's host (empty: one level, alpha/beta for every
   // message). With a map, a message between ranks of one host costs
   // intra_alpha_s/intra_beta_s_per_byte (shm) and one between hosts
@@ -92,10 +99,13 @@ struct Prediction {
   double seconds = 0;             // max(critical_path_s, resource_bound_s)
   double critical_path_s = 0;
   // How the critical path splits: per-message alpha, bytes on the wire
-  // (bytes x beta), local reductions and copies. Their sum is
-  // critical_path_s; an estimate's is `seconds` (its latency, then its
+  // (bytes x beta), local reductions and copies. With contention_s their
+  // sum is critical_path_s; an estimate's is `seconds` (its latency, then its
   // busiest resource as bandwidth or compute).
   double latency_s = 0, bandwidth_s = 0, compute_s = 0;
+  // The critical path's time waiting on links other messages share (a
+  // torus), part of critical_path_s.
+  double contention_s = 0;
   double resource_bound_s = 0;    // the busiest rank's (or host link's) busiest resource
   // What bounds `seconds`: "critical path", or the busiest resource
   // ("rank 3 egress", "host 1 link out", "rank 0 reductions and copies").

@@ -13,12 +13,15 @@
 //             [--chunk BYTES] [--channels C] [--radix K] [--exact-steps N] [--cpu-cores C]
 //             [--format table|csv|json]
 //
-// --net: "flat" (every pair one alpha and one link per rank) or "hosts"
+// --net: "flat" (every pair one alpha and one link per rank), "hosts"
 // (ranks-per-host ranks share a host: shm figures inside, the network
-// between, the host's link shared by its ranks), with figures as
+// between, the host's link shared by its ranks) or "torus" (dims=16x16:
+// links between neighbours at gbps, hop_us per hop, dimension-order
+// routes, messages sent at the same index of their ranks' sends sharing
+// the links they cross; every rank's schedule is costed), with figures as
 // "flat:alpha_us=2,gbps=25,gamma_gbps=20,copy_gbps=33" or a file of
 // "key value" lines (model, alpha_us, gbps, intra_alpha_us, intra_gbps,
-// gamma_gbps, copy_gbps; # comments). --tuning takes the figures a tuning
+// gamma_gbps, copy_gbps, dims, hop_us; # comments). --tuning takes the figures a tuning
 // file (ciuic-tune) has for --backend: the plain line, and between hosts
 // the between_hosts line. --cpu-cores C: the ranks share one machine of C
 // cores whose CPUs move the bytes (tcp over loopback, shm), so each rank's
@@ -96,16 +99,26 @@ StatusOr<long long> ParseInt(const std::string& opt, const std::string& s, long 
 
 // The network model: the cost model's parameters at its two levels.
 struct Net {
-  std::string model = "flat";  // flat | hosts
+  std::string model = "flat";  // flat | hosts | torus
   coll::CostParams params;
 };
 
 Status SetNetKey(Net& net, const std::string& origin, const std::string& key, const std::string& value) {
   if (key == "model") {
-    if (value != "flat" && value != "hosts") {
-      return ciuic::InvalidArgumentError(origin + ": model '" + value + "' is not one of flat, hosts");
+    if (value != "flat" && value != "hosts" && value != "torus") {
+      return ciuic::InvalidArgumentError(origin + ": model '" + value + "' is not one of flat, hosts, torus");
     }
     net.model = value;
+    return Status::Ok();
+  }
+  if (key == "dims") {  // AxBxC
+    net.params.torus_dims.clear();
+    for (const std::string& d : SplitList(value, 'x')) {
+      StatusOr<long long> v = ParseInt(origin + ": dims", d, 1, 1 << 20);
+      if (!v.ok()) return v.status();
+      net.params.torus_dims.push_back(static_cast<int>(*v));
+    }
+    if (net.params.torus_dims.empty()) return ciuic::InvalidArgumentError(origin + ": dims '" + value + "' (e.g. 16x16)");
     return Status::Ok();
   }
   char* end = nullptr;
@@ -126,10 +139,12 @@ Status SetNetKey(Net& net, const std::string& origin, const std::string& key, co
     p.gamma_s_per_byte = 1e-9 / v;
   } else if (key == "copy_gbps") {
     p.copy_s_per_byte = 1e-9 / v;
+  } else if (key == "hop_us") {
+    p.hop_latency_s = v * 1e-6;
   } else {
     return ciuic::InvalidArgumentError(origin + ": unknown key '" + key +
                                        "' (model, alpha_us, gbps, intra_alpha_us, intra_gbps, gamma_gbps, "
-                                       "copy_gbps)");
+                                       "copy_gbps, dims, hop_us)");
   }
   return Status::Ok();
 }
@@ -137,7 +152,7 @@ Status SetNetKey(Net& net, const std::string& origin, const std::string& key, co
 // "flat", "hosts:alpha_us=2,gbps=25" or a file of "key value" lines.
 Status ParseNet(const std::string& spec, Net& net) {
   const std::string head = spec.substr(0, spec.find(':'));
-  if (head == "flat" || head == "hosts") {
+  if (head == "flat" || head == "hosts" || head == "torus") {
     net.model = head;
     if (spec.size() == head.size()) return Status::Ok();
     for (const std::string& kv : SplitList(spec.substr(head.size() + 1), ',')) {
@@ -149,7 +164,8 @@ Status ParseNet(const std::string& spec, Net& net) {
   }
   std::ifstream in(spec);
   if (!in) {
-    return ciuic::InvalidArgumentError("--net: '" + spec + "' is neither flat[:...], hosts[:...] nor a readable file");
+    return ciuic::InvalidArgumentError("--net: '" + spec +
+                                       "' is neither flat[:...], hosts[:...], torus:dims=AxB[,...] nor a readable file");
   }
   std::string line;
   int n = 0;
@@ -189,7 +205,7 @@ struct Row {
 
 // What shared resources add beyond the critical path.
 double Contention(const coll::Prediction& p) {
-  return std::max(0.0, p.seconds - (p.latency_s + p.bandwidth_s + p.compute_s));
+  return p.contention_s + std::max(0.0, p.seconds - p.critical_path_s);
 }
 
 std::string Fixed(double v, int digits) {
@@ -211,7 +227,7 @@ int Usage(const std::string& why) {
   std::fprintf(stderr,
                "ciuic-sim: %s\n"
                "usage: ciuic-sim --coll COLLECTIVE --ranks N[,N...] --size S[,S...] [--algo NAME[,NAME]|all]\n"
-               "                 [--net flat|hosts[:key=value,...]|FILE] [--ranks-per-host K]\n"
+               "                 [--net flat|hosts|torus[:key=value,...]|FILE] [--ranks-per-host K]\n"
                "                 [--tuning FILE [--backend tcp|verbs|shm]] [--elem-size E] [--chunk BYTES]\n"
                "                 [--channels C] [--radix K] [--exact-steps N] [--cpu-cores C]\n"
                "                 [--format table|csv|json]\n",
@@ -290,6 +306,9 @@ int main(int argc, char** argv) {
     return Usage("--net hosts needs --ranks-per-host K");
   }
   if (net.model == "flat" && per_host > 1) return Usage("--ranks-per-host needs --net hosts");
+  if (net.model == "torus" && net.params.torus_dims.empty()) return Usage("--net torus needs dims=AxB[xC]");
+  if (net.model != "torus") net.params.torus_dims.clear();
+  if (net.model == "torus" && per_host > 1) return Usage("--net torus takes one rank per node");
   struct IntOpt {
     const char* name;
     long long lo, hi;
@@ -383,8 +402,13 @@ int main(int argc, char** argv) {
     }
   }
 
+  std::string model_name = net.model;
+  for (size_t i = 0; i < net.params.torus_dims.size(); ++i) {
+    model_name += (i ? "x" : " ") + std::to_string(net.params.torus_dims[i]);
+  }
+  if (!net.params.torus_dims.empty()) model_name += ", hop " + Fixed(net.params.hop_latency_s * 1e6, 2) + " us";
   const std::string model_line =
-      "# ciuic-sim " + opt["--coll"] + " on " + net.model + (per_host > 1 ? " (" + std::to_string(per_host) +
+      "# ciuic-sim " + opt["--coll"] + " on " + model_name + (per_host > 1 ? " (" + std::to_string(per_host) +
       " ranks per host)" : "") + ": alpha " + Fixed(net.params.alpha_s * 1e6, 2) + " us, " +
       Fixed(1e-9 / net.params.beta_s_per_byte, 2) + " GB/s" +
       (per_host > 1 ? "; inside a host alpha " + Fixed(net.params.intra_alpha_s * 1e6, 2) + " us, " +
@@ -397,7 +421,7 @@ int main(int argc, char** argv) {
   if (format == "json") {
     std::printf("{\"collective\": %s, \"model\": %s, \"ranks_per_host\": %d, \"alpha_us\": %g, \"gbps\": %g,\n"
                 " \"rows\": [\n",
-                JsonString(opt["--coll"]).c_str(), JsonString(net.model).c_str(), per_host,
+                JsonString(opt["--coll"]).c_str(), JsonString(model_name).c_str(), per_host,
                 net.params.alpha_s * 1e6, 1e-9 / net.params.beta_s_per_byte);
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];

@@ -413,3 +413,48 @@ TEST(CostModelCoresTest, RanksOnFewCoresShareThem) {
 
 }  // namespace
 }  // namespace ciuic::collectives
+
+namespace ciuic::collectives {
+namespace {
+
+// A torus routes each message over its links and shares them: the ring's
+// neighbours never share one; recursive halving's 2^k-hop messages pile up
+// on the links between, and Swing's shorter hops less so; a message's hops
+// add their latency; dimensions that do not multiply to the rank count
+// are refused.
+TEST(CostModelTorusTest, MessagesShareTheLinksTheyCross) {
+  CostParams p = DefaultCostParams(transport::BackendKind::kVerbs);
+  p.torus_dims = {16};
+  const size_t bytes = 16 << 20;
+  auto ring = Predict(Collective::kAllReduce, Algorithm::kRing, bytes, 16, p);
+  auto rab = Predict(Collective::kAllReduce, Algorithm::kRabenseifner, bytes, 16, p);
+  auto swing = Predict(Collective::kAllReduce, Algorithm::kSwing, bytes, 16, p);
+  ASSERT_TRUE(ring.ok() && rab.ok() && swing.ok());
+  EXPECT_EQ(ring->contention_s, 0);
+  EXPECT_GT(rab->contention_s, 0);
+  EXPECT_LT(swing->contention_s, 0.75 * rab->contention_s);
+  EXPECT_LT(swing->seconds, rab->seconds);
+  EXPECT_NEAR(rab->critical_path_s, rab->latency_s + rab->bandwidth_s + rab->compute_s + rab->contention_s,
+              1e-9 * rab->critical_path_s);
+  // Without the torus the two cost the same bytes x beta and no contention.
+  p.torus_dims.clear();
+  auto flat = Predict(Collective::kAllReduce, Algorithm::kRabenseifner, bytes, 16, p);
+  ASSERT_TRUE(flat.ok());
+  EXPECT_EQ(flat->contention_s, 0);
+  EXPECT_LT(flat->seconds, rab->seconds);
+  // Hops: a 2-rank message across a 1-D torus of 2 has 1 hop; of latency only.
+  p.torus_dims = {2, 2};
+  p.hop_latency_s = 1e-6;
+  auto hop = Predict(Collective::kAllReduce, Algorithm::kRecursiveDoubling, 4, 4, p);
+  p.hop_latency_s = 0;
+  auto nohop = Predict(Collective::kAllReduce, Algorithm::kRecursiveDoubling, 4, 4, p);
+  ASSERT_TRUE(hop.ok() && nohop.ok());
+  EXPECT_NEAR(hop->latency_s - nohop->latency_s, 2e-6, 1e-9);  // two rounds of one hop each
+  p.torus_dims = {3, 3};
+  auto bad = Predict(Collective::kAllReduce, Algorithm::kRing, bytes, 8, p);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("torus of 9 nodes for 8 ranks"), std::string::npos) << bad.status().ToString();
+}
+
+}  // namespace
+}  // namespace ciuic::collectives
