@@ -458,3 +458,36 @@ TEST(CostModelTorusTest, MessagesShareTheLinksTheyCross) {
 
 }  // namespace
 }  // namespace ciuic::collectives
+
+namespace ciuic::collectives {
+namespace {
+
+// Selection picks the research algorithms where the model says they win and
+// not elsewhere: Bruck's all-to-all for small blocks on many ranks, pairwise
+// for large ones; Swing on a torus, never on a flat network (where it moves
+// Rabenseifner's bytes in Rabenseifner's steps, and the earlier entry wins
+// the tie).
+TEST(CostModelTest, ResearchAlgorithmsWinWhereTheModelSaysSo) {
+  const CostParams tcp = DefaultCostParams(transport::BackendKind::kTcp);
+  for (int n : {16, 64}) {
+    auto small = Select(Collective::kAllToAll, 64 * static_cast<size_t>(n), n, tcp, "");
+    auto large = Select(Collective::kAllToAll, (size_t{1} << 20) * static_cast<size_t>(n), n, tcp, "");
+    ASSERT_TRUE(small.ok() && large.ok());
+    EXPECT_EQ(small->algorithm->id, Algorithm::kBruck) << small->reason;
+    EXPECT_EQ(large->algorithm->id, Algorithm::kPairwise) << large->reason;
+  }
+  CostParams torus = DefaultCostParams(transport::BackendKind::kVerbs);
+  torus.torus_dims = {8, 8};
+  auto on_torus = Select(Collective::kAllReduce, 2 << 20, 64, torus, "");
+  ASSERT_TRUE(on_torus.ok());
+  EXPECT_EQ(on_torus->algorithm->id, Algorithm::kSwing) << on_torus->reason;
+  torus.torus_dims.clear();
+  for (size_t bytes : {size_t{8}, size_t{64} << 10, size_t{2} << 20, size_t{256} << 20}) {
+    auto flat = Select(Collective::kAllReduce, bytes, 64, torus, "");
+    ASSERT_TRUE(flat.ok());
+    EXPECT_NE(flat->algorithm->id, Algorithm::kSwing) << bytes << ": " << flat->reason;
+  }
+}
+
+}  // namespace
+}  // namespace ciuic::collectives
