@@ -40,7 +40,7 @@ struct Timed {
   Split split;
 };
 Timed Later(const Timed& a, const Timed& b) { return b.t > a.t ? b : a; }
-Timed After(const Timed& a, double t, Split s) { return {a.t + t, a.split + s}; }
+Timed After(const Timed& a, double t, const Split& s) { return {a.t + t, a.split + s}; }
 
 // Per-chunk latency l and period q of a step (each with its split), its
 // chunk count and bytes.

@@ -171,7 +171,7 @@ Status ParseNet(const std::string& spec, Net& net) {
   int n = 0;
   while (std::getline(in, line)) {
     ++n;
-    line = line.substr(0, line.find('#'));
+    if (const size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
     std::istringstream words(line);
     std::string key, value, extra;
     if (!(words >> key)) continue;

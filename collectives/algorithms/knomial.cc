@@ -160,6 +160,7 @@ Status AllReduceKnomial(const CollectiveArgs& a, Builder& b) {
         round.push_back(b.Recv(peer, c, R(place[static_cast<size_t>(t)]), last, kPerChunk));
       }
       std::vector<Range> inputs;
+      inputs.reserve(static_cast<size_t>(k));
       for (int t = 0; t < k; ++t) inputs.push_back(R(place[static_cast<size_t>(t)]));
       // Reduce into member 0's vector (the form kReduce allows), never into
       // the caller's input.
