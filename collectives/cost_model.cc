@@ -13,6 +13,8 @@ namespace ciuic::collectives {
 
 using internal::Mod;
 
+bool HasTopology(const CostParams& p) { return !p.torus_dims.empty() || p.fattree_levels > 0; }
+
 const char* PredictionMethodName(PredictionMethod m) {
   switch (m) {
     case PredictionMethod::kExact: return "exact";
@@ -300,47 +302,20 @@ StatusOr<Timed> LongestPath(const StepGraph& g, const CostParams& p, const std::
   return critical;
 }
 
-// Routes every send of `g` on the torus of p.torus_dims (ranks in row-major
-// order, the last dimension fastest; dimension order, the shorter way round
-// each ring, ties the positive way). Messages that are the k-th send of
-// their ranks are taken to run at once: each directed link's load is the
-// bytes of those that cross it, and a message's wire time per byte is its
-// busiest link's load over its own bytes, times beta (fair sharing).
-Status RouteOnTorus(const CostParams& p, size_t nranks, StepGraph& g) {
-  size_t cells = 1;
-  for (int d : p.torus_dims) cells *= static_cast<size_t>(d);
-  if (cells != nranks) {
-    return InvalidArgumentError("torus of " + std::to_string(cells) + " nodes for " + std::to_string(nranks) +
-                                " ranks: the dimensions must multiply to the rank count");
-  }
-  const int ndims = static_cast<int>(p.torus_dims.size());
-  // The links a message from a to b crosses: (node, dim, +1/-1) as one id.
-  auto path = [&](int a, int b) {
-    std::vector<size_t> links;
-    std::vector<int> ca(static_cast<size_t>(ndims)), cb(static_cast<size_t>(ndims));
-    for (int d = ndims - 1, x = a, y = b; d >= 0; --d) {
-      ca[static_cast<size_t>(d)] = x % p.torus_dims[static_cast<size_t>(d)];
-      cb[static_cast<size_t>(d)] = y % p.torus_dims[static_cast<size_t>(d)];
-      x /= p.torus_dims[static_cast<size_t>(d)];
-      y /= p.torus_dims[static_cast<size_t>(d)];
-    }
-    std::vector<int> cur = ca;
-    for (int d = 0; d < ndims; ++d) {
-      const int len = p.torus_dims[static_cast<size_t>(d)];
-      const int fwd = Mod(cb[static_cast<size_t>(d)] - cur[static_cast<size_t>(d)], len);
-      const int dir = fwd <= len - fwd ? 1 : -1;
-      for (int h = 0, hops = std::min(fwd, len - fwd); h < hops; ++h) {
-        size_t node = 0;
-        for (int e = 0; e < ndims; ++e) node = node * static_cast<size_t>(p.torus_dims[static_cast<size_t>(e)]) +
-                                               static_cast<size_t>(cur[static_cast<size_t>(e)]);
-        links.push_back((node * static_cast<size_t>(ndims) + static_cast<size_t>(d)) * 2 + (dir > 0 ? 0 : 1));
-        cur[static_cast<size_t>(d)] = Mod(cur[static_cast<size_t>(d)] + dir, len);
-      }
-    }
-    return links;
-  };
-  // Sends grouped by their index among their rank's sends.
-  std::vector<std::vector<size_t>> rounds;
+// A link of a topology: an id unique within it, and its bandwidth in
+// multiples of one rank's link (1 / beta).
+struct TopoLink {
+  size_t id;
+  double capacity;
+};
+
+// Messages that are the k-th send of their ranks are taken to run at once:
+// each link's load is the bytes of those that cross it, and a message's
+// wire time is its busiest link's load over that link's capacity, times
+// beta (fair sharing); each link crossed adds hop_latency_s.
+template <typename PathFn>
+void ShareLinks(const CostParams& p, size_t nranks, StepGraph& g, const PathFn& path) {
+  std::vector<std::vector<size_t>> rounds;  // sends by their index among their rank's sends
   std::vector<size_t> sent(nranks, 0);
   for (size_t v = 0; v < g.step.size(); ++v) {
     if (!StepSends(g.step[v]->op)) continue;
@@ -352,21 +327,85 @@ Status RouteOnTorus(const CostParams& p, size_t nranks, StepGraph& g) {
   std::map<size_t, double> load;
   for (const std::vector<size_t>& round : rounds) {
     load.clear();
-    std::vector<std::vector<size_t>> paths;
+    std::vector<std::vector<TopoLink>> paths;
     for (size_t v : round) {
       paths.push_back(path(g.rank[v], g.step[v]->send_peer));
       const double bytes = static_cast<double>(StepCount(*g.step[v]) * p.elem_size);
-      for (size_t l : paths.back()) load[l] += bytes;
+      for (const TopoLink& l : paths.back()) load[l.id] += bytes;
     }
     for (size_t i = 0; i < round.size(); ++i) {
       const size_t v = round[i];
       const double bytes = static_cast<double>(StepCount(*g.step[v]) * p.elem_size);
       double busiest = bytes;
-      for (size_t l : paths[i]) busiest = std::max(busiest, load[l]);
+      for (const TopoLink& l : paths[i]) busiest = std::max(busiest, load[l.id] / l.capacity);
       g.routed[v].hop_s = static_cast<double>(paths[i].size()) * p.hop_latency_s;
       g.routed[v].wire_s_per_byte = bytes > 0 ? busiest / bytes * p.beta_s_per_byte : 0;
     }
   }
+}
+
+// The torus of p.torus_dims: ranks in row-major order (the last dimension
+// fastest), dimension-order routes, the shorter way round each ring (ties
+// the positive way); every link one rank's bandwidth.
+Status RouteOnTorus(const CostParams& p, size_t nranks, StepGraph& g) {
+  size_t cells = 1;
+  for (int d : p.torus_dims) cells *= static_cast<size_t>(d);
+  if (cells != nranks) {
+    return InvalidArgumentError("torus of " + std::to_string(cells) + " nodes for " + std::to_string(nranks) +
+                                " ranks: the dimensions must multiply to the rank count");
+  }
+  const int ndims = static_cast<int>(p.torus_dims.size());
+  auto dim = [&](int d) { return p.torus_dims[static_cast<size_t>(d)]; };
+  // A link is (node, dim, +1/-1) as one id.
+  ShareLinks(p, nranks, g, [&](int a, int b) {
+    std::vector<TopoLink> links;
+    std::vector<int> cur(static_cast<size_t>(ndims)), cb(static_cast<size_t>(ndims));
+    for (int d = ndims - 1, x = a, y = b; d >= 0; --d) {
+      cur[static_cast<size_t>(d)] = x % dim(d);
+      cb[static_cast<size_t>(d)] = y % dim(d);
+      x /= dim(d);
+      y /= dim(d);
+    }
+    for (int d = 0; d < ndims; ++d) {
+      const int len = dim(d);
+      const int fwd = Mod(cb[static_cast<size_t>(d)] - cur[static_cast<size_t>(d)], len);
+      const int dir = fwd <= len - fwd ? 1 : -1;
+      for (int h = 0, hops = std::min(fwd, len - fwd); h < hops; ++h) {
+        size_t node = 0;
+        for (int e = 0; e < ndims; ++e) node = node * static_cast<size_t>(dim(e)) + static_cast<size_t>(cur[static_cast<size_t>(e)]);
+        links.push_back({(node * static_cast<size_t>(ndims) + static_cast<size_t>(d)) * 2 + (dir > 0 ? 0 : 1), 1.0});
+        cur[static_cast<size_t>(d)] = Mod(cur[static_cast<size_t>(d)] + dir, len);
+      }
+    }
+    return links;
+  });
+  return Status::Ok();
+}
+
+// The fat tree of p.fattree_*: ranks fill leaf switches of `down` in order;
+// a level-l group holds down^l ranks, and its links up and down carry
+// down^l / oversub ranks' bandwidth. A message climbs from its rank's link
+// to the lowest level whose group holds both ranks and descends to the
+// other's link (above the top level a core joins all groups).
+Status RouteOnFatTree(const CostParams& p, size_t nranks, StepGraph& g) {
+  if (p.fattree_down < 2 || p.fattree_levels < 1 || !(p.fattree_oversub >= 1)) {
+    return InvalidArgumentError("fat tree: down must be >= 2, levels >= 1 and oversub >= 1");
+  }
+  const size_t levels = static_cast<size_t>(p.fattree_levels);
+  std::vector<size_t> size(levels + 1, 1);  // ranks per group at each level
+  for (size_t l = 1; l <= levels; ++l) size[l] = size[l - 1] * static_cast<size_t>(p.fattree_down);
+  // Link ids: ((group * (levels + 1) + level) * 2 + up/down).
+  auto id = [&](size_t group, size_t level, bool up) { return (group * (levels + 1) + level) * 2 + (up ? 0 : 1); };
+  ShareLinks(p, nranks, g, [&](int a, int b) {
+    const auto ua = static_cast<size_t>(a), ub = static_cast<size_t>(b);
+    std::vector<TopoLink> links = {{id(ua, 0, true), 1.0}, {id(ub, 0, false), 1.0}};
+    for (size_t l = 1; l < levels + 1 && ua / size[l] != ub / size[l]; ++l) {
+      const double cap = static_cast<double>(size[l]) / p.fattree_oversub;
+      links.push_back({id(ua / size[l], l, true), cap});
+      links.push_back({id(ub / size[l], l, false), cap});
+    }
+    return links;
+  });
   return Status::Ok();
 }
 
@@ -440,6 +479,7 @@ StatusOr<Prediction> PredictSchedules(const std::vector<Schedule>& schedules, co
     for (size_t m = 0; m < ids.size() && m < rv.size(); ++m) g.Link(ids[m], rv[m], Edge::kStream);
   }
   if (!p.torus_dims.empty()) CIUIC_RETURN_IF_ERROR(RouteOnTorus(p, schedules.size(), g));
+  if (p.fattree_levels > 0) CIUIC_RETURN_IF_ERROR(RouteOnFatTree(p, schedules.size(), g));
   CIUIC_ASSIGN_OR_RETURN(Timed critical, LongestPath(g, p, schedules.empty() ? "" : schedules[0].algorithm));
   Prediction pred;
   pred.method = PredictionMethod::kExact;
@@ -494,8 +534,8 @@ bool IsSymmetryImage(const Schedule& s0, const Schedule& sq, Symmetry sym) {
 StatusOr<Prediction> PredictSymmetric(const Schedule& rank0, Symmetry sym, const CostParams& params) {
   const int n = rank0.nranks;
   const CostParams p = WithHostMapFor(params, static_cast<size_t>(n));
-  if (!p.host_of.empty() || !p.torus_dims.empty()) {
-    return InvalidArgumentError("PredictSymmetric: a host map or a torus breaks the symmetry between ranks");
+  if (!p.host_of.empty() || HasTopology(p)) {
+    return InvalidArgumentError("PredictSymmetric: a host map or a topology breaks the symmetry between ranks");
   }
   StepGraph g;
   std::map<LinkKey, std::vector<size_t>> sends, recvs;
@@ -635,15 +675,15 @@ StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t 
   if (nranks > kMaxExactRanks) {
     args.rank = 0;
     CIUIC_ASSIGN_OR_RETURN(Schedule s, MakeSchedule(algorithm, args));
-    if (p.host_of.empty() && p.torus_dims.empty()) {
+    if (p.host_of.empty() && !HasTopology(p)) {
       StatusOr<Symmetry> sym = FindSymmetry(algorithm, args);
       if (sym.ok()) return PredictSymmetric(s, *sym, p);
     }
     if (p.max_exact_steps > 0 && s.steps.size() * static_cast<size_t>(nranks) <= p.max_exact_steps) {
       return PredictAll(algorithm, args, p);
     }
-    if (!p.torus_dims.empty()) {
-      return FailedPreconditionError("Predict: " + std::string(AlgorithmName(algorithm)) + " on a torus of " +
+    if (HasTopology(p)) {
+      return FailedPreconditionError("Predict: " + std::string(AlgorithmName(algorithm)) + " on a topology of " +
                                      std::to_string(nranks) + " ranks needs every rank's schedule, " +
                                      std::to_string(s.steps.size() * static_cast<size_t>(nranks)) +
                                      " steps, over max_exact_steps " + std::to_string(p.max_exact_steps));

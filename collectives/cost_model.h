@@ -71,6 +71,15 @@ struct CostParams {
   // no topology (a link per rank). Costed from every rank's schedule only.
   std::vector<int> torus_dims;
   double hop_latency_s = 1e-7;
+  // A fat tree (fattree_levels > 0): ranks fill leaf switches of
+  // fattree_down ranks; each level groups fattree_down groups of the level
+  // below; a group's links up and down carry its ranks' bandwidth divided
+  // by fattree_oversub. Messages cross their ranks' links and the groups'
+  // links up to the lowest common level, sharing them as on a torus. At
+  // most one of torus and fat tree.
+  int fattree_down = 0;
+  int fattree_levels = 0;
+  double fattree_oversub = 1;
   // Two levels: each rank's host (empty: one level, alpha/beta for every
   // message). With a map, a message between ranks of one host costs
   // intra_alpha_s/intra_beta_s_per_byte (shm) and one between hosts
@@ -82,6 +91,9 @@ struct CostParams {
   double intra_alpha_s = 1e-6;
   double intra_beta_s_per_byte = 1e-10;
 };
+
+// Whether `p` names a network topology (a torus or a fat tree).
+bool HasTopology(const CostParams& p);
 
 // Rough defaults per backend, to be replaced by calibration (ciuic-tune):
 // shm: alpha 1 us, 10 GB/s; tcp: alpha 20 us, 1.25 GB/s (10 GbE); verbs:

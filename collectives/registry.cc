@@ -125,6 +125,9 @@ AlgorithmInfo SharedEntry(C c, K kind, const char* summary,
   return e;
 }
 
+// Within a collective, the established algorithms come before the research
+// ones (k-nomial, Swing): near-ties keep the established choice, so a new
+// entry is picked only where the model says it is clearly cheaper.
 std::vector<AlgorithmInfo> MakeRegistry() {
   return {
       SharedEntry(C::kAllReduce, K::kShmDirect,
@@ -139,6 +142,10 @@ std::vector<AlgorithmInfo> MakeRegistry() {
                g::AllReduceRabenseifner),
       ScheduleEntry(C::kAllReduce, A::kRecursiveDoubling, "log2(n) whole-vector exchanges: latency-optimal",
                g::AllReduceRecursiveDoubling),
+      HostsEntry(ScheduleEntry(C::kAllReduce, A::kHierarchical,
+                          "reduce-scatter inside each host, a ring per slice across hosts (every local rank a "
+                          "leader), all-gather inside: several ranks per host",
+                          g::AllReduceHierarchical)),
       ScheduleEntry(C::kAllReduce, A::kKnomial,
                     "recursive k-ing: log_k(n) rounds exchanging the vector with k-1 peers (radix k, default 4)",
                     g::AllReduceKnomial),
@@ -146,30 +153,26 @@ std::vector<AlgorithmInfo> MakeRegistry() {
                     "Swing: reduce-scatter + all-gather with peers +-1, 3, 5, 11, ... away: bandwidth-optimal, "
                     "short hops on rings and tori",
                     g::AllReduceSwing),
-      HostsEntry(ScheduleEntry(C::kAllReduce, A::kHierarchical,
-                          "reduce-scatter inside each host, a ring per slice across hosts (every local rank a "
-                          "leader), all-gather inside: several ranks per host",
-                          g::AllReduceHierarchical)),
 
       SharedEntry(C::kBroadcast, K::kShmDirect, "peers copy out of the root's shared slots", BroadcastApplies,
              BroadcastCost),
       ScheduleEntry(C::kBroadcast, A::kRing, "pipelined chain from the root: large messages", g::BroadcastRing),
       ScheduleEntry(C::kBroadcast, A::kBinomial, "binomial tree: small messages", g::BroadcastBinomial),
-      ScheduleEntry(C::kBroadcast, A::kKnomial, "k-nomial tree (radix k, default 4): fewer rounds than binomial",
-                    g::BroadcastKnomial),
       HostsEntry(ScheduleEntry(C::kBroadcast, A::kHierarchical,
                                "a pipelined chain of host leaders, and one inside each host from its leader",
                                g::BroadcastHierarchical)),
+      ScheduleEntry(C::kBroadcast, A::kKnomial, "k-nomial tree (radix k, default 4): fewer rounds than binomial",
+                    g::BroadcastKnomial),
 
       SharedEntry(C::kReduce, K::kExchange, "one exchange of small inputs; the root reduces all n in one pass",
              ReducingExchangeApplies, ReduceCost),
       ScheduleEntry(C::kReduce, A::kRing, "ring reduce-scatter, then the segments to the root: large messages",
                g::ReduceRing, /*avoid_oversubscribed=*/true),
       ScheduleEntry(C::kReduce, A::kBinomial, "binomial tree, pipelined", g::ReduceBinomial),
-      ScheduleEntry(C::kReduce, A::kKnomial, "k-nomial tree (radix k, default 4), pipelined", g::ReduceKnomial),
       HostsEntry(ScheduleEntry(C::kReduce, A::kHierarchical,
                                "a pipelined chain inside each host to its leader, then one of the leaders to the root",
                                g::ReduceHierarchical)),
+      ScheduleEntry(C::kReduce, A::kKnomial, "k-nomial tree (radix k, default 4), pipelined", g::ReduceKnomial),
 
       SharedEntry(C::kAllGather, K::kExchange, "one exchange of small inputs", MovingExchangeApplies, AllGatherCost),
       ScheduleEntry(C::kAllGather, A::kRing, "ring: each block forwarded n-1 times, pipelined", g::AllGatherRing),

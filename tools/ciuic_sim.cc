@@ -18,10 +18,13 @@
 // between, the host's link shared by its ranks) or "torus" (dims=16x16:
 // links between neighbours at gbps, hop_us per hop, dimension-order
 // routes, messages sent at the same index of their ranks' sends sharing
-// the links they cross; every rank's schedule is costed), with figures as
+// the links they cross; every rank's schedule is costed) or "fattree"
+// (down=16,levels=2,oversub=2: leaf switches of 16 ranks, each level
+// grouping 16 groups, the groups' links up and down carrying their ranks'
+// bandwidth / oversub, shared likewise), with figures as
 // "flat:alpha_us=2,gbps=25,gamma_gbps=20,copy_gbps=33" or a file of
 // "key value" lines (model, alpha_us, gbps, intra_alpha_us, intra_gbps,
-// gamma_gbps, copy_gbps, dims, hop_us; # comments). --tuning takes the figures a tuning
+// gamma_gbps, copy_gbps, dims, hop_us, down, levels, oversub; # comments). --tuning takes the figures a tuning
 // file (ciuic-tune) has for --backend: the plain line, and between hosts
 // the between_hosts line. --cpu-cores C: the ranks share one machine of C
 // cores whose CPUs move the bytes (tcp over loopback, shm), so each rank's
@@ -99,14 +102,14 @@ StatusOr<long long> ParseInt(const std::string& opt, const std::string& s, long 
 
 // The network model: the cost model's parameters at its two levels.
 struct Net {
-  std::string model = "flat";  // flat | hosts | torus
+  std::string model = "flat";  // flat | hosts | torus | fattree
   coll::CostParams params;
 };
 
 Status SetNetKey(Net& net, const std::string& origin, const std::string& key, const std::string& value) {
   if (key == "model") {
-    if (value != "flat" && value != "hosts" && value != "torus") {
-      return ciuic::InvalidArgumentError(origin + ": model '" + value + "' is not one of flat, hosts, torus");
+    if (value != "flat" && value != "hosts" && value != "torus" && value != "fattree") {
+      return ciuic::InvalidArgumentError(origin + ": model '" + value + "' is not one of flat, hosts, torus, fattree");
     }
     net.model = value;
     return Status::Ok();
@@ -141,10 +144,19 @@ Status SetNetKey(Net& net, const std::string& origin, const std::string& key, co
     p.copy_s_per_byte = 1e-9 / v;
   } else if (key == "hop_us") {
     p.hop_latency_s = v * 1e-6;
+  } else if (key == "down" || key == "levels") {
+    if (v != std::floor(v) || v < (key == "down" ? 2 : 1) || v > 1e6) {
+      return ciuic::InvalidArgumentError(origin + ": " + key + " '" + value + "' is not an integer >= " +
+                                         (key == "down" ? "2" : "1"));
+    }
+    (key == "down" ? p.fattree_down : p.fattree_levels) = static_cast<int>(v);
+  } else if (key == "oversub") {
+    if (v < 1) return ciuic::InvalidArgumentError(origin + ": oversub '" + value + "' is below 1");
+    p.fattree_oversub = v;
   } else {
     return ciuic::InvalidArgumentError(origin + ": unknown key '" + key +
                                        "' (model, alpha_us, gbps, intra_alpha_us, intra_gbps, gamma_gbps, "
-                                       "copy_gbps, dims, hop_us)");
+                                       "copy_gbps, dims, hop_us, down, levels, oversub)");
   }
   return Status::Ok();
 }
@@ -152,7 +164,7 @@ Status SetNetKey(Net& net, const std::string& origin, const std::string& key, co
 // "flat", "hosts:alpha_us=2,gbps=25" or a file of "key value" lines.
 Status ParseNet(const std::string& spec, Net& net) {
   const std::string head = spec.substr(0, spec.find(':'));
-  if (head == "flat" || head == "hosts" || head == "torus") {
+  if (head == "flat" || head == "hosts" || head == "torus" || head == "fattree") {
     net.model = head;
     if (spec.size() == head.size()) return Status::Ok();
     for (const std::string& kv : SplitList(spec.substr(head.size() + 1), ',')) {
@@ -165,7 +177,8 @@ Status ParseNet(const std::string& spec, Net& net) {
   std::ifstream in(spec);
   if (!in) {
     return ciuic::InvalidArgumentError("--net: '" + spec +
-                                       "' is neither flat[:...], hosts[:...], torus:dims=AxB[,...] nor a readable file");
+                                       "' is neither flat[:...], hosts[:...], torus:dims=AxB[,...], fattree:down=K,levels=L[,...] "
+                                       "nor a readable file");
   }
   std::string line;
   int n = 0;
@@ -227,7 +240,7 @@ int Usage(const std::string& why) {
   std::fprintf(stderr,
                "ciuic-sim: %s\n"
                "usage: ciuic-sim --coll COLLECTIVE --ranks N[,N...] --size S[,S...] [--algo NAME[,NAME]|all]\n"
-               "                 [--net flat|hosts|torus[:key=value,...]|FILE] [--ranks-per-host K]\n"
+               "                 [--net flat|hosts|torus|fattree[:key=value,...]|FILE] [--ranks-per-host K]\n"
                "                 [--tuning FILE [--backend tcp|verbs|shm]] [--elem-size E] [--chunk BYTES]\n"
                "                 [--channels C] [--radix K] [--exact-steps N] [--cpu-cores C]\n"
                "                 [--format table|csv|json]\n",
@@ -308,7 +321,13 @@ int main(int argc, char** argv) {
   if (net.model == "flat" && per_host > 1) return Usage("--ranks-per-host needs --net hosts");
   if (net.model == "torus" && net.params.torus_dims.empty()) return Usage("--net torus needs dims=AxB[xC]");
   if (net.model != "torus") net.params.torus_dims.clear();
-  if (net.model == "torus" && per_host > 1) return Usage("--net torus takes one rank per node");
+  if (net.model == "fattree" && (net.params.fattree_down < 2 || net.params.fattree_levels < 1)) {
+    return Usage("--net fattree needs down=K (ranks per leaf switch) and levels=L");
+  }
+  if (net.model != "fattree") net.params.fattree_levels = 0;
+  if ((net.model == "torus" || net.model == "fattree") && per_host > 1) {
+    return Usage("--net " + net.model + " takes one rank per node");
+  }
   struct IntOpt {
     const char* name;
     long long lo, hi;
@@ -406,7 +425,14 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < net.params.torus_dims.size(); ++i) {
     model_name += (i ? "x" : " ") + std::to_string(net.params.torus_dims[i]);
   }
-  if (!net.params.torus_dims.empty()) model_name += ", hop " + Fixed(net.params.hop_latency_s * 1e6, 2) + " us";
+  if (net.model == "fattree") {
+    model_name += " " + std::to_string(net.params.fattree_levels) + " levels of " +
+                  std::to_string(net.params.fattree_down) + ", oversubscribed " + Fixed(net.params.fattree_oversub, 1) +
+                  ":1";
+  }
+  if (!net.params.torus_dims.empty() || net.model == "fattree") {
+    model_name += ", hop " + Fixed(net.params.hop_latency_s * 1e6, 2) + " us";
+  }
   const std::string model_line =
       "# ciuic-sim " + opt["--coll"] + " on " + model_name + (per_host > 1 ? " (" + std::to_string(per_host) +
       " ranks per host)" : "") + ": alpha " + Fixed(net.params.alpha_s * 1e6, 2) + " us, " +

@@ -491,3 +491,42 @@ TEST(CostModelTest, ResearchAlgorithmsWinWhereTheModelSaysSo) {
 
 }  // namespace
 }  // namespace ciuic::collectives
+
+namespace ciuic::collectives {
+namespace {
+
+// A fat tree shares its groups' links: a ring crosses between leaves at two
+// points only, recursive halving's distance-16 round sends every rank of a
+// leaf up at once; oversubscription makes that worse, a full-bandwidth tree
+// (oversub 1) only adds hops; a leaf of all ranks is the flat model plus
+// the two hops of each message.
+TEST(CostModelFatTreeTest, GroupsShareTheirUplinks) {
+  CostParams p = DefaultCostParams(transport::BackendKind::kVerbs);
+  p.fattree_down = 16;
+  p.fattree_levels = 2;
+  p.fattree_oversub = 4;
+  const size_t bytes = 16 << 20;
+  auto ring = Predict(Collective::kAllReduce, Algorithm::kRing, bytes, 32, p);
+  auto rab = Predict(Collective::kAllReduce, Algorithm::kRabenseifner, bytes, 32, p);
+  ASSERT_TRUE(ring.ok() && rab.ok()) << ring.status().ToString() << rab.status().ToString();
+  EXPECT_EQ(ring->contention_s, 0);
+  EXPECT_GT(rab->contention_s, 0);
+  p.fattree_oversub = 1;
+  auto full = Predict(Collective::kAllReduce, Algorithm::kRabenseifner, bytes, 32, p);
+  ASSERT_TRUE(full.ok());
+  EXPECT_EQ(full->contention_s, 0);
+  EXPECT_LT(full->seconds, rab->seconds);
+  p.fattree_levels = 0;
+  auto flat = Predict(Collective::kAllReduce, Algorithm::kRabenseifner, bytes, 32, p);
+  ASSERT_TRUE(flat.ok());
+  EXPECT_GT(full->latency_s, flat->latency_s);  // the hops
+  EXPECT_NEAR(full->bandwidth_s, flat->bandwidth_s, 1e-9 * flat->seconds);
+  p.fattree_levels = 1;
+  p.fattree_down = 1;
+  auto bad = Predict(Collective::kAllReduce, Algorithm::kRing, bytes, 8, p);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("down must be >= 2"), std::string::npos) << bad.status().ToString();
+}
+
+}  // namespace
+}  // namespace ciuic::collectives

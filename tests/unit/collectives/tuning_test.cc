@@ -150,7 +150,7 @@ TEST(TuningTest, EveryErrorNamesFileLineAndProblem) {
       {"rule allreduce shm ranks 2 from -1 ring", "from '-1'"},
       {"rule allreduce shm ranks 2 from 0 fast",
        "unknown algorithm 'fast' for allreduce; valid: direct, ring, tree, rabenseifner, recdoubling"},
-      {"rule broadcast shm ranks 2 from 0 recdoubling", "unknown algorithm 'recdoubling' for broadcast; valid: direct, ring, binomial, knomial, hier"},
+      {"rule broadcast shm ranks 2 from 0 recdoubling", "unknown algorithm 'recdoubling' for broadcast; valid: direct, ring, binomial, hier, knomial"},
       {"rule allreduce tcp ranks 2 from 0 direct", "'direct' for allreduce runs through one host's shared memory: only with backend shm"},
       {"rule reduce tcp ranks 2 from 0 direct", "'direct' for reduce runs through one host's shared memory: only with backend shm"},
       {"rule allgatherv shm ranks 2 from 0 direct", "unknown algorithm 'direct' for allgatherv"},
