@@ -14,7 +14,6 @@
 namespace ciuic::collectives::generators {
 namespace {
 
-
 constexpr DepMode kPerChunk = DepMode::kPerChunk;
 
 // The in-order binary tree over positions 0..n-1: the root of an interval is
@@ -22,10 +21,6 @@ constexpr DepMode kPerChunk = DepMode::kPerChunk;
 // starting at 0), so odd positions are always leaves and even positions
 // >= 2 always have a child. Position 0 is the root with the single child
 // that roots [1, n).
-struct TreeNode {
-  int parent = -1;
-  std::vector<int> children;
-};
 
 int IntervalRoot(int lo, int hi) {  // [lo, hi), lo < hi
   if (lo == 0) return 0;
@@ -38,8 +33,8 @@ int IntervalRoot(int lo, int hi) {  // [lo, hi), lo < hi
 
 // Position `pos`'s node, found by descending from [0, n): O(log n), so a
 // rank's schedule costs no more to generate at 65,536 ranks than at 8.
-TreeNode NodeAt(int pos, int n) {
-  TreeNode node;
+TreeLinks NodeAt(int pos, int n) {
+  TreeLinks node;
   int lo = 0, hi = n;
   for (;;) {
     const int m = IntervalRoot(lo, hi);
@@ -70,7 +65,7 @@ Status AllReduceDoubleBinaryTree(const CollectiveArgs& a, Builder& b) {
     // the odd positions (leaves) of one are interior ranks in the other.
     auto pos_of = [&](int r) { return t == 0 ? r : (n % 2 == 0 ? n - 1 - r : Mod(r - 1, n)); };
     auto rank_at = [&](int q) { return t == 0 ? q : (n % 2 == 0 ? n - 1 - q : Mod(q + 1, n)); };
-    const TreeNode node = NodeAt(pos_of(a.rank), n);
+    const TreeLinks node = NodeAt(pos_of(a.rank), n);
     const int parent = node.parent >= 0 ? rank_at(node.parent) : -1;
     std::vector<int> kids;
     for (int k : node.children) kids.push_back(rank_at(k));

@@ -70,6 +70,12 @@ Status RecvFromPeer(const CollectiveArgs& a, Builder& b);
 int SwingPeer(int vr, int step, int p);
 std::vector<int> SwingBlockOrder(int vr, int p);
 
+// A rank's place in a tree: its parent (-1 at the root) and its children.
+struct TreeLinks {
+  int parent = -1;
+  std::vector<int> children;
+};
+
 // The radix the k-nomial generators use for `a` (CollectiveArgs::radix).
 inline int RadixOf(const CollectiveArgs& a) { return a.radix == 0 ? kDefaultRadix : a.radix; }
 

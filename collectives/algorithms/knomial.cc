@@ -32,13 +32,8 @@ constexpr DepMode kPerChunk = DepMode::kPerChunk;
 
 // The tree's links of virtual rank vr among n: parent (-1 for the root) and
 // children, the largest subtrees first.
-struct KnomialLinks {
-  int parent = -1;
-  std::vector<int> children;
-};
-
-KnomialLinks Links(int vr, int n, int k) {
-  KnomialLinks l;
+TreeLinks Links(int vr, int n, int k) {
+  TreeLinks l;
   long long d = 1;  // weight of the digit looked at
   while (d < n && (vr / d) % k == 0) d *= k;
   if (vr != 0) l.parent = static_cast<int>(vr - ((vr / d) % k) * d);
@@ -58,7 +53,7 @@ Status BroadcastKnomial(const CollectiveArgs& a, Builder& b) {
   const int nch = b.UseChannels(a.count, a.nchannels);
   const int vr = Mod(a.rank - root, n);
   auto at = [&](int v) { return Mod(v + root, n); };
-  const KnomialLinks l = Links(vr, n, k);
+  const TreeLinks l = Links(vr, n, k);
   for (int c = 0; c < nch; ++c) {
     const auto oc = EvenPart(0, a.count, nch, c);
     int rcv = -1;
@@ -79,7 +74,7 @@ Status ReduceKnomial(const CollectiveArgs& a, Builder& b) {
   const int nch = b.UseChannels(a.count, a.nchannels);
   const int vr = Mod(a.rank - root, n);
   auto at = [&](int v) { return Mod(v + root, n); };
-  KnomialLinks l = Links(vr, n, k);
+  TreeLinks l = Links(vr, n, k);
   std::reverse(l.children.begin(), l.children.end());  // the first to finish first
   const BufKind acc_buf = l.parent < 0 ? BufKind::kOutput : BufKind::kScratch;
   if (l.parent >= 0 && !l.children.empty()) b.Scratch(a.count);

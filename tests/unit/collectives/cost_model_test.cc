@@ -298,11 +298,6 @@ TEST(CostModelTest, DetectsCycles) {
   EXPECT_NE(pred.status().message().find("cycle"), std::string::npos) << pred.status().ToString();
 }
 
-}  // namespace
-}  // namespace ciuic::collectives
-
-namespace ciuic::collectives {
-namespace {
 
 // The scale path: where rank 0's schedule and its images are every rank's,
 // costing rank 0's steps alone gives exactly what costing every rank's
@@ -382,11 +377,6 @@ TEST(CostModelSymmetryTest, SixtyFiveThousandRanks) {
   }
 }
 
-}  // namespace
-}  // namespace ciuic::collectives
-
-namespace ciuic::collectives {
-namespace {
 
 // One machine whose cores move the bytes (CostParams::cpu_cores): four
 // ranks on two cores take at least all their sending, receiving and
@@ -411,11 +401,6 @@ TEST(CostModelCoresTest, RanksOnFewCoresShareThem) {
   EXPECT_LT(roomy->seconds, shared->seconds);
 }
 
-}  // namespace
-}  // namespace ciuic::collectives
-
-namespace ciuic::collectives {
-namespace {
 
 // A torus routes each message over its links and shares them: the ring's
 // neighbours never share one; recursive halving's 2^k-hop messages pile up
@@ -456,11 +441,6 @@ TEST(CostModelTorusTest, MessagesShareTheLinksTheyCross) {
   EXPECT_NE(bad.status().message().find("torus of 9 nodes for 8 ranks"), std::string::npos) << bad.status().ToString();
 }
 
-}  // namespace
-}  // namespace ciuic::collectives
-
-namespace ciuic::collectives {
-namespace {
 
 // Selection picks the research algorithms where the model says they win and
 // not elsewhere: Bruck's all-to-all for small blocks on many ranks, pairwise
@@ -489,11 +469,6 @@ TEST(CostModelTest, ResearchAlgorithmsWinWhereTheModelSaysSo) {
   }
 }
 
-}  // namespace
-}  // namespace ciuic::collectives
-
-namespace ciuic::collectives {
-namespace {
 
 // A fat tree shares its groups' links: a ring crosses between leaves at two
 // points only, recursive halving's distance-16 round sends every rank of a
