@@ -79,7 +79,9 @@ StepCost CostOf(const Step& st, const CostParams& p, int rank, const Routed& rou
   c.chunks = c.bytes == 0 ? 1 : static_cast<size_t>(std::ceil(c.bytes / chunk));
   const double cb = c.bytes / static_cast<double>(c.chunks);
   const double wire = routed.wire_s_per_byte > beta ? routed.wire_s_per_byte : beta;
-  const Split send{alpha + routed.hop_s, cb * beta, 0, cb * (wire - beta)};
+  // Hops delay a message's first chunk; later chunks follow in the pipeline.
+  const Split send{alpha, cb * beta, 0, cb * (wire - beta)};
+  const Split send_first = send + Split{routed.hop_s, 0, 0, 0};
   const Split reduce{0, 0, cb * p.gamma_s_per_byte};
   const Split copy{0, 0, cb * p.copy_s_per_byte};
   auto total = [](Split x) { return x.lat + x.bw + x.cpu + x.cont; };
@@ -90,7 +92,7 @@ StepCost CostOf(const Step& st, const CostParams& p, int rank, const Routed& rou
     c.q = total(q);
   };
   switch (st.op) {
-    case StepOp::kSend: set(send, send); break;
+    case StepOp::kSend: set(send_first, send); break;
     case StepOp::kRecv: set(copy, copy); break;
     case StepOp::kRecvReduce: set(reduce, reduce); break;
     case StepOp::kRecvReduceSend:
@@ -98,7 +100,7 @@ StepCost CostOf(const Step& st, const CostParams& p, int rank, const Routed& rou
       const Split store = st.op == StepOp::kRecvReduceSend ? reduce : copy;
       c.sin = store;
       c.l_in = total(store);
-      set(store + send, total(store) >= total(send) ? store : send);
+      set(store + send_first, total(store) >= total(send) ? store : send);
       break;
     }
     case StepOp::kCopy: set(copy, copy); break;
@@ -349,7 +351,10 @@ void ShareLinks(const CostParams& p, size_t nranks, StepGraph& g, const PathFn& 
 // the positive way); every link one rank's bandwidth.
 Status RouteOnTorus(const CostParams& p, size_t nranks, StepGraph& g) {
   size_t cells = 1;
-  for (int d : p.torus_dims) cells *= static_cast<size_t>(d);
+  for (int d : p.torus_dims) {
+    if (d < 1) return InvalidArgumentError("torus: a dimension of " + std::to_string(d));
+    cells = std::min(cells * static_cast<size_t>(d), size_t{1} << 40);  // no wrap-around
+  }
   if (cells != nranks) {
     return InvalidArgumentError("torus of " + std::to_string(cells) + " nodes for " + std::to_string(nranks) +
                                 " ranks: the dimensions must multiply to the rank count");
@@ -517,6 +522,7 @@ bool IsSymmetryImage(const Schedule& s0, const Schedule& sq, Symmetry sym) {
     return false;
   }
   if (sym == Symmetry::kXor && (n & (n - 1)) != 0) return false;
+  if (sym == Symmetry::kSwing && n % 2 != 0) return false;  // parity is not kept mod an odd n
   if (SymmetryImage(sym, q, 0, n) != q) return false;
   for (size_t i = 0; i < s0.steps.size(); ++i) {
     const Step& a = s0.steps[i];
@@ -702,6 +708,15 @@ StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t 
     pred.seconds = pred.resource_bound_s + pred.critical_path_s;
     // The estimate's split: its latency, and its busiest resource as wire
     // time or as compute.
+    if (p.cpu_cores > 0) {
+      // Every rank works like rank 0: each its own serial work, all sharing
+      // the cores.
+      const double work = load.egress + load.ingress + load.cpu;
+      const double ranks = static_cast<double>(nranks);
+      pred.resource_bound_s =
+          std::max(pred.resource_bound_s, work * (p.cpu_cores < ranks ? ranks / p.cpu_cores : 1.0));
+      pred.seconds = pred.resource_bound_s + pred.critical_path_s;
+    }
     (load.cpu >= std::max(load.egress, load.ingress) ? pred.compute_s : pred.bandwidth_s) = pred.resource_bound_s;
     pred.max_messages_per_rank = load.messages;
     pred.max_bytes_sent_per_rank = load.bytes_sent;

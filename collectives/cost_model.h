@@ -133,9 +133,9 @@ struct Prediction {
 const char* PredictionMethodName(PredictionMethod m);
 
 // Rank symmetries of schedules: rank q's schedule is rank 0's with every
-// peer x replaced by g_q(x): translation x + q (rings, Bruck, dissemination),
+// peer x replaced by g_q(x): translation x + q (rings, dissemination),
 // xor x ^ q (recursive doubling, halving, on powers of two), swing x + q for
-// even q and q - x for odd q (Swing).
+// even q and q - x for odd q (Swing; even n only).
 enum class Symmetry : uint8_t { kTranslation, kXor, kSwing };
 const char* SymmetryName(Symmetry sym);
 // g_q(x) among n ranks.

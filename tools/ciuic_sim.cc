@@ -195,16 +195,19 @@ Status ParseNet(const std::string& spec, Net& net) {
   return Status::Ok();
 }
 
+// Collectives whose --size is all ranks' blocks (Predict takes one block),
+// as selection counts them.
+bool BlockCollective(coll::Collective c) {
+  using C = coll::Collective;
+  return c == C::kAllGather || c == C::kReduceScatter || c == C::kAllToAll || c == C::kAllGatherv ||
+         c == C::kReduceScatterv || c == C::kGather || c == C::kScatter || c == C::kAllToAllv;
+}
+
 // nccl-tests' bus bandwidth factor.
 double BusFactor(coll::Collective c, int n) {
   const double nd = n;
-  switch (c) {
-    case coll::Collective::kAllReduce: return 2 * (nd - 1) / nd;
-    case coll::Collective::kAllGather:
-    case coll::Collective::kReduceScatter:
-    case coll::Collective::kAllToAll: return (nd - 1) / nd;
-    default: return 1;
-  }
+  if (c == coll::Collective::kAllReduce) return 2 * (nd - 1) / nd;
+  return BlockCollective(c) ? (nd - 1) / nd : 1;
 }
 
 struct Row {
@@ -218,6 +221,8 @@ struct Row {
 
 // What shared resources add beyond the critical path.
 double Contention(const coll::Prediction& p) {
+  // An estimate's split already counts its busiest resource.
+  if (p.method == coll::PredictionMethod::kEstimate) return 0;
   return p.contention_s + std::max(0.0, p.seconds - p.critical_path_s);
 }
 
@@ -315,8 +320,10 @@ int main(int argc, char** argv) {
     per_host = static_cast<int>(*k);
     if (!opt.count("--net")) net.model = "hosts";
   }
-  if (net.model == "hosts" && !opt.count("--ranks-per-host")) {
-    return Usage("--net hosts needs --ranks-per-host K");
+  if (net.model == "hosts" && per_host < 2) return Usage("--net hosts needs --ranks-per-host K of 2 or more");
+  if (net.model != "torus" && !net.params.torus_dims.empty()) return Usage("--net: dims is for the torus model");
+  if (net.model != "fattree" && (net.params.fattree_down > 0 || net.params.fattree_levels > 0)) {
+    return Usage("--net: down and levels are for the fattree model");
   }
   if (net.model == "flat" && per_host > 1) return Usage("--ranks-per-host needs --net hosts");
   if (net.model == "torus" && net.params.torus_dims.empty()) return Usage("--net torus needs dims=AxB[xC]");
@@ -399,9 +406,7 @@ int main(int argc, char** argv) {
     }
     for (size_t size : sizes) {
       // Predict's size: the vector, or one rank's block.
-      const bool blocks = *c == coll::Collective::kAllGather || *c == coll::Collective::kReduceScatter ||
-                          *c == coll::Collective::kAllToAll;
-      const size_t per_call = blocks ? size / static_cast<size_t>(n) : size;
+      const size_t per_call = BlockCollective(*c) ? size / static_cast<size_t>(n) : size;
       for (const coll::AlgorithmInfo* e : algos) {
         Row row;
         row.algo = e->name();

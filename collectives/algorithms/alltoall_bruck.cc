@@ -21,13 +21,13 @@ Status AllToAllBruck(const CollectiveArgs& a, Builder& b) {
   const int n = a.nranks, rank = a.rank;
   const size_t cnt = a.count, nc = static_cast<size_t>(n), r = static_cast<size_t>(rank);
   // Runs [first, end) of positions in [1, n) with bit d set, per round.
-  auto runs_of = [n](int d) {
+  auto runs_of = [n](long long d) {
     std::vector<std::pair<size_t, size_t>> runs;
-    for (int j = d; j < n; j += 2 * d) runs.emplace_back(j, std::min(j + d, n));
+    for (long long j = d; j < n; j += 2 * d) runs.emplace_back(j, std::min<long long>(j + d, n));
     return runs;
   };
   size_t most = 0;  // blocks of the largest round
-  for (int d = 1; d < n; d *= 2) {
+  for (long long d = 1; d < n; d *= 2) {
     size_t blocks = 0;
     for (const auto& [s, e] : runs_of(d)) blocks += e - s;
     most = std::max(most, blocks);
@@ -36,7 +36,7 @@ Status AllToAllBruck(const CollectiveArgs& a, Builder& b) {
   b.Scratch(recv + most * cnt);
   std::vector<int> last = {b.Copy(In(r * cnt, (nc - r) * cnt), Scr(0, (nc - r) * cnt))};
   if (r > 0) last.push_back(b.Copy(In(0, r * cnt), Scr((nc - r) * cnt, r * cnt)));
-  for (int d = 1; d < n; d *= 2) {
+  for (long long d = 1; d < n; d *= 2) {
     const auto runs = runs_of(d);
     // What the unpacking must wait for: the receive, and every read of the
     // positions it overwrites (the send, or the packing copies).

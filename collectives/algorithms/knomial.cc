@@ -16,8 +16,8 @@
 // (digits equal but the one of weight d); every member sends its vector to
 // the k-1 others and reduces the k vectors in member order, so every
 // member of a group computes the same bytes and in the end every rank has
-// the same result. Scratch: k vectors (receive slots plus the running
-// value). In place: the input is read by the first round (or the proxy's
+// the same result. Scratch: min(k, n) vectors (receive slots plus the
+// running value). In place: the input is read by the first round (or the proxy's
 // fold) before anything writes the output, as in recursive doubling.
 #include <algorithm>
 #include <vector>
@@ -105,10 +105,12 @@ Status AllReduceKnomial(const CollectiveArgs& a, Builder& b) {
   const int nch = b.UseChannels(a.count, a.nchannels);
   int p = 1;
   while (static_cast<long long>(p) * k <= n) p *= k;
-  b.Scratch(static_cast<size_t>(k) * a.count);
+  // Slots: a round's k-1 receives plus the running value, or a proxy's
+  // extras (at most n - 1) plus its sum; extras need none.
+  if (rank < p) b.Scratch(static_cast<size_t>(std::min(k, n)) * a.count);
   for (int c = 0; c < nch; ++c) {
     const auto [off, len] = EvenPart(0, a.count, nch, c);
-    // A "place" is the input, the output or one of the k scratch slots.
+    // A "place" is the input, the output or one of the scratch slots.
     constexpr int kIn = -2, kOut = -1;
     auto R = [&, off = off, len = len](int place) {
       if (place == kIn) return In(off, len);

@@ -409,6 +409,26 @@ TEST(KnomialTest, RoundsAndFanOutFollowTheRadix) {
   EXPECT_EQ(messages(Collective::kAllReduce, 5, 64, 4), 9u);   // 3 rounds x 3 peers
   EXPECT_EQ(messages(Collective::kAllReduce, 5, 64, 8), 14u);  // 2 rounds x 7 peers
   EXPECT_EQ(messages(Collective::kAllReduce, 5, 64, 2), 6u);   // recursive doubling
+  // Scratch: min(k, n) vectors on the ranks that reduce, none on extras
+  // (radix 64 on 3 ranks: rank 0 reduces for ranks 1 and 2).
+  for (int r : {0, 2}) {
+    CollectiveArgs a;
+    a.rank = r;
+    a.nranks = 3;
+    a.count = 100;
+    a.radix = 64;
+    StatusOr<Schedule> s = MakeSchedule(Algorithm::kKnomial, a);
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(s->scratch_count, r == 0 ? 300u : 0u) << "rank " << r;
+  }
+  CollectiveArgs extra;
+  extra.rank = 5;
+  extra.nranks = 6;
+  extra.count = 100;
+  extra.radix = 4;
+  StatusOr<Schedule> e = MakeSchedule(Algorithm::kKnomial, extra);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->scratch_count, 0u);
   CollectiveArgs bad;
   bad.nranks = 4;
   bad.count = 4;

@@ -435,6 +435,14 @@ TEST(CostModelTorusTest, MessagesShareTheLinksTheyCross) {
   auto nohop = Predict(Collective::kAllReduce, Algorithm::kRecursiveDoubling, 4, 4, p);
   ASSERT_TRUE(hop.ok() && nohop.ok());
   EXPECT_NEAR(hop->latency_s - nohop->latency_s, 2e-6, 1e-9);  // two rounds of one hop each
+  // A message of many chunks pays its hops once, not per chunk.
+  p.chunk_bytes = 64 << 10;
+  p.hop_latency_s = 1e-6;
+  auto big_hop = Predict(Collective::kAllReduce, Algorithm::kRecursiveDoubling, 8 << 20, 4, p);
+  p.hop_latency_s = 0;
+  auto big_nohop = Predict(Collective::kAllReduce, Algorithm::kRecursiveDoubling, 8 << 20, 4, p);
+  ASSERT_TRUE(big_hop.ok() && big_nohop.ok());
+  EXPECT_NEAR(big_hop->critical_path_s - big_nohop->critical_path_s, 2e-6, 1e-9);
   p.torus_dims = {3, 3};
   auto bad = Predict(Collective::kAllReduce, Algorithm::kRing, bytes, 8, p);
   ASSERT_FALSE(bad.ok());
@@ -501,6 +509,27 @@ TEST(CostModelFatTreeTest, GroupsShareTheirUplinks) {
   auto bad = Predict(Collective::kAllReduce, Algorithm::kRing, bytes, 8, p);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("down must be >= 2"), std::string::npos) << bad.status().ToString();
+}
+
+// Review findings: an estimate shares the machine's cores like the other
+// methods; Swing's reflection is a symmetry for even rank counts only.
+TEST(CostModelSymmetryTest, EstimatesShareTheCoresAndSwingNeedsEvenRanks) {
+  CostParams p = DefaultCostParams(transport::BackendKind::kTcp);
+  auto alone = Predict(Collective::kAllToAll, Algorithm::kBruck, 4096, 256, p);
+  p.cpu_cores = 4;
+  auto shared = Predict(Collective::kAllToAll, Algorithm::kBruck, 4096, 256, p);
+  ASSERT_TRUE(alone.ok() && shared.ok());
+  ASSERT_EQ(shared->method, PredictionMethod::kEstimate);
+  EXPECT_GT(shared->seconds, 30 * alone->seconds);  // 256 ranks' work on 4 cores
+  CollectiveArgs a;
+  a.nranks = 5;
+  a.count = 50;
+  auto s0 = MakeSchedule(Algorithm::kRing, a);
+  a.rank = 2;
+  auto s2 = MakeSchedule(Algorithm::kRing, a);
+  ASSERT_TRUE(s0.ok() && s2.ok());
+  EXPECT_TRUE(IsSymmetryImage(*s0, *s2, Symmetry::kTranslation));
+  EXPECT_FALSE(IsSymmetryImage(*s0, *s2, Symmetry::kSwing));  // 2 + x is Swing's map for q = 2, but n is odd
 }
 
 }  // namespace
