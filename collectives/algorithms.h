@@ -62,8 +62,9 @@ enum class Algorithm : uint8_t {
   kHierarchical,       // "hier": inside hosts, then across them per slice, then inside again
   kKnomial,            // "knomial": radix-k trees (broadcast, reduce) and recursive k-ing (all-reduce)
   kSwing,              // "swing": Swing all-reduce, bandwidth-optimal (reduce-scatter + all-gather)
+  kPat,                // "pat": NCCL's Parallel Aggregated Trees (all-gather, reduce-scatter)
 };
-inline constexpr int kNumAlgorithms = 14;
+inline constexpr int kNumAlgorithms = 15;
 
 // The k-nomial algorithms' radix when CollectiveArgs::radix is 0.
 inline constexpr int kDefaultRadix = 4;

@@ -16,7 +16,8 @@ using K = AlgorithmKind;
 // The name of every algorithm id, in Algorithm order.
 constexpr const char* kNames[kNumAlgorithms] = {"ring",     "tree",          "recdoubling", "rabenseifner", "binomial",
                                                 "pairwise", "dissemination", "direct",      "p2p",          "bruck",
-                                                "linear",   "hier",          "knomial",     "swing"};
+                                                "linear",   "hier",          "knomial",     "swing",
+                                                "pat"};
 
 // --- The shared-memory family: when it applies, what it costs -------------
 
@@ -126,7 +127,7 @@ AlgorithmInfo SharedEntry(C c, K kind, const char* summary,
 }
 
 // Within a collective, the established algorithms come before the research
-// ones (k-nomial, Swing): near-ties keep the established choice, so a new
+// ones (k-nomial, Swing, PAT): near-ties keep the established choice, so a new
 // entry is picked only where the model says it is clearly cheaper.
 std::vector<AlgorithmInfo> MakeRegistry() {
   return {
@@ -185,6 +186,10 @@ std::vector<AlgorithmInfo> MakeRegistry() {
                                g::AllGatherHierarchical)),
       HostsEntry(ScheduleEntry(C::kAllGatherv, A::kHierarchical, "hier over blocks of any size",
                                g::AllGatherHierarchical)),
+      ScheduleEntry(C::kAllGather, A::kPat,
+                    "PAT: ceil(log2 n) rounds of binomial trees, far peers first with the fewest blocks; blocks "
+                    "unpacked as they land",
+                    g::AllGatherPat),
 
       SharedEntry(C::kReduceScatter, K::kExchange, "one exchange of small inputs; each rank reduces its block of all n",
              ReducingExchangeApplies, ReduceScatterCost),
@@ -196,6 +201,9 @@ std::vector<AlgorithmInfo> MakeRegistry() {
                                g::ReduceScatterHierarchical)),
       HostsEntry(ScheduleEntry(C::kReduceScatterv, A::kHierarchical, "hier over blocks of any size",
                                g::ReduceScatterHierarchical)),
+      ScheduleEntry(C::kReduceScatter, A::kPat,
+                    "PAT: ceil(log2 n) rounds of binomial trees toward each owner, near peers first: log-depth",
+                    g::ReduceScatterPat),
 
       SharedEntry(C::kAllToAll, K::kExchange, "one exchange of small inputs", MovingExchangeApplies, AllToAllCost),
       ScheduleEntry(C::kAllToAll, A::kPairwise, "every block straight to its rank", g::AllToAllPairwise),

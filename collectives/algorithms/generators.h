@@ -56,6 +56,8 @@ Status ReduceBinomial(const CollectiveArgs& a, Builder& b);
 Status ReduceRing(const CollectiveArgs& a, Builder& b);
 Status AllGatherRing(const CollectiveArgs& a, Builder& b);  // also all-gatherv
 Status AllGatherBruck(const CollectiveArgs& a, Builder& b);
+Status AllGatherPat(const CollectiveArgs& a, Builder& b);
+Status ReduceScatterPat(const CollectiveArgs& a, Builder& b);
 Status ReduceScatterRing(const CollectiveArgs& a, Builder& b);  // also reduce-scatterv
 Status AllToAllPairwise(const CollectiveArgs& a, Builder& b);
 Status BarrierDissemination(const CollectiveArgs& a, Builder& b);

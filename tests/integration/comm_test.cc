@@ -401,8 +401,10 @@ TEST_P(CollectivesTest, AllCollectivesAllCounts) {
       // The other collectives: chosen by selection (auto), or forced where
       // the knob names theirs (ring: broadcast, reduce, all-gather,
       // reduce-scatter; the tree's knob: binomial broadcast and reduce;
-      // knomial: broadcast and reduce; bruck: all-gather, all-to-all).
-      if (p.algo == "auto" || p.algo == "ring" || p.algo == "tree" || p.algo == "knomial" || p.algo == "bruck") {
+      // knomial: broadcast and reduce; bruck: all-gather, all-to-all;
+      // pat: all-gather, reduce-scatter).
+      if (p.algo == "auto" || p.algo == "ring" || p.algo == "tree" || p.algo == "knomial" || p.algo == "bruck" ||
+          p.algo == "pat") {
         CIUIC_RETURN_IF_ERROR(CheckOthers(*comm, count, ++salt));
       }
     }
@@ -426,11 +428,14 @@ std::vector<Param> Params() {
   for (int n : {2, 3, 4, 5, 7, 9, 16}) out.push_back({"shm", "direct", n});
   // The research algorithms at 9 and 16 ranks too (2-8 above), and Bruck's
   // all-gather and all-to-all (forced by "bruck"; CheckOthers runs them)
-  // from 2 to 16. knomial forces its broadcast and reduce as well.
+  // from 2 to 16, and PAT's all-gather and reduce-scatter. knomial forces
+  // its broadcast and reduce as well.
   for (int n : {9, 16}) {
     for (const char* a : {"knomial", "swing"}) out.push_back({"tcp", a, n});
   }
-  for (int n : {2, 3, 4, 5, 6, 7, 8, 9, 16}) out.push_back({"tcp", "bruck", n});
+  for (int n : {2, 3, 4, 5, 6, 7, 8, 9, 16}) {
+    for (const char* a : {"bruck", "pat"}) out.push_back({"tcp", a, n});
+  }
   return out;
 }
 

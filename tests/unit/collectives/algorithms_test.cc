@@ -499,6 +499,123 @@ TEST(BruckTest, AllToAllSendsLogMessages) {
   }
 }
 
+// PAT (docs/design/pat.md): ceil(log2 n) messages each way per channel;
+// the all-gather goes far first (rank - 2^(k-1) gets one block, rank - 1
+// the most) and the reduce-scatter near first, each message across
+// dimension e carrying ceil((n - 2^e) / 2^(e+1)) blocks; packing copies
+// and landing reduces only off powers of two, at most two per message.
+TEST(PatTest, LogMessagesFarFirstAndPackingOffPowersOfTwo) {
+  for (Collective coll : {Collective::kAllGather, Collective::kReduceScatter}) {
+    for (int n : {2, 3, 5, 6, 8, 13, 16, 33, 100}) {
+      int k = 0;
+      while ((1 << k) < n) ++k;
+      for (int r : {0, n / 2, n - 1}) {
+        CollectiveArgs a;
+        a.collective = coll;
+        a.rank = r;
+        a.nranks = n;
+        a.count = 10;
+        StatusOr<Schedule> s = MakeSchedule(Algorithm::kPat, a);
+        ASSERT_TRUE(s.ok()) << s.status().ToString();
+        const bool gather = coll == Collective::kAllGather;
+        std::vector<int> to, from;
+        std::vector<size_t> sent, got;
+        size_t extra = 0;  // packing copies (all-gather) or landing reduces (reduce-scatter)
+        for (const Step& st : s->steps) {
+          if (StepSends(st.op)) {
+            to.push_back(st.send_peer);
+            sent.push_back(StepCount(st) / a.count);
+          }
+          if (StepReceives(st.op)) {
+            from.push_back(st.recv_peer);
+            got.push_back(StepCount(st) / a.count);
+          }
+          const bool pack = st.op == StepOp::kCopy && st.src.buf == BufKind::kScratch &&
+                            st.dst.buf == BufKind::kScratch && st.src.count > 0;
+          extra += (gather ? pack : st.op == StepOp::kReduce) ? 1 : 0;
+        }
+        const std::string at = std::string(CollectiveName(coll)) + " n " + std::to_string(n) + " rank " +
+                               std::to_string(r);
+        ASSERT_EQ(to.size(), static_cast<size_t>(k)) << at;
+        ASSERT_EQ(from.size(), static_cast<size_t>(k)) << at;
+        size_t total = 0;
+        for (int i = 0; i < k; ++i) {
+          const int e = gather ? k - 1 - i : i, d = 1 << e;
+          const size_t m = static_cast<size_t>((n - d + 2 * d - 1) / (2 * d));
+          EXPECT_EQ(to[i], gather ? internal::Mod(r - d, n) : internal::Mod(r + d, n)) << at << " message " << i;
+          EXPECT_EQ(from[i], gather ? internal::Mod(r + d, n) : internal::Mod(r - d, n)) << at << " message " << i;
+          EXPECT_EQ(sent[i], m) << at << " message " << i;
+          EXPECT_EQ(got[i], m) << at << " message " << i;
+          total += got[i];
+        }
+        EXPECT_EQ(total, static_cast<size_t>(n - 1)) << at;
+        EXPECT_EQ(sent[gather ? 0 : k - 1], 1u) << at << ": the farthest peer gets one block";
+        if ((n & (n - 1)) == 0) {
+          EXPECT_EQ(extra, 0u) << at;
+        } else {
+          EXPECT_LE(extra, 2u * static_cast<size_t>(k)) << at;
+        }
+        EXPECT_LE(s->scratch_count, (static_cast<size_t>(n) + static_cast<size_t>(n) / 2) * a.count) << at;
+      }
+    }
+  }
+}
+
+// PAT's reduce-scatter sums each block at its owner along one binomial
+// tree: acc(t) after dimension e adds acc(t + 2^e) of the rank 2^e below
+// when t is a multiple of 2^(e+1). Floats of mixed magnitudes make the
+// order visible; the bytes must be exactly that order's, whatever the
+// channels, chunks, slots or placement.
+TEST(PatTest, ReduceScatterSumsAlongTheTree) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (int n : {2, 5, 6, 8, 13}) {
+    int k = 0;
+    while ((1 << k) < n) ++k;
+    const size_t count = 301;
+    std::vector<std::vector<float>> x(n, std::vector<float>(count * static_cast<size_t>(n)));
+    for (auto& v : x) {
+      for (size_t i = 0; i < v.size(); ++i) v[i] = std::ldexp(dist(rng), static_cast<int>(i % 7) * 4 - 12);
+    }
+    std::vector<std::vector<float>> want(n, std::vector<float>(count));
+    bool order_matters = false;
+    for (int r = 0; r < n; ++r) {
+      for (size_t i = 0; i < count; ++i) {
+        // p[t]: the partial of block r held by rank r - t.
+        std::vector<float> p(n);
+        for (int t = 0; t < n; ++t) p[t] = x[internal::Mod(r - t, n)][static_cast<size_t>(r) * count + i];
+        float chain = p[0];
+        for (int t = 1; t < n; ++t) chain += p[t];
+        for (int e = 0; e < k; ++e) {
+          for (int t = 0; t + (1 << e) < n; t += 2 << e) p[t] = p[t] + p[t + (1 << e)];
+        }
+        want[r][i] = p[0];
+        order_matters = order_matters || chain != p[0];
+      }
+    }
+    if (n > 2) {
+      EXPECT_TRUE(order_matters) << "n " << n << ": the inputs do not tell the orders apart";
+    }
+    for (int variant = 0; variant < 4; ++variant) {
+      Case c;
+      c.collective = Collective::kReduceScatter;
+      c.algorithm = Algorithm::kPat;
+      c.nranks = n;
+      c.count = count;
+      c.nchannels = 1 + variant % 2;
+      c.chunk_bytes = variant < 2 ? 64 : 4096;
+      c.slots = 1 + variant / 2;
+      c.in_place = variant == 1 || variant == 2;
+      auto got = ::ciuic::collectives::testing::Run<float>(c, Op::kSum, x);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      for (int r = 0; r < n; ++r) {
+        EXPECT_EQ(0, std::memcmp((*got)[r].data(), want[r].data(), count * sizeof(float)))
+            << c.Name() << ": rank " << r << " is not the tree's sum";
+      }
+    }
+  }
+}
+
 std::vector<Pair> AllReducePairs() {
   std::vector<Pair> p;
   for (Algorithm a : AlgorithmsFor(Collective::kAllReduce)) p.push_back({Collective::kAllReduce, a});
