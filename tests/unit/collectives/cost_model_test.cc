@@ -355,7 +355,8 @@ TEST(CostModelSymmetryTest, RankZeroAloneEqualsEveryRank) {
   // the trees: beyond kMaxExactRanks they are costed from every rank's
   // schedule (CostParams::max_exact_steps) or estimated.
   for (const char* want : {"allreduce/ring", "allreduce/rabenseifner", "allreduce/swing", "allreduce/recdoubling",
-                           "allgather/ring", "reducescatter/ring", "barrier/dissemination"}) {
+                           "allgather/ring", "reducescatter/ring", "barrier/dissemination", "allgather/pat",
+                           "reducescatter/pat"}) {
     EXPECT_EQ(symmetric.count(want), 1u) << want << " found no symmetry";
   }
   EXPECT_EQ(symmetric.count("allreduce/tree"), 0u);
@@ -374,6 +375,15 @@ TEST(CostModelSymmetryTest, SixtyFiveThousandRanks) {
     EXPECT_EQ(pred->max_messages_per_rank, a == Algorithm::kRing ? 2u * 65535 + 1 : 64u) << AlgorithmName(a);
     // Bandwidth-optimal: 2 (n-1)/n of the vector on the wire.
     EXPECT_NEAR(static_cast<double>(pred->max_bytes_sent_per_rank), 2.0 * (1 << 26), 0.01 * (1 << 26));
+  }
+  // PAT: 16 sends and 16 receives per rank (message steps), n-1 blocks of
+  // 64 B each way.
+  for (Collective c : {Collective::kAllGather, Collective::kReduceScatter}) {
+    StatusOr<Prediction> pred = Predict(c, Algorithm::kPat, 64, 1 << 16, p);  // bytes: one block
+    ASSERT_TRUE(pred.ok()) << CollectiveName(c) << ": " << pred.status().ToString();
+    EXPECT_EQ(pred->method, PredictionMethod::kSymmetric) << CollectiveName(c);
+    EXPECT_EQ(pred->max_messages_per_rank, 32u) << CollectiveName(c);
+    EXPECT_EQ(pred->max_bytes_sent_per_rank, size_t{64} * 65535) << CollectiveName(c);
   }
 }
 
@@ -464,11 +474,28 @@ TEST(CostModelTest, ResearchAlgorithmsWinWhereTheModelSaysSo) {
     EXPECT_EQ(small->algorithm->id, Algorithm::kBruck) << small->reason;
     EXPECT_EQ(large->algorithm->id, Algorithm::kPairwise) << large->reason;
   }
+  // PAT reduce-scatter: log-depth, so it takes small blocks on many ranks;
+  // ring keeps large blocks on few.
+  auto rs_small = Select(Collective::kReduceScatter, 8192, 64, tcp, "");
+  auto rs_large = Select(Collective::kReduceScatter, size_t{64} << 20, 8, tcp, "");
+  ASSERT_TRUE(rs_small.ok() && rs_large.ok());
+  EXPECT_EQ(rs_small->algorithm->id, Algorithm::kPat) << rs_small->reason;
+  EXPECT_EQ(rs_large->algorithm->id, Algorithm::kRing) << rs_large->reason;
   CostParams torus = DefaultCostParams(transport::BackendKind::kVerbs);
   torus.torus_dims = {8, 8};
   auto on_torus = Select(Collective::kAllReduce, 2 << 20, 64, torus, "");
   ASSERT_TRUE(on_torus.ok());
   EXPECT_EQ(on_torus->algorithm->id, Algorithm::kSwing) << on_torus->reason;
+  // On the torus PAT's all-gather keeps its largest round between
+  // neighbours where Bruck's crosses the network: less contention, and
+  // faster from medium sizes on.
+  for (size_t bytes : {size_t{64} << 10, size_t{1} << 20}) {
+    auto pat = Predict(Collective::kAllGather, Algorithm::kPat, bytes, 64, torus);
+    auto bruck = Predict(Collective::kAllGather, Algorithm::kBruck, bytes, 64, torus);
+    ASSERT_TRUE(pat.ok() && bruck.ok());
+    EXPECT_LT(pat->contention_s, bruck->contention_s / 2) << bytes;
+    EXPECT_LT(pat->seconds, bruck->seconds) << bytes;
+  }
   torus.torus_dims.clear();
   for (size_t bytes : {size_t{8}, size_t{64} << 10, size_t{2} << 20, size_t{256} << 20}) {
     auto flat = Select(Collective::kAllReduce, bytes, 64, torus, "");
