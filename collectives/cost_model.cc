@@ -13,7 +13,9 @@ namespace ciuic::collectives {
 
 using internal::Mod;
 
-bool HasTopology(const CostParams& p) { return !p.torus_dims.empty() || p.fattree_levels > 0; }
+bool HasTopology(const CostParams& p) {
+  return !p.torus_dims.empty() || p.fattree_levels > 0 || p.rail_leaf_hosts > 0;
+}
 
 const char* PredictionMethodName(PredictionMethod m) {
   switch (m) {
@@ -337,6 +339,7 @@ void ShareLinks(const CostParams& p, size_t nranks, StepGraph& g, const PathFn& 
     }
     for (size_t i = 0; i < round.size(); ++i) {
       const size_t v = round[i];
+      if (paths[i].empty()) continue;  // inside a host: no network link
       const double bytes = static_cast<double>(StepCount(*g.step[v]) * p.elem_size);
       double busiest = bytes;
       for (const TopoLink& l : paths[i]) busiest = std::max(busiest, load[l.id] / l.capacity);
@@ -414,6 +417,42 @@ Status RouteOnFatTree(const CostParams& p, size_t nranks, StepGraph& g) {
   return Status::Ok();
 }
 
+// Rails (p.rail_*): rank r is the i-th rank of its host (hosts in order of
+// first appearance), on rail i, under leaf (i, host / rail_leaf_hosts).
+// Link ids: 2r + up/down for rank r's NIC, then 2 per leaf.
+Status RouteOnRails(const CostParams& p, size_t nranks, StepGraph& g) {
+  if (p.host_of.size() != nranks) {
+    return InvalidArgumentError("rails: need a host map of the " + std::to_string(nranks) +
+                                " ranks (the i-th rank of each host is on rail i)");
+  }
+  if (p.rail_leaf_hosts < 1 || !(p.rail_oversub >= 1)) {
+    return InvalidArgumentError("rails: rail_leaf_hosts must be >= 1 and rail_oversub >= 1");
+  }
+  std::map<int, std::pair<size_t, size_t>> hosts;  // host id -> (ordinal, ranks so far)
+  std::vector<size_t> leaf(nranks);
+  std::map<size_t, double> cap;  // leaf -> its spine links' capacity: its NICs / oversub
+  const auto per_leaf = static_cast<size_t>(p.rail_leaf_hosts);
+  for (size_t r = 0; r < nranks; ++r) {
+    auto it = hosts.emplace(p.host_of[r], std::make_pair(hosts.size(), size_t{0})).first;
+    const size_t rail = it->second.second++;
+    leaf[r] = rail * nranks + it->second.first / per_leaf;
+    cap[leaf[r]] += 1 / p.rail_oversub;
+  }
+  ShareLinks(p, nranks, g, [&](int a, int b) {
+    std::vector<TopoLink> links;
+    if (SameHost(p, a, b)) return links;
+    const auto ua = static_cast<size_t>(a), ub = static_cast<size_t>(b);
+    links.push_back({2 * ua, 1.0});
+    links.push_back({2 * ub + 1, 1.0});
+    if (leaf[ua] != leaf[ub]) {
+      links.push_back({2 * nranks + 2 * leaf[ua], cap[leaf[ua]]});
+      links.push_back({2 * nranks + 2 * leaf[ub] + 1, cap[leaf[ub]]});
+    }
+    return links;
+  });
+  return Status::Ok();
+}
+
 // Fills the critical-path fields of `pred` from `critical`.
 void SetCriticalPath(const Timed& critical, Prediction& pred) {
   pred.critical_path_s = critical.t;
@@ -444,7 +483,7 @@ void AddLoads(const std::vector<RankLoad>& loads, const CostParams& p, Predictio
   for (size_t r = 0; r < loads.size(); ++r) {
     const RankLoad& load = loads[r];
     const int rank = static_cast<int>(r);
-    if (SameHost(p, rank, rank)) {
+    if (SameHost(p, rank, rank) && p.rail_leaf_hosts == 0) {  // rails: a NIC per rank, no shared host link
       const int h = p.host_of[r];
       auto& l = host_link[h];
       l.first += load.inter_egress;
@@ -485,6 +524,7 @@ StatusOr<Prediction> PredictSchedules(const std::vector<Schedule>& schedules, co
   }
   if (!p.torus_dims.empty()) CIUIC_RETURN_IF_ERROR(RouteOnTorus(p, schedules.size(), g));
   if (p.fattree_levels > 0) CIUIC_RETURN_IF_ERROR(RouteOnFatTree(p, schedules.size(), g));
+  if (p.rail_leaf_hosts > 0) CIUIC_RETURN_IF_ERROR(RouteOnRails(p, schedules.size(), g));
   CIUIC_ASSIGN_OR_RETURN(Timed critical, LongestPath(g, p, schedules.empty() ? "" : schedules[0].algorithm));
   Prediction pred;
   pred.method = PredictionMethod::kExact;

@@ -80,6 +80,16 @@ struct CostParams {
   int fattree_down = 0;
   int fattree_levels = 0;
   double fattree_oversub = 1;
+  // A rail-optimised cluster (rail_leaf_hosts > 0; needs host_of): the
+  // i-th rank of every host has a NIC of its own on rail i, and rail i's
+  // leaf switches each join rail_leaf_hosts hosts; leaves meet at a spine
+  // whose links carry a leaf's bandwidth / rail_oversub. A message between
+  // hosts crosses its two NIC links, and also its leaves' links to the
+  // spine when it changes rail or leaf; inside a host it costs the intra
+  // figures and crosses no network link. No host link is shared (a NIC per
+  // rank). At most one of torus, fat tree and rails.
+  int rail_leaf_hosts = 0;
+  double rail_oversub = 1;
   // Two levels: each rank's host (empty: one level, alpha/beta for every
   // message). With a map, a message between ranks of one host costs
   // intra_alpha_s/intra_beta_s_per_byte (shm) and one between hosts
@@ -92,7 +102,7 @@ struct CostParams {
   double intra_beta_s_per_byte = 1e-10;
 };
 
-// Whether `p` names a network topology (a torus or a fat tree).
+// Whether `p` names a network topology (a torus, a fat tree or rails).
 bool HasTopology(const CostParams& p);
 
 // Rough defaults per backend, to be replaced by calibration (ciuic-tune):

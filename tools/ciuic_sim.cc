@@ -21,10 +21,15 @@
 // the links they cross; every rank's schedule is costed) or "fattree"
 // (down=16,levels=2,oversub=2: leaf switches of 16 ranks, each level
 // grouping 16 groups, the groups' links up and down carrying their ranks'
-// bandwidth / oversub, shared likewise), with figures as
+// bandwidth / oversub, shared likewise) or "rail" (with --ranks-per-host
+// K: the i-th rank of every host has its own NIC on rail i; leaf=H hosts
+// per rail leaf switch, default all; leaves meet at a spine whose links
+// carry a leaf's bandwidth / oversub; a message changing rail or leaf
+// climbs to the spine), with figures as
 // "flat:alpha_us=2,gbps=25,gamma_gbps=20,copy_gbps=33" or a file of
 // "key value" lines (model, alpha_us, gbps, intra_alpha_us, intra_gbps,
-// gamma_gbps, copy_gbps, dims, hop_us, down, levels, oversub; # comments). --tuning takes the figures a tuning
+// gamma_gbps, copy_gbps, dims, hop_us, down, levels, oversub, leaf; #
+// comments). --tuning takes the figures a tuning
 // file (ciuic-tune) has for --backend: the plain line, and between hosts
 // the between_hosts line. --cpu-cores C: the ranks share one machine of C
 // cores whose CPUs move the bytes (tcp over loopback, shm), so each rank's
@@ -102,14 +107,16 @@ StatusOr<long long> ParseInt(const std::string& opt, const std::string& s, long 
 
 // The network model: the cost model's parameters at its two levels.
 struct Net {
-  std::string model = "flat";  // flat | hosts | torus | fattree
+  std::string model = "flat";  // flat | hosts | torus | fattree | rail
   coll::CostParams params;
 };
 
 Status SetNetKey(Net& net, const std::string& origin, const std::string& key, const std::string& value) {
   if (key == "model") {
-    if (value != "flat" && value != "hosts" && value != "torus" && value != "fattree") {
-      return ciuic::InvalidArgumentError(origin + ": model '" + value + "' is not one of flat, hosts, torus, fattree");
+    if (value != "flat" && value != "hosts" && value != "torus" && value != "fattree" &&
+        value != "rail") {
+      return ciuic::InvalidArgumentError(origin + ": model '" + value +
+                                         "' is not one of flat, hosts, torus, fattree, rail");
     }
     net.model = value;
     return Status::Ok();
@@ -150,13 +157,19 @@ Status SetNetKey(Net& net, const std::string& origin, const std::string& key, co
                                          (key == "down" ? "2" : "1"));
     }
     (key == "down" ? p.fattree_down : p.fattree_levels) = static_cast<int>(v);
-  } else if (key == "oversub") {
+  } else if (key == "leaf") {
+    if (v != std::floor(v) || v > 1e6) {
+      return ciuic::InvalidArgumentError(origin + ": leaf '" + value + "' is not an integer >= 1");
+    }
+    p.rail_leaf_hosts = static_cast<int>(v);
+  } else if (key == "oversub") {  // the fat tree's or the rails' spine, whichever the model is
     if (v < 1) return ciuic::InvalidArgumentError(origin + ": oversub '" + value + "' is below 1");
     p.fattree_oversub = v;
+    p.rail_oversub = v;
   } else {
     return ciuic::InvalidArgumentError(origin + ": unknown key '" + key +
                                        "' (model, alpha_us, gbps, intra_alpha_us, intra_gbps, gamma_gbps, "
-                                       "copy_gbps, dims, hop_us, down, levels, oversub)");
+                                       "copy_gbps, dims, hop_us, down, levels, oversub, leaf)");
   }
   return Status::Ok();
 }
@@ -164,7 +177,7 @@ Status SetNetKey(Net& net, const std::string& origin, const std::string& key, co
 // "flat", "hosts:alpha_us=2,gbps=25" or a file of "key value" lines.
 Status ParseNet(const std::string& spec, Net& net) {
   const std::string head = spec.substr(0, spec.find(':'));
-  if (head == "flat" || head == "hosts" || head == "torus" || head == "fattree") {
+  if (head == "flat" || head == "hosts" || head == "torus" || head == "fattree" || head == "rail") {
     net.model = head;
     if (spec.size() == head.size()) return Status::Ok();
     for (const std::string& kv : SplitList(spec.substr(head.size() + 1), ',')) {
@@ -177,7 +190,8 @@ Status ParseNet(const std::string& spec, Net& net) {
   std::ifstream in(spec);
   if (!in) {
     return ciuic::InvalidArgumentError("--net: '" + spec +
-                                       "' is neither flat[:...], hosts[:...], torus:dims=AxB[,...], fattree:down=K,levels=L[,...] "
+                                       "' is neither flat[:...], hosts[:...], torus:dims=AxB[,...], fattree:down=K,levels=L[,...], "
+                                       "rail[:...] "
                                        "nor a readable file");
   }
   std::string line;
@@ -245,7 +259,7 @@ int Usage(const std::string& why) {
   std::fprintf(stderr,
                "ciuic-sim: %s\n"
                "usage: ciuic-sim --coll COLLECTIVE --ranks N[,N...] --size S[,S...] [--algo NAME[,NAME]|all]\n"
-               "                 [--net flat|hosts|torus|fattree[:key=value,...]|FILE] [--ranks-per-host K]\n"
+               "                 [--net flat|hosts|torus|fattree|rail[:key=value,...]|FILE] [--ranks-per-host K]\n"
                "                 [--tuning FILE [--backend tcp|verbs|shm]] [--elem-size E] [--chunk BYTES]\n"
                "                 [--channels C] [--radix K] [--exact-steps N] [--cpu-cores C]\n"
                "                 [--format table|csv|json]\n",
@@ -320,12 +334,17 @@ int main(int argc, char** argv) {
     per_host = static_cast<int>(*k);
     if (!opt.count("--net")) net.model = "hosts";
   }
-  if (net.model == "hosts" && per_host < 2) return Usage("--net hosts needs --ranks-per-host K of 2 or more");
+  if ((net.model == "hosts" || net.model == "rail") && per_host < 2) {
+    return Usage("--net " + net.model + " needs --ranks-per-host K of 2 or more");
+  }
+  if (net.model != "rail" && net.params.rail_leaf_hosts > 0) return Usage("--net: leaf is for the rail model");
+  // Rails: one leaf per rail joins every host unless leaf=H says otherwise.
+  if (net.model == "rail" && net.params.rail_leaf_hosts == 0) net.params.rail_leaf_hosts = 1 << 20;
   if (net.model != "torus" && !net.params.torus_dims.empty()) return Usage("--net: dims is for the torus model");
   if (net.model != "fattree" && (net.params.fattree_down > 0 || net.params.fattree_levels > 0)) {
     return Usage("--net: down and levels are for the fattree model");
   }
-  if (net.model == "flat" && per_host > 1) return Usage("--ranks-per-host needs --net hosts");
+  if (net.model == "flat" && per_host > 1) return Usage("--ranks-per-host needs --net hosts or rail");
   if (net.model == "torus" && net.params.torus_dims.empty()) return Usage("--net torus needs dims=AxB[xC]");
   if (net.model != "torus") net.params.torus_dims.clear();
   if (net.model == "fattree" && (net.params.fattree_down < 2 || net.params.fattree_levels < 1)) {
@@ -435,7 +454,13 @@ int main(int argc, char** argv) {
                   std::to_string(net.params.fattree_down) + ", oversubscribed " + Fixed(net.params.fattree_oversub, 1) +
                   ":1";
   }
-  if (!net.params.torus_dims.empty() || net.model == "fattree") {
+  if (net.model == "rail") {
+    model_name += " of " + std::to_string(per_host) + " rails, " +
+                  (net.params.rail_leaf_hosts >= (1 << 20) ? std::string("one leaf per rail")
+                                                           : std::to_string(net.params.rail_leaf_hosts) + " hosts per leaf") +
+                  ", spine oversubscribed " + Fixed(net.params.rail_oversub, 1) + ":1";
+  }
+  if (!net.params.torus_dims.empty() || net.model == "fattree" || net.model == "rail") {
     model_name += ", hop " + Fixed(net.params.hop_latency_s * 1e6, 2) + " us";
   }
   const std::string model_line =

@@ -538,6 +538,45 @@ TEST(CostModelFatTreeTest, GroupsShareTheirUplinks) {
   EXPECT_NE(bad.status().message().find("down must be >= 2"), std::string::npos) << bad.status().ToString();
 }
 
+// Rails: 4 hosts of 8 ranks, the i-th rank of each host on rail i. Traffic
+// that keeps its local index (Rabenseifner's distance-8 and -16 rounds)
+// stays on its rail's leaf; the ring's host boundaries (local 7 to local 0)
+// change rail and climb to the spine, all four from rail 7's leaf, so an
+// oversubscribed spine slows them and a full one does not. With a leaf per
+// host every message between hosts climbs, and Rabenseifner's too.
+TEST(CostModelRailTest, RailAlignedTrafficStaysOffTheSpine) {
+  CostParams p = DefaultCostParams(transport::BackendKind::kVerbs);
+  for (int r = 0; r < 32; ++r) p.host_of.push_back(r / 8);
+  const size_t bytes = 64 << 20;
+  auto hosts = Predict(Collective::kAllReduce, Algorithm::kRabenseifner, bytes, 32, p);
+  p.rail_leaf_hosts = 4;
+  p.rail_oversub = 4;
+  auto ring = Predict(Collective::kAllReduce, Algorithm::kRing, bytes, 32, p);
+  auto rab = Predict(Collective::kAllReduce, Algorithm::kRabenseifner, bytes, 32, p);
+  ASSERT_TRUE(hosts.ok() && ring.ok() && rab.ok()) << ring.status().ToString() << rab.status().ToString();
+  EXPECT_GT(ring->contention_s, ring->bandwidth_s);  // 4 messages on a link of 4 hosts / 4
+  EXPECT_EQ(rab->contention_s, 0);
+  // Every rank has its own NIC: no shared host link bounds Rabenseifner,
+  // which the one-NIC hosts model makes the busiest resource.
+  EXPECT_LT(rab->seconds, hosts->seconds / 2);
+  EXPECT_EQ(rab->busiest, "critical path");
+  p.rail_oversub = 1;
+  auto full = Predict(Collective::kAllReduce, Algorithm::kRing, bytes, 32, p);
+  ASSERT_TRUE(full.ok());
+  EXPECT_EQ(full->contention_s, 0);
+  EXPECT_LT(full->seconds, ring->seconds / 2);
+  p.rail_oversub = 4;
+  p.rail_leaf_hosts = 1;
+  auto per_host = Predict(Collective::kAllReduce, Algorithm::kRabenseifner, bytes, 32, p);
+  ASSERT_TRUE(per_host.ok());
+  EXPECT_GT(per_host->contention_s, 0);
+  EXPECT_GT(per_host->latency_s, rab->latency_s);  // two more hops per message between hosts
+  p.host_of.clear();
+  auto bad = Predict(Collective::kAllReduce, Algorithm::kRing, bytes, 32, p);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("rails: need a host map"), std::string::npos) << bad.status().ToString();
+}
+
 // Review findings: an estimate shares the machine's cores like the other
 // methods; Swing's reflection is a symmetry for even rank counts only.
 TEST(CostModelSymmetryTest, EstimatesShareTheCoresAndSwingNeedsEvenRanks) {
