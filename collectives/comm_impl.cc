@@ -205,6 +205,7 @@ Status CommImpl::Init() {
     selection_.params.host_of = decision_.host_of;
     selection_.params.intra_alpha_s = intra.alpha_s;
     selection_.params.intra_beta_s_per_byte = intra.beta_s_per_byte;
+    selection_.params.dram_intra_beta_s_per_byte = intra.dram_beta_s_per_byte;
   }
   if (tuning_.has_value()) {
     selection_.tuning = &*tuning_;

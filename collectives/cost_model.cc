@@ -185,6 +185,28 @@ CostParams DefaultCostParams(transport::BackendKind kind) {
   return p;
 }
 
+CostParams AtWorkingSet(const CostParams& p, double bytes) {
+  CostParams q = p;
+  const auto& c = p.memory_curve;
+  if (c.size() < 2 || !(c.back().second > c.front().second) || !(bytes > c.front().first)) return q;
+  double s = c.back().second;
+  for (size_t i = 1; i < c.size(); ++i) {
+    if (bytes > c[i].first) continue;
+    const double f = std::log(bytes / c[i - 1].first) / std::log(c[i].first / c[i - 1].first);
+    s = c[i - 1].second + f * (c[i].second - c[i - 1].second);
+    break;
+  }
+  const double t = std::clamp((s - c.front().second) / (c.back().second - c.front().second), 0.0, 1.0);
+  auto toward = [t](double& rate, double dram) {
+    if (dram > 0) rate += t * (dram - rate);
+  };
+  toward(q.beta_s_per_byte, p.dram_beta_s_per_byte);
+  toward(q.intra_beta_s_per_byte, p.dram_intra_beta_s_per_byte);
+  toward(q.copy_s_per_byte, p.dram_copy_s_per_byte);
+  toward(q.gamma_s_per_byte, p.dram_gamma_s_per_byte);
+  return q;
+}
+
 namespace {
 
 // `p` with a host map of the wrong size dropped: such a map would put some
@@ -677,7 +699,7 @@ StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t 
                              const CostParams& params) {
   if (params.elem_size == 0) return InvalidArgumentError("Predict: elem_size must be > 0");
   if (nranks < 1) return InvalidArgumentError("Predict: nranks must be >= 1");
-  const CostParams p = WithHostMapFor(params, static_cast<size_t>(nranks));
+  CostParams p = WithHostMapFor(params, static_cast<size_t>(nranks));
   CollectiveArgs args;
   args.collective = collective;
   args.nranks = nranks;
@@ -694,6 +716,13 @@ StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t 
     const size_t n = static_cast<size_t>(nranks);
     args.counts.assign(4 * n, args.count);
     for (size_t i = 0; i < n; ++i) args.counts[n + i] = args.counts[3 * n + i] = i * args.count;
+  }
+  if (p.memory_curve.size() >= 2) {
+    // The working set: a rank's input and output (each rank on a core of
+    // its own, as the copy curve was measured).
+    if (StatusOr<BufferLayout> l = LayoutFor(args, false); l.ok()) {
+      p = AtWorkingSet(p, static_cast<double>(l->input_count + l->output_count) * static_cast<double>(p.elem_size));
+    }
   }
   if (collective == Collective::kSend || collective == Collective::kRecv) {
     // A point-to-point pair: costed as rank 0 sending to rank 1.

@@ -100,7 +100,24 @@ struct CostParams {
   std::vector<int> host_of;
   double intra_alpha_s = 1e-6;
   double intra_beta_s_per_byte = 1e-10;
+  // Memory: the copy rate by working set, (bytes, seconds per byte) by
+  // increasing bytes, from a cache's rate to DRAM's (ciuic-tune measures
+  // it; tuning file: memory). A call's working set (a rank's input and
+  // output) lands between two points, log-linear in bytes; how far its
+  // copy rate has fallen from the first point toward the last moves the
+  // rates above the same way toward the dram_* figures. Fewer than two
+  // points (or a dram rate of 0): one rate at every size. Predict applies
+  // it (AtWorkingSet).
+  std::vector<std::pair<double, double>> memory_curve;
+  double dram_beta_s_per_byte = 0;
+  double dram_intra_beta_s_per_byte = 0;
+  double dram_copy_s_per_byte = 0;
+  double dram_gamma_s_per_byte = 0;
 };
+
+// `p` with its rates moved toward the dram_* figures for a working set of
+// `bytes` (CostParams::memory_curve).
+CostParams AtWorkingSet(const CostParams& p, double bytes);
 
 // Whether `p` names a network topology (a torus, a fat tree or rails).
 bool HasTopology(const CostParams& p);
@@ -175,7 +192,8 @@ StatusOr<Prediction> PredictSchedules(const std::vector<Schedule>& schedules, co
 // ceil(bytes / elem_size) (per rank where the collective says so, see
 // CollectiveArgs; the v-variants use that count on every rank, all-to-all-v
 // to every peer) and costs
-// them. Errors: those of MakeSchedule and PredictSchedules.
+// them, at the rates of the call's working set (AtWorkingSet). Errors:
+// those of MakeSchedule and PredictSchedules.
 StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t bytes, int nranks,
                              const CostParams& params);
 

@@ -23,7 +23,7 @@ constexpr Collective kAllCollectives[] = {
     Collective::kAllToAll,      Collective::kBarrier,   Collective::kSend,    Collective::kRecv};
 constexpr transport::BackendKind kAllBackends[] = {transport::BackendKind::kShm, transport::BackendKind::kTcp,
                                                    transport::BackendKind::kVerbs};
-constexpr const char* kBackendFields = "alpha_us, beta_gbps, copy_gbps";
+constexpr const char* kBackendFields = "alpha_us, beta_gbps, copy_gbps, beta_dram_gbps, copy_dram_gbps";
 constexpr const char* kBetweenHostsWord = "between_hosts";
 
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\r'; }
@@ -164,12 +164,14 @@ class Parser {
         CIUIC_RETURN_IF_ERROR(BackendLine(f));
       } else if (kw == "gamma") {
         CIUIC_RETURN_IF_ERROR(GammaLine(f));
+      } else if (kw == "memory") {
+        CIUIC_RETURN_IF_ERROR(MemoryLine(f));
       } else if (kw == "rule") {
         CIUIC_RETURN_IF_ERROR(RuleLine(f));
       } else if (kw == kMagic) {
         return Error("'" + std::string(kMagic) + "' again (only once, first)");
       } else {
-        return Error("unknown statement '" + kw + "' (expected meta, backend, gamma or rule)");
+        return Error("unknown statement '" + kw + "' (expected meta, backend, gamma, memory or rule)");
       }
     }
     if (!seen_magic_) {
@@ -240,6 +242,8 @@ class Parser {
       if (f[i] == "alpha_us") slot = &b.alpha_us;
       else if (f[i] == "beta_gbps") slot = &b.beta_gbps;
       else if (f[i] == "copy_gbps") slot = &b.copy_gbps;
+      else if (f[i] == "beta_dram_gbps") slot = &b.beta_dram_gbps;
+      else if (f[i] == "copy_dram_gbps") slot = &b.copy_dram_gbps;
       else return Error("unknown key '" + f[i] + "' in backend " + name + " (valid: " + kBackendFields + ")");
       if (slot->has_value()) return Error("backend " + name + ": " + f[i] + " given twice");
       double v = 0;
@@ -253,7 +257,9 @@ class Parser {
   }
 
   Status GammaLine(const std::vector<std::string>& f) {
-    if (f.size() != 4) return Error("gamma takes a dtype, an op and GB/s (gamma f32 sum 21.5)");
+    if ((f.size() != 4 && f.size() != 6) || (f.size() == 6 && f[4] != "dram")) {
+      return Error("gamma takes a dtype, an op and GB/s, then optionally dram and GB/s (gamma f32 sum 21.5 dram 8)");
+    }
     GammaTuning g;
     g.line = line_;
     if (!FindByName(f[1], kAllDataTypes, &DataTypeName, &g.dtype)) {
@@ -263,12 +269,39 @@ class Parser {
       return Error("unknown op '" + f[2] + "' (valid: " + Names(kAllOps, &ReduceOpName) + ")");
     }
     if (!ParsePositive(f[3], &g.gbps)) return Error("gamma " + f[1] + " " + f[2] + ": '" + f[3] + "' is not a positive number");
+    if (f.size() == 6) {
+      double dram = 0;
+      if (!ParsePositive(f[5], &dram)) {
+        return Error("gamma " + f[1] + " " + f[2] + ": dram '" + f[5] + "' is not a positive number");
+      }
+      g.dram_gbps = dram;
+    }
     for (const GammaTuning& other : tuning_.gammas) {
       if (other.dtype == g.dtype && other.op == g.op) {
         return Error("gamma " + f[1] + " " + f[2] + " given twice (first on line " + std::to_string(other.line) + ")");
       }
     }
     tuning_.gammas.push_back(g);
+    return Status::Ok();
+  }
+
+  Status MemoryLine(const std::vector<std::string>& f) {
+    if (f.size() < 5 || f.size() % 2 != 1) {
+      return Error("memory takes pairs of a working set in bytes and GB/s, at least two (memory 512K 47 128M 6)");
+    }
+    if (!tuning_.memory.empty()) return Error("memory given twice");
+    std::vector<std::pair<size_t, double>> curve;
+    for (size_t i = 1; i + 1 < f.size(); i += 2) {
+      StatusOr<uint64_t> bytes = ParseByteSize(f[i]);
+      if (!bytes.ok()) return Error("memory '" + f[i] + "': " + bytes.status().message());
+      double gbps = 0;
+      if (!ParsePositive(f[i + 1], &gbps)) return Error("memory " + f[i] + ": '" + f[i + 1] + "' is not a positive number");
+      if (!curve.empty() && *bytes <= curve.back().first) {
+        return Error("memory: working sets must increase ('" + f[i] + "' after " + std::to_string(curve.back().first) + ")");
+      }
+      curve.emplace_back(static_cast<size_t>(*bytes), gbps);
+    }
+    tuning_.memory = curve;
     return Status::Ok();
   }
 
@@ -367,7 +400,7 @@ std::string FormatTuning(const Tuning& t) {
   for (const auto& [key, value] : t.meta) out += "meta " + key + " " + value + "\n";
   if (!t.backends.empty()) {
     out += "# backend NAME [between_hosts] alpha_us (one-way 8 B latency) beta_gbps (streaming) copy_gbps (local "
-           "copy)\n";
+           "copy); *_dram_gbps: the same out of DRAM\n";
   }
   for (const BackendTuning& b : t.backends) {
     out += std::string("backend ") + transport::BackendName(b.backend);
@@ -375,11 +408,20 @@ std::string FormatTuning(const Tuning& t) {
     if (b.alpha_us) out += " alpha_us " + Number(*b.alpha_us);
     if (b.beta_gbps) out += " beta_gbps " + Number(*b.beta_gbps);
     if (b.copy_gbps) out += " copy_gbps " + Number(*b.copy_gbps);
+    if (b.beta_dram_gbps) out += " beta_dram_gbps " + Number(*b.beta_dram_gbps);
+    if (b.copy_dram_gbps) out += " copy_dram_gbps " + Number(*b.copy_dram_gbps);
     out += "\n";
   }
-  if (!t.gammas.empty()) out += "# gamma DTYPE OP GB/s of result bytes, dst = a OP b, L2-resident\n";
+  if (!t.gammas.empty()) out += "# gamma DTYPE OP GB/s of result bytes, dst = a OP b, L2-resident [dram GB/s]\n";
   for (const GammaTuning& g : t.gammas) {
-    out += std::string("gamma ") + DataTypeName(g.dtype) + " " + ReduceOpName(g.op) + " " + Number(g.gbps) + "\n";
+    out += std::string("gamma ") + DataTypeName(g.dtype) + " " + ReduceOpName(g.op) + " " + Number(g.gbps) +
+           (g.dram_gbps ? " dram " + Number(*g.dram_gbps) : std::string()) + "\n";
+  }
+  if (!t.memory.empty()) {
+    out += "# memory WORKING_SET GB/s ...: the local copy rate by working set, cache to DRAM\n";
+    out += "memory";
+    for (const auto& [bytes, gbps] : t.memory) out += " " + std::to_string(bytes) + " " + Number(gbps);
+    out += "\n";
   }
   if (!t.rules.empty()) {
     out += "# rule COLLECTIVE BACKEND ranks N [hosts H] from BYTES ALGORITHM (until the next rule's from)\n";
@@ -414,6 +456,12 @@ void ApplyTuning(const Tuning& t, transport::BackendKind backend, CostParams* p,
     if (b->alpha_us) p->alpha_s = *b->alpha_us * 1e-6;
     if (b->beta_gbps) p->beta_s_per_byte = 1.0 / (*b->beta_gbps * 1e9);
     if (b->copy_gbps) p->copy_s_per_byte = 1.0 / (*b->copy_gbps * 1e9);
+    if (b->beta_dram_gbps) p->dram_beta_s_per_byte = 1.0 / (*b->beta_dram_gbps * 1e9);
+    if (b->copy_dram_gbps) p->dram_copy_s_per_byte = 1.0 / (*b->copy_dram_gbps * 1e9);
+  }
+  if (t.memory.size() >= 2) {
+    p->memory_curve.clear();
+    for (const auto& [bytes, gbps] : t.memory) p->memory_curve.emplace_back(static_cast<double>(bytes), 1e-9 / gbps);
   }
   const GammaTuning* found = nullptr;
   for (const GammaTuning& g : t.gammas) {
@@ -422,6 +470,7 @@ void ApplyTuning(const Tuning& t, transport::BackendKind backend, CostParams* p,
     if (found == nullptr && op == ReduceOp::kAvg && g.op == ReduceOp::kSum) found = &g;
   }
   if (found != nullptr) p->gamma_s_per_byte = 1.0 / (found->gbps * 1e9);
+  if (found != nullptr && found->dram_gbps) p->dram_gamma_s_per_byte = 1.0 / (*found->dram_gbps * 1e9);
 }
 
 const TuningRule* FindRule(const Tuning& t, Collective collective, transport::BackendKind backend, int nranks,

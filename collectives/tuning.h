@@ -8,7 +8,7 @@
 // integers of bytes (K/M/G suffixes = KiB/MiB/GiB accepted). Grammar:
 //
 //   file    := "ciuic-tuning 1"          first statement, exactly once
-//              { meta | backend | gamma | rule }
+//              { meta | backend | gamma | memory | rule }
 //   meta    := "meta" KEY TEXT           KEY [a-z0-9_]+; TEXT = the rest of
 //                                        the line (host, date, git, cpu, ...);
 //                                        informational, each KEY once
@@ -27,10 +27,24 @@
 //     beta_gbps VALUE > 0   streaming bandwidth of full-slot writes over a
 //                           Link, GB/s (1e9 B/s): the model's beta = 1/rate
 //     copy_gbps VALUE > 0   local copy rate (slot -> buffer), GB/s
-//   gamma   := "gamma" DTYPE OP GBPS     reduction rate of dst = a OP b at an
+//     beta_dram_gbps, copy_dram_gbps VALUE > 0
+//                           the same from buffers far larger than the
+//                           caches (streamed from DRAM); see cache
+//   gamma   := "gamma" DTYPE OP GBPS [ "dram" GBPS ]
+//                                        reduction rate of dst = a OP b at an
 //                                        L2-resident size, GB/s of result
-//                                        bytes (count x element size / time);
-//                                        one line per (DTYPE, OP)
+//                                        bytes (count x element size / time),
+//                                        and with dram at a DRAM size; one
+//                                        line per (DTYPE, OP)
+//   memory  := "memory" { BYTES GBPS }   at most once, 2 or more pairs by
+//                                        increasing BYTES: the local copy
+//                                        rate at each working set (source
+//                                        and destination bytes); the first
+//                                        is a cache's, the last DRAM's. Where
+//                                        a call's working set falls on it
+//                                        places its rates between the cache
+//                                        figures and the dram ones
+//                                        (CostParams::memory_curve)
 //     DTYPE := i8 u8 i32 u32 i64 u64 f16 bf16 f32 f64;  OP := sum prod min max avg
 //   rule    := "rule" COLL BACKEND "ranks" N [ "hosts" H ] "from" BYTES ALGO
 //     For collective COLL (allreduce, broadcast, ... as CollectiveName), on
@@ -87,6 +101,8 @@ struct BackendTuning {
   std::optional<double> alpha_us;
   std::optional<double> beta_gbps;
   std::optional<double> copy_gbps;
+  std::optional<double> beta_dram_gbps;
+  std::optional<double> copy_dram_gbps;
   bool between_hosts = false;  // measured between hosts (the network level)
   int line = 0;  // where it was read (0: built in code)
 };
@@ -99,6 +115,7 @@ struct GammaTuning {
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   double gbps = 0;
+  std::optional<double> dram_gbps;
   int line = 0;
 };
 
@@ -117,6 +134,7 @@ struct Tuning {
   std::vector<std::pair<std::string, std::string>> meta;  // in file order
   std::vector<BackendTuning> backends;                    // in file order
   std::vector<GammaTuning> gammas;                        // in file order
+  std::vector<std::pair<size_t, double>> memory;          // the memory statement: (bytes, GB/s)
   std::vector<TuningRule> rules;                          // in file order
 };
 
@@ -155,9 +173,10 @@ bool MeasuredOnOneMachine(const Tuning& tuning);
 const BackendTuning* FindBackendLine(const Tuning& tuning, transport::BackendKind backend, TuningLevel level);
 
 // Overrides the fields of `params` the file has for `backend` at `level`
-// (alpha, beta, copy: FindBackendLine) and the gamma of (dtype, op) (avg
-// falls back to sum's gamma: the executor reduces avg as a sum); leaves the
-// others as they are.
+// (alpha, beta, copy and their dram figures: FindBackendLine), the gamma
+// of (dtype, op) and its dram figure (avg falls back to sum's gamma: the
+// executor reduces avg as a sum) and the memory curve; leaves the others
+// as they are.
 void ApplyTuning(const Tuning& tuning, transport::BackendKind backend, CostParams* params,
                  DataType dtype = DataType::kFloat32, ReduceOp op = ReduceOp::kSum,
                  TuningLevel level = TuningLevel::kOneMachine);

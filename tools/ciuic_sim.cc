@@ -313,6 +313,7 @@ int main(int argc, char** argv) {
     coll::ApplyTuning(*t, transport_kind::kShm, &shm);
     net.params.intra_alpha_s = shm.alpha_s;
     net.params.intra_beta_s_per_byte = shm.beta_s_per_byte;
+    net.params.dram_intra_beta_s_per_byte = shm.dram_beta_s_per_byte;
     if (opt.count("--ranks-per-host")) {
       net.params.alpha_s = inter.alpha_s;
       net.params.beta_s_per_byte = inter.beta_s_per_byte;

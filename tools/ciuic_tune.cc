@@ -80,6 +80,8 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kProg = "ciuic-tune";
 constexpr double kHysteresis = 1.05;  // a new winner must be >5% faster
 constexpr size_t kKernelBytes = 256u << 10;
+// Far beyond the caches of today's servers' cores (a DRAM-sized call).
+constexpr size_t kDramBytes = 64u << 20;
 
 struct Options {
   std::vector<int> ranks = {2, 4};
@@ -288,6 +290,11 @@ std::string MetaText(std::string s) {
 struct KernelRates {
   std::vector<std::pair<DataType, double>> reduce_gbps;  // 2-input sum
   double copy_gbps = 0;
+  // Out of DRAM (kDramBytes buffers): copy and the f32 sum; and the copy
+  // rate by working set (2 x the copy's size), kKernelBytes to kDramBytes.
+  double copy_dram_gbps = 0;
+  double sum_dram_gbps = 0;
+  std::vector<std::pair<size_t, double>> memory;
 };
 
 // GB/s of `bytes` per call of `fn`, best of three batches of about `s`.
@@ -338,6 +345,23 @@ StatusOr<KernelRates> MeasureKernels(const kernels::Reducer& reducer, const Effo
   k.copy_gbps = Rate(kKernelBytes, e.kernel_s, [&] {
     reducer.Copy(dst.data(), a.data(), kKernelBytes);
     asm volatile("" : : "r"(dst.data()) : "memory");
+  });
+  // The copy rate by size: the knee is where the caches end, the last size
+  // the DRAM rate. Buffers of ones, written first, so every page is real.
+  std::vector<uint64_t> big_a(kDramBytes / 8, 1), big_b(kDramBytes / 8, 1), big_dst(kDramBytes / 8, 1);
+  for (size_t bytes = kKernelBytes; bytes <= kDramBytes; bytes *= 2) {
+    const double gbps = Rate(bytes, e.kernel_s, [&] {
+      reducer.Copy(big_dst.data(), big_a.data(), bytes);
+      asm volatile("" : : "r"(big_dst.data()) : "memory");
+    });
+    k.memory.emplace_back(2 * bytes, std::round(gbps * 100) / 100);
+    if (bytes == kDramBytes) k.copy_dram_gbps = gbps;
+  }
+  const void* srcs[2] = {big_a.data(), big_b.data()};
+  const size_t count = kDramBytes / 4;
+  k.sum_dram_gbps = Rate(kDramBytes, e.kernel_s, [&] {
+    (void)reducer.Reduce(big_dst.data(), srcs, 2, count, DataType::kFloat32, ReduceOp::kSum);
+    asm volatile("" : : "r"(big_dst.data()) : "memory");
   });
   return k;
 }
@@ -598,17 +622,28 @@ StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string
     }
   }
   // beta: full slots streamed 0 -> 1, then an 8 B answer; a short warm-up
-  // round first.
+  // round first, then the fastest of three (a loopback stream is noisy).
+  // Out of DRAM: each chunk from the next part of a buffer far larger than
+  // the caches, as a large collective's input is; the two interleaved.
   const size_t stream = kind == BackendKind::kShm ? e.stream_bytes : e.stream_bytes / 4;
   const size_t chunks = std::max<size_t>(16, stream / lo.slot_size);
-  double seconds = 0;
-  for (size_t round_chunks : {lo.nslots * 2, chunks}) {
+  std::vector<char> big(role == 0 ? kDramBytes : 0, 1);
+  auto timed = [&](size_t n, bool dram) -> StatusOr<double> {
     const auto t0 = Clock::now();
-    for (size_t i = 0; i < round_chunks; ++i) {
-      CIUIC_RETURN_IF_ERROR(role == 0 ? b.Send(src.data(), lo.slot_size) : b.Recv());
+    for (size_t i = 0; i < n; ++i) {
+      const char* from = dram ? big.data() + (i * lo.slot_size) % (kDramBytes - lo.slot_size + 1) : src.data();
+      CIUIC_RETURN_IF_ERROR(role == 0 ? b.Send(from, lo.slot_size) : b.Recv());
     }
     CIUIC_RETURN_IF_ERROR(role == 0 ? b.Recv() : b.Send(src.data(), 8));
-    seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  CIUIC_RETURN_IF_ERROR(timed(lo.nslots * 2, false).status());
+  double seconds = 1e30, dram_seconds = 1e30;
+  for (int round = 0; round < 3; ++round) {
+    CIUIC_ASSIGN_OR_RETURN(double s, timed(chunks, false));
+    CIUIC_ASSIGN_OR_RETURN(double d, timed(chunks, true));
+    seconds = std::min(seconds, s);
+    dram_seconds = std::min(dram_seconds, d);
   }
   CIUIC_RETURN_IF_ERROR(b.Wait([&] { return b.link->sends_in_flight() == 0; }, "the last write to complete"));
   // Neither side tears the link down while the other still uses it.
@@ -616,9 +651,10 @@ StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string
   CIUIC_RETURN_IF_ERROR(store.Wait({prefix + "/link/done/0", prefix + "/link/done/1"}, timeout));
   if (role != 0) return std::string();
   std::sort(one_way.begin(), one_way.end());
-  char line[160];
-  std::snprintf(line, sizeof(line), "link %s %.6g %.6g %zu", transport::BackendName(kind), one_way[one_way.size() / 2],
-                static_cast<double>(chunks * lo.slot_size) / seconds / 1e9, lo.slot_size);
+  char line[200];
+  std::snprintf(line, sizeof(line), "link %s %.6g %.6g %zu %.6g", transport::BackendName(kind),
+                one_way[one_way.size() / 2], static_cast<double>(chunks * lo.slot_size) / seconds / 1e9, lo.slot_size,
+                static_cast<double>(chunks * lo.slot_size) / dram_seconds / 1e9);
   return std::string(line);
 }
 
@@ -636,21 +672,23 @@ Status MeasureLink(int rank, const std::string& host, uint16_t port, const std::
 
 // A "link ..." line as a backend line of the file (false: not one).
 bool ParseLinkLine(const std::string& line, collectives::BackendTuning* bt, size_t* slot) {
-  double alpha = 0, beta = 0;
+  double alpha = 0, beta = 0, beta_dram = 0;
   char name[16];
   // The line is this tool's own (a child's or a rank's); a malformed one is
   // no result.
   // NOLINTNEXTLINE(cert-err34-c)
-  if (std::sscanf(line.c_str(), "link %15s %lf %lf %zu", name, &alpha, &beta, slot) != 4) return false;
+  if (std::sscanf(line.c_str(), "link %15s %lf %lf %zu %lf", name, &alpha, &beta, slot, &beta_dram) != 5) return false;
   bt->alpha_us = std::round(alpha * 1000) / 1000;
   bt->beta_gbps = std::round(beta * 100) / 100;
+  bt->beta_dram_gbps = std::round(beta_dram * 100) / 100;
   return true;
 }
 
 void PrintLink(const collectives::BackendTuning& bt, size_t slot) {
-  std::printf("# %-5s%s alpha %.3f us (8 B ping-pong over a Link, median one way)  beta %.2f GB/s (%s chunks)\n",
+  std::printf("# %-5s%s alpha %.3f us (8 B ping-pong over a Link, median one way)  beta %.2f GB/s (%s chunks), "
+              "%.2f GB/s out of DRAM\n",
               transport::BackendName(bt.backend), bt.between_hosts ? " between hosts" : "", *bt.alpha_us,
-              *bt.beta_gbps, SizeText(slot).c_str());
+              *bt.beta_gbps, SizeText(slot).c_str(), bt.beta_dram_gbps.value_or(0));
   std::fflush(stdout);
 }
 
@@ -900,9 +938,17 @@ StatusOr<KernelRates> MeasureGammas(const kernels::Reducer& reducer, const Effor
     g.dtype = t;
     g.op = ReduceOp::kSum;
     g.gbps = std::round(gbps * 100) / 100;
+    // Out of DRAM every dtype streams the same bytes: f32's rate, unless
+    // the kernel is slower than that in cache already.
+    g.dram_gbps = std::round(std::min(gbps, rates.sum_dram_gbps) * 100) / 100;
     tuning->gammas.push_back(g);
   }
-  std::printf("\n# copy %.1f GB/s (%s)\n", rates.copy_gbps, SizeText(kKernelBytes).c_str());
+  tuning->memory = rates.memory;
+  std::printf("\n# copy %.1f GB/s (%s)  from DRAM: copy %.1f GB/s, f32 sum %.1f GB/s (%s)\n# copy by working set:",
+              rates.copy_gbps, SizeText(kKernelBytes).c_str(), rates.copy_dram_gbps, rates.sum_dram_gbps,
+              SizeText(kDramBytes).c_str());
+  for (const auto& [bytes, gbps] : rates.memory) std::printf(" %s %.1f", SizeText(bytes).c_str(), gbps);
+  std::printf("\n");
   return rates;
 }
 
@@ -1092,6 +1138,7 @@ int RunLaunched(const Options& o, const Config& config, const kernels::Reducer& 
     if (!rates.ok()) return Fail("kernels: " + rates.status().ToString());
     for (collectives::BackendTuning bt : *links) {
       bt.copy_gbps = std::round(rates->copy_gbps * 100) / 100;
+      bt.copy_dram_gbps = std::round(rates->copy_dram_gbps * 100) / 100;
       tuning.backends.push_back(bt);
     }
     std::fflush(stdout);
@@ -1157,6 +1204,7 @@ int RunLaunched(const Options& o, const Config& config, const kernels::Reducer& 
     params.host_of = impl.host_of();
     params.intra_alpha_s = shm.alpha_s;
     params.intra_beta_s_per_byte = shm.beta_s_per_byte;
+    params.dram_intra_beta_s_per_byte = shm.dram_beta_s_per_byte;
   }
   PrintTable(kind, n, by_algo, sizes, params);
   double wrong = 0;
@@ -1271,6 +1319,7 @@ int Main(int argc, char** argv) {
     collectives::BackendTuning bt;
     bt.backend = kind;
     bt.copy_gbps = std::round(rates->copy_gbps * 100) / 100;
+    bt.copy_dram_gbps = std::round(rates->copy_dram_gbps * 100) / 100;
     Status s = RunRanks(
         2,
         [&](int rank, const std::string& h, uint16_t port, const std::string& secret, const Reporter& out) {

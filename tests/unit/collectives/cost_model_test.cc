@@ -577,6 +577,49 @@ TEST(CostModelRailTest, RailAlignedTrafficStaysOffTheSpine) {
   EXPECT_NE(bad.status().message().find("rails: need a host map"), std::string::npos) << bad.status().ToString();
 }
 
+// Memory: below the curve's first working set the cache rates hold, at its
+// last the DRAM ones; between, every rate moves as far toward its DRAM
+// figure as the copy rate has fallen (log-linear in bytes between points).
+// Predict takes a rank's input and output as the working set: a 64 MiB
+// all-reduce streams from DRAM, a 16 KiB one does not.
+TEST(CostModelTest, LargeWorkingSetsRunAtDramRates) {
+  CostParams p = DefaultCostParams(transport::BackendKind::kShm);
+  p.copy_s_per_byte = 1 / 48e9;
+  p.beta_s_per_byte = 1 / 24e9;
+  p.gamma_s_per_byte = 1 / 20e9;
+  p.dram_copy_s_per_byte = 1 / 12e9;
+  p.dram_beta_s_per_byte = 1 / 8e9;
+  p.dram_gamma_s_per_byte = 1 / 6e9;
+  p.memory_curve = {{1 << 20, 1 / 48e9}, {4 << 20, 1 / 24e9}, {64 << 20, 1 / 12e9}};
+  const CostParams small = AtWorkingSet(p, 512 << 10), large = AtWorkingSet(p, 1 << 30);
+  EXPECT_DOUBLE_EQ(small.beta_s_per_byte, p.beta_s_per_byte);
+  EXPECT_DOUBLE_EQ(large.beta_s_per_byte, p.dram_beta_s_per_byte);
+  EXPECT_DOUBLE_EQ(large.copy_s_per_byte, p.dram_copy_s_per_byte);
+  EXPECT_DOUBLE_EQ(large.gamma_s_per_byte, p.dram_gamma_s_per_byte);
+  // At 4 MiB the copy rate has gone a third of the way in seconds per
+  // byte (1/48 -> 1/24 of 1/48 -> 1/12): so has beta.
+  const CostParams mid = AtWorkingSet(p, 4 << 20);
+  const double t = (1 / 24e9 - 1 / 48e9) / (1 / 12e9 - 1 / 48e9);
+  EXPECT_NEAR(mid.beta_s_per_byte, p.beta_s_per_byte + t * (p.dram_beta_s_per_byte - p.beta_s_per_byte), 1e-15);
+  // 2 MiB: halfway in log(bytes) between the first two points.
+  const double half = 1 / 48e9 + 0.5 * (1 / 24e9 - 1 / 48e9);
+  EXPECT_NEAR(AtWorkingSet(p, 2 << 20).copy_s_per_byte,
+              p.copy_s_per_byte + (half - 1 / 48e9) / (1 / 12e9 - 1 / 48e9) * (p.dram_copy_s_per_byte - p.copy_s_per_byte),
+              1e-15);
+  CostParams flat = p;
+  flat.memory_curve.clear();
+  for (size_t bytes : {size_t{16} << 10, size_t{64} << 20}) {
+    auto with = Predict(Collective::kAllReduce, Algorithm::kRing, bytes, 2, p);
+    auto without = Predict(Collective::kAllReduce, Algorithm::kRing, bytes, 2, flat);
+    ASSERT_TRUE(with.ok() && without.ok());
+    if (bytes < (1u << 20)) {
+      EXPECT_DOUBLE_EQ(with->seconds, without->seconds) << bytes;
+    } else {
+      EXPECT_GT(with->seconds, 2 * without->seconds) << bytes;
+    }
+  }
+}
+
 // Review findings: an estimate shares the machine's cores like the other
 // methods; Swing's reflection is a symmetry for even rank counts only.
 TEST(CostModelSymmetryTest, EstimatesShareTheCoresAndSwingNeedsEvenRanks) {

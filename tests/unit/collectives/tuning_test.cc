@@ -135,6 +135,15 @@ TEST(TuningTest, EveryErrorNamesFileLineAndProblem) {
       {"gamma f128 sum 1", "unknown dtype 'f128' (valid: i8, u8"},
       {"gamma f32 xor 1", "unknown op 'xor' (valid: sum, prod, min, max, avg, band, bor, bxor, premul_sum)"},
       {"gamma f32 sum fast", "'fast' is not a positive number"},
+      {"gamma f32 sum 20 dram", "then optionally dram and GB/s"},
+      {"gamma f32 sum 20 ddr 5", "then optionally dram and GB/s"},
+      {"gamma f32 sum 20 dram 0", "gamma f32 sum: dram '0' is not a positive number"},
+      {"backend shm beta_dram_gbps -2", "beta_dram_gbps '-2' is not a positive number"},
+      {"memory 512K 40", "memory takes pairs of a working set in bytes and GB/s, at least two"},
+      {"memory 512K 40 128M", "memory takes pairs"},
+      {"memory 512K 40 128M slow", "memory 128M: 'slow' is not a positive number"},
+      {"memory 128M 40 512K 6", "memory: working sets must increase ('512K' after 134217728)"},
+      {"memory 512Q 40 128M 6", "memory '512Q'"},
       {"gamma i8 max 1", "gamma i8 max given twice (first on line 4)"},
       {"meta host", "meta needs a key and a text"},
       {"meta Host x", "meta key 'Host' is not [a-z0-9_]+"},
@@ -175,6 +184,39 @@ TEST(TuningTest, EveryErrorNamesFileLineAndProblem) {
   }
   // The preamble alone is fine.
   EXPECT_TRUE(ParseTuning(preamble, "dir/t.txt").ok());
+}
+
+// The DRAM figures: backend fields, a gamma's dram rate and the memory
+// curve, written back as read and applied to the model's parameters.
+TEST(TuningTest, DramFiguresRoundTripAndApply) {
+  const Tuning t = ParseOrDie(
+      "ciuic-tuning 1\n"
+      "backend shm alpha_us 0.4 beta_gbps 25 copy_gbps 48 beta_dram_gbps 8.5 copy_dram_gbps 11\n"
+      "gamma f32 sum 21.5 dram 7.5\n"
+      "memory 512K 47 2M 27.5 128M 11\n");
+  ASSERT_EQ(t.backends.size(), 1u);
+  EXPECT_DOUBLE_EQ(*t.backends[0].beta_dram_gbps, 8.5);
+  EXPECT_DOUBLE_EQ(*t.backends[0].copy_dram_gbps, 11);
+  ASSERT_EQ(t.gammas.size(), 1u);
+  EXPECT_DOUBLE_EQ(*t.gammas[0].dram_gbps, 7.5);
+  ASSERT_EQ(t.memory.size(), 3u);
+  EXPECT_EQ(t.memory[1].first, size_t{2} << 20);
+  EXPECT_DOUBLE_EQ(t.memory[1].second, 27.5);
+  const std::string text = FormatTuning(t);
+  EXPECT_NE(text.find("beta_dram_gbps 8.5 copy_dram_gbps 11\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("gamma f32 sum 21.5 dram 7.5\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("memory 524288 47 2097152 27.5 134217728 11\n"), std::string::npos) << text;
+  EXPECT_EQ(FormatTuning(ParseOrDie(text)), text);
+  EXPECT_NE(ParseTuning(text + "memory 1K 1 2K 1\n", "t").status().message().find("memory given twice"),
+            std::string::npos);
+  CostParams p = DefaultCostParams(BackendKind::kShm);
+  ApplyTuning(t, BackendKind::kShm, &p);
+  EXPECT_DOUBLE_EQ(p.dram_beta_s_per_byte, 1 / 8.5e9);
+  EXPECT_DOUBLE_EQ(p.dram_copy_s_per_byte, 1 / 11e9);
+  EXPECT_DOUBLE_EQ(p.dram_gamma_s_per_byte, 1 / 7.5e9);
+  ASSERT_EQ(p.memory_curve.size(), 3u);
+  EXPECT_DOUBLE_EQ(p.memory_curve[2].first, 128.0 * (1 << 20));
+  EXPECT_DOUBLE_EQ(p.memory_curve[2].second, 1 / 11e9);
 }
 
 TEST(TuningTest, HeaderErrors) {
