@@ -14,7 +14,7 @@ namespace ciuic::collectives {
 using internal::Mod;
 
 bool HasTopology(const CostParams& p) {
-  return !p.torus_dims.empty() || p.fattree_levels > 0 || p.rail_leaf_hosts > 0;
+  return !p.torus_dims.empty() || p.fattree_levels > 0 || p.rail_leaf_hosts > 0 || p.dragonfly_group > 0;
 }
 
 const char* PredictionMethodName(PredictionMethod m) {
@@ -475,6 +475,30 @@ Status RouteOnRails(const CostParams& p, size_t nranks, StepGraph& g) {
   return Status::Ok();
 }
 
+// The dragonfly of p.dragonfly_*: link ids 2r + up/down for rank r's link,
+// then one per ordered pair of groups. A message inside a group crosses its
+// two rank links (one hop); between groups also the global link (three
+// hops: the local hops to and from the routers that hold it).
+Status RouteOnDragonfly(const CostParams& p, size_t nranks, StepGraph& g) {
+  if (p.dragonfly_group < 1 || !(p.dragonfly_global > 0)) {
+    return InvalidArgumentError("dragonfly: group must be >= 1 and global > 0");
+  }
+  const auto group = static_cast<size_t>(p.dragonfly_group);
+  const size_t groups = (nranks + group - 1) / group;
+  ShareLinks(p, nranks, g, [&](int a, int b) {
+    const auto ua = static_cast<size_t>(a), ub = static_cast<size_t>(b);
+    std::vector<TopoLink> links = {{2 * ua, 1.0}, {2 * ub + 1, 1.0}};
+    const size_t ga = ua / group, gb = ub / group;
+    if (ga != gb) {
+      links.push_back({2 * nranks + ga * groups + gb, p.dragonfly_global});
+      links.push_back({2 * nranks + groups * groups + ga, 1e300});  // the hops to and from the global link's routers
+      links.push_back({2 * nranks + groups * groups + groups + gb, 1e300});
+    }
+    return links;
+  });
+  return Status::Ok();
+}
+
 // Fills the critical-path fields of `pred` from `critical`.
 void SetCriticalPath(const Timed& critical, Prediction& pred) {
   pred.critical_path_s = critical.t;
@@ -547,6 +571,7 @@ StatusOr<Prediction> PredictSchedules(const std::vector<Schedule>& schedules, co
   if (!p.torus_dims.empty()) CIUIC_RETURN_IF_ERROR(RouteOnTorus(p, schedules.size(), g));
   if (p.fattree_levels > 0) CIUIC_RETURN_IF_ERROR(RouteOnFatTree(p, schedules.size(), g));
   if (p.rail_leaf_hosts > 0) CIUIC_RETURN_IF_ERROR(RouteOnRails(p, schedules.size(), g));
+  if (p.dragonfly_group > 0) CIUIC_RETURN_IF_ERROR(RouteOnDragonfly(p, schedules.size(), g));
   CIUIC_ASSIGN_OR_RETURN(Timed critical, LongestPath(g, p, schedules.empty() ? "" : schedules[0].algorithm));
   Prediction pred;
   pred.method = PredictionMethod::kExact;

@@ -87,9 +87,18 @@ struct CostParams {
   // hosts crosses its two NIC links, and also its leaves' links to the
   // spine when it changes rail or leaf; inside a host it costs the intra
   // figures and crosses no network link. No host link is shared (a NIC per
-  // rank). At most one of torus, fat tree and rails.
+  // rank). At most one of torus, fat tree, rails and dragonfly.
   int rail_leaf_hosts = 0;
   double rail_oversub = 1;
+  // A dragonfly (dragonfly_group > 0): ranks fill groups of dragonfly_group
+  // in order; inside a group every pair is one hop apart (its routers fully
+  // connected, local links not the bottleneck); each pair of groups has one
+  // global link each way carrying dragonfly_global ranks' bandwidth.
+  // Minimal routes: a message between groups crosses its two rank links
+  // and its groups' global link (three hops: local, global, local), and
+  // messages between the same two groups share that link.
+  int dragonfly_group = 0;
+  double dragonfly_global = 1;
   // Two levels: each rank's host (empty: one level, alpha/beta for every
   // message). With a map, a message between ranks of one host costs
   // intra_alpha_s/intra_beta_s_per_byte (shm) and one between hosts
@@ -119,7 +128,8 @@ struct CostParams {
 // `bytes` (CostParams::memory_curve).
 CostParams AtWorkingSet(const CostParams& p, double bytes);
 
-// Whether `p` names a network topology (a torus, a fat tree or rails).
+// Whether `p` names a network topology (a torus, a fat tree, rails or a
+// dragonfly).
 bool HasTopology(const CostParams& p);
 
 // Rough defaults per backend, to be replaced by calibration (ciuic-tune):

@@ -25,11 +25,14 @@
 // K: the i-th rank of every host has its own NIC on rail i; leaf=H hosts
 // per rail leaf switch, default all; leaves meet at a spine whose links
 // carry a leaf's bandwidth / oversub; a message changing rail or leaf
-// climbs to the spine), with figures as
+// climbs to the spine) or "dragonfly" (group=G,global=C: groups of G ranks,
+// one hop apart inside a group, one global link each way between every
+// two groups at C ranks' bandwidth, minimal routes, shared likewise), with
+// figures as
 // "flat:alpha_us=2,gbps=25,gamma_gbps=20,copy_gbps=33" or a file of
 // "key value" lines (model, alpha_us, gbps, intra_alpha_us, intra_gbps,
-// gamma_gbps, copy_gbps, dims, hop_us, down, levels, oversub, leaf; #
-// comments). --tuning takes the figures a tuning
+// gamma_gbps, copy_gbps, dims, hop_us, down, levels, oversub, leaf, group,
+// global; # comments). --tuning takes the figures a tuning
 // file (ciuic-tune) has for --backend: the plain line, and between hosts
 // the between_hosts line. --cpu-cores C: the ranks share one machine of C
 // cores whose CPUs move the bytes (tcp over loopback, shm), so each rank's
@@ -107,16 +110,16 @@ StatusOr<long long> ParseInt(const std::string& opt, const std::string& s, long 
 
 // The network model: the cost model's parameters at its two levels.
 struct Net {
-  std::string model = "flat";  // flat | hosts | torus | fattree | rail
+  std::string model = "flat";  // flat | hosts | torus | fattree | rail | dragonfly
   coll::CostParams params;
 };
 
 Status SetNetKey(Net& net, const std::string& origin, const std::string& key, const std::string& value) {
   if (key == "model") {
     if (value != "flat" && value != "hosts" && value != "torus" && value != "fattree" &&
-        value != "rail") {
+        value != "rail" && value != "dragonfly") {
       return ciuic::InvalidArgumentError(origin + ": model '" + value +
-                                         "' is not one of flat, hosts, torus, fattree, rail");
+                                         "' is not one of flat, hosts, torus, fattree, rail, dragonfly");
     }
     net.model = value;
     return Status::Ok();
@@ -162,6 +165,13 @@ Status SetNetKey(Net& net, const std::string& origin, const std::string& key, co
       return ciuic::InvalidArgumentError(origin + ": leaf '" + value + "' is not an integer >= 1");
     }
     p.rail_leaf_hosts = static_cast<int>(v);
+  } else if (key == "group") {
+    if (v != std::floor(v) || v > (1 << 24)) {
+      return ciuic::InvalidArgumentError(origin + ": group '" + value + "' is not an integer >= 1");
+    }
+    p.dragonfly_group = static_cast<int>(v);
+  } else if (key == "global") {
+    p.dragonfly_global = v;
   } else if (key == "oversub") {  // the fat tree's or the rails' spine, whichever the model is
     if (v < 1) return ciuic::InvalidArgumentError(origin + ": oversub '" + value + "' is below 1");
     p.fattree_oversub = v;
@@ -169,7 +179,7 @@ Status SetNetKey(Net& net, const std::string& origin, const std::string& key, co
   } else {
     return ciuic::InvalidArgumentError(origin + ": unknown key '" + key +
                                        "' (model, alpha_us, gbps, intra_alpha_us, intra_gbps, gamma_gbps, "
-                                       "copy_gbps, dims, hop_us, down, levels, oversub, leaf)");
+                                       "copy_gbps, dims, hop_us, down, levels, oversub, leaf, group, global)");
   }
   return Status::Ok();
 }
@@ -177,7 +187,8 @@ Status SetNetKey(Net& net, const std::string& origin, const std::string& key, co
 // "flat", "hosts:alpha_us=2,gbps=25" or a file of "key value" lines.
 Status ParseNet(const std::string& spec, Net& net) {
   const std::string head = spec.substr(0, spec.find(':'));
-  if (head == "flat" || head == "hosts" || head == "torus" || head == "fattree" || head == "rail") {
+  if (head == "flat" || head == "hosts" || head == "torus" || head == "fattree" || head == "rail" ||
+      head == "dragonfly") {
     net.model = head;
     if (spec.size() == head.size()) return Status::Ok();
     for (const std::string& kv : SplitList(spec.substr(head.size() + 1), ',')) {
@@ -191,7 +202,7 @@ Status ParseNet(const std::string& spec, Net& net) {
   if (!in) {
     return ciuic::InvalidArgumentError("--net: '" + spec +
                                        "' is neither flat[:...], hosts[:...], torus:dims=AxB[,...], fattree:down=K,levels=L[,...], "
-                                       "rail[:...] "
+                                       "rail[:...], dragonfly:group=G[,...] "
                                        "nor a readable file");
   }
   std::string line;
@@ -259,7 +270,7 @@ int Usage(const std::string& why) {
   std::fprintf(stderr,
                "ciuic-sim: %s\n"
                "usage: ciuic-sim --coll COLLECTIVE --ranks N[,N...] --size S[,S...] [--algo NAME[,NAME]|all]\n"
-               "                 [--net flat|hosts|torus|fattree|rail[:key=value,...]|FILE] [--ranks-per-host K]\n"
+               "                 [--net flat|hosts|torus|fattree|rail|dragonfly[:key=value,...]|FILE] [--ranks-per-host K]\n"
                "                 [--tuning FILE [--backend tcp|verbs|shm]] [--elem-size E] [--chunk BYTES]\n"
                "                 [--channels C] [--radix K] [--exact-steps N] [--cpu-cores C]\n"
                "                 [--format table|csv|json]\n",
@@ -339,6 +350,12 @@ int main(int argc, char** argv) {
     return Usage("--net " + net.model + " needs --ranks-per-host K of 2 or more");
   }
   if (net.model != "rail" && net.params.rail_leaf_hosts > 0) return Usage("--net: leaf is for the rail model");
+  if (net.model != "dragonfly" && net.params.dragonfly_group > 0) {
+    return Usage("--net: group is for the dragonfly model");
+  }
+  if (net.model == "dragonfly" && net.params.dragonfly_group < 1) {
+    return Usage("--net dragonfly needs group=G (ranks per group)");
+  }
   // Rails: one leaf per rail joins every host unless leaf=H says otherwise.
   if (net.model == "rail" && net.params.rail_leaf_hosts == 0) net.params.rail_leaf_hosts = 1 << 20;
   if (net.model != "torus" && !net.params.torus_dims.empty()) return Usage("--net: dims is for the torus model");
@@ -352,7 +369,7 @@ int main(int argc, char** argv) {
     return Usage("--net fattree needs down=K (ranks per leaf switch) and levels=L");
   }
   if (net.model != "fattree") net.params.fattree_levels = 0;
-  if ((net.model == "torus" || net.model == "fattree") && per_host > 1) {
+  if ((net.model == "torus" || net.model == "fattree" || net.model == "dragonfly") && per_host > 1) {
     return Usage("--net " + net.model + " takes one rank per node");
   }
   struct IntOpt {
@@ -461,7 +478,11 @@ int main(int argc, char** argv) {
                                                            : std::to_string(net.params.rail_leaf_hosts) + " hosts per leaf") +
                   ", spine oversubscribed " + Fixed(net.params.rail_oversub, 1) + ":1";
   }
-  if (!net.params.torus_dims.empty() || net.model == "fattree" || net.model == "rail") {
+  if (net.model == "dragonfly") {
+    model_name += " of groups of " + std::to_string(net.params.dragonfly_group) + ", global links of " +
+                  Fixed(net.params.dragonfly_global, 2) + " ranks' bandwidth";
+  }
+  if (!net.params.torus_dims.empty() || net.model == "fattree" || net.model == "rail" || net.model == "dragonfly") {
     model_name += ", hop " + Fixed(net.params.hop_latency_s * 1e6, 2) + " us";
   }
   const std::string model_line =

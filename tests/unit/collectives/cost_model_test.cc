@@ -577,6 +577,39 @@ TEST(CostModelRailTest, RailAlignedTrafficStaysOffTheSpine) {
   EXPECT_NE(bad.status().message().find("rails: need a host map"), std::string::npos) << bad.status().ToString();
 }
 
+// A dragonfly of 16 groups of 16: the ring crosses between groups at one
+// rank per group boundary (no sharing); recursive halving's distance-16+
+// rounds send all 16 ranks of a group over the one global link to a single
+// other group, a 16-way share that wider global links relieve; Swing's
+// peers (1, 3, 5, 11, ... away) spread over many groups.
+TEST(CostModelDragonflyTest, GlobalLinksAreShared) {
+  CostParams p = DefaultCostParams(transport::BackendKind::kVerbs);
+  p.dragonfly_group = 16;
+  p.max_exact_steps = 1 << 20;  // a topology is costed from every rank's schedule
+  const size_t bytes = 16 << 20;
+  auto ring = Predict(Collective::kAllReduce, Algorithm::kRing, bytes, 256, p);
+  auto rab = Predict(Collective::kAllReduce, Algorithm::kRabenseifner, bytes, 256, p);
+  auto swing = Predict(Collective::kAllReduce, Algorithm::kSwing, bytes, 256, p);
+  ASSERT_TRUE(ring.ok() && rab.ok() && swing.ok()) << rab.status().ToString();
+  EXPECT_EQ(ring->contention_s, 0);
+  EXPECT_GT(rab->contention_s, 5 * rab->bandwidth_s);
+  EXPECT_LT(swing->seconds, rab->seconds / 4);
+  p.dragonfly_global = 4;
+  auto wide = Predict(Collective::kAllReduce, Algorithm::kRabenseifner, bytes, 256, p);
+  ASSERT_TRUE(wide.ok());
+  EXPECT_LT(wide->contention_s, rab->contention_s / 3);
+  // Inside one group: one hop less than between groups, no global link.
+  p.dragonfly_group = 256;
+  auto one = Predict(Collective::kAllReduce, Algorithm::kRabenseifner, bytes, 256, p);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->contention_s, 0);
+  EXPECT_LT(one->latency_s, rab->latency_s);
+  p.dragonfly_global = 0;
+  auto bad = Predict(Collective::kAllReduce, Algorithm::kRing, bytes, 256, p);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("dragonfly: group must be >= 1 and global > 0"), std::string::npos);
+}
+
 // Memory: below the curve's first working set the cache rates hold, at its
 // last the DRAM ones; between, every rate moves as far toward its DRAM
 // figure as the copy rate has fallen (log-linear in bytes between points).
