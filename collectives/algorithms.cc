@@ -111,6 +111,10 @@ Status CheckArgs(const CollectiveArgs& a) {
     return InvalidArgumentError(std::string(fn) + ": nchannels " + std::to_string(nch) + " not in [1, " +
                                 std::to_string(kMaxChannels) + "]");
   }
+  if (a.aggregation < 0 || (a.aggregation & (a.aggregation - 1)) != 0) {
+    return InvalidArgumentError(std::string(fn) + ": aggregation " + std::to_string(a.aggregation) +
+                                " is not a power of two (or 0: all)");
+  }
   if (a.radix != 0 && (a.radix < 2 || a.radix > kMaxRadix)) {
     return InvalidArgumentError(std::string(fn) + ": radix " + std::to_string(a.radix) + " not in [2, " +
                                 std::to_string(kMaxRadix) + "] (0 = the default, " + std::to_string(kDefaultRadix) +

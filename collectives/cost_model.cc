@@ -731,6 +731,7 @@ StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t 
   args.count = bytes / p.elem_size + (bytes % p.elem_size ? 1 : 0);
   args.nchannels = p.nchannels;
   args.radix = p.radix;
+  args.aggregation = p.aggregation;
   args.root = p.root;
   args.host_of = p.host_of;
   if (collective == Collective::kAllGatherv || collective == Collective::kReduceScatterv) {

@@ -49,6 +49,7 @@ struct CostParams {
   size_t elem_size = 4;              // bytes per element (Predict converts bytes to a count)
   int nchannels = 1;                 // as passed to the generators
   int radix = 0;                     // the k-nomial radix passed to the generators (0 = default)
+  int aggregation = 0;               // PAT's aggregation passed to the generators (0 = all)
   int root = 0;                      // broadcast / reduce
   // Some host runs more ranks than it has CPUs (rank 0 decides, so every
   // rank selects alike): selection leaves out the entries the registry

@@ -10,7 +10,8 @@
 //   ciuic-sim --coll allreduce --ranks 8,64,65536 --size 8,1M,64M
 //             [--algo ring,swing|all] [--net SPEC|FILE] [--ranks-per-host K]
 //             [--tuning FILE [--backend tcp|verbs|shm]] [--elem-size E]
-//             [--chunk BYTES] [--channels C] [--radix K] [--exact-steps N] [--cpu-cores C]
+//             [--chunk BYTES] [--channels C] [--radix K] [--aggregation A] [--exact-steps N]
+//             [--cpu-cores C]
 //             [--format table|csv|json]
 //
 // --net: "flat" (every pair one alpha and one link per rank), "hosts"
@@ -272,7 +273,7 @@ int Usage(const std::string& why) {
                "usage: ciuic-sim --coll COLLECTIVE --ranks N[,N...] --size S[,S...] [--algo NAME[,NAME]|all]\n"
                "                 [--net flat|hosts|torus|fattree|rail|dragonfly[:key=value,...]|FILE] [--ranks-per-host K]\n"
                "                 [--tuning FILE [--backend tcp|verbs|shm]] [--elem-size E] [--chunk BYTES]\n"
-               "                 [--channels C] [--radix K] [--exact-steps N] [--cpu-cores C]\n"
+               "                 [--channels C] [--radix K] [--aggregation A] [--exact-steps N] [--cpu-cores C]\n"
                "                 [--format table|csv|json]\n",
                why.c_str());
   return kUsage;
@@ -284,7 +285,8 @@ int main(int argc, char** argv) {
   std::map<std::string, std::string> opt;
   const std::vector<std::string> known = {"--coll",  "--algo",     "--ranks", "--size",  "--net",
                                           "--ranks-per-host", "--tuning", "--backend", "--elem-size",
-                                          "--chunk", "--channels", "--radix", "--format", "--exact-steps", "--cpu-cores"};
+                                          "--chunk", "--channels", "--radix", "--format", "--exact-steps", "--cpu-cores",
+                                          "--aggregation"};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "-h" || a == "--help") {
@@ -381,7 +383,7 @@ int main(int argc, char** argv) {
   net.params.max_exact_steps = 2000000;
   for (const IntOpt& o : {IntOpt{"--elem-size", 1, 64}, IntOpt{"--chunk", 1, 1ll << 40},
                           IntOpt{"--channels", 1, coll::kMaxChannels}, IntOpt{"--radix", 2, coll::kMaxRadix},
-                          IntOpt{"--exact-steps", 0, 1ll << 34}}) {
+                          IntOpt{"--exact-steps", 0, 1ll << 34}, IntOpt{"--aggregation", 0, 1 << 24}}) {
     if (!opt.count(o.name)) continue;
     StatusOr<long long> v = ParseInt(o.name, opt[o.name], o.lo, o.hi);
     if (!v.ok()) return Usage(v.status().message());
@@ -391,6 +393,10 @@ int main(int argc, char** argv) {
     if (name == "--channels") net.params.nchannels = static_cast<int>(*v);
     if (name == "--radix") net.params.radix = static_cast<int>(*v);
     if (name == "--exact-steps") net.params.max_exact_steps = static_cast<size_t>(*v);
+    if (name == "--aggregation") {
+      if ((*v & (*v - 1)) != 0) return Usage("--aggregation: " + std::to_string(*v) + " is not a power of two (or 0: all)");
+      net.params.aggregation = static_cast<int>(*v);
+    }
   }
   const std::string format = opt.count("--format") ? opt["--format"] : "table";
   if (format != "table" && format != "csv" && format != "json") {

@@ -83,6 +83,72 @@ class PatLayout {
   std::vector<size_t> pos_;
 };
 
+// Bounded aggregation (CollectiveArgs::aggregation = A, a power of two):
+// with N = 2^ceil(log2 n), the offsets split into D = N / A groups, t =
+// a x D + g. Group 0 (the multiples of D) runs the far-first exchange
+// among its nA = ceil(n / D) blocks across the dimensions log2 D and up (a
+// PatLayout over a, peers D x 2^e away); every other group g comes in one
+// message from its parent g - lowbit(g) across dimension log2 lowbit(g),
+// so at most nA <= A blocks travel together and a rank holds one group per
+// dimension. Every group keeps its blocks in group 0's order of a (bit
+// reversal), restricted to the a < Count(g) it has, which is nA or nA - 1:
+// a message is a group's blocks minus at most one, so one or two runs.
+// A = 0 (or >= N): D = 1, group 0 is everything (full aggregation).
+class PatGroups {
+ public:
+  PatGroups(int n, int aggregation) : n_(n), top_(1) {
+    int k = 0;
+    while ((1 << k) < n) ++k;
+    d_ = 0;
+    if (aggregation > 0) {
+      while ((1 << d_) * aggregation < (1 << k)) ++d_;
+    }
+    top_ = PatLayout(Count(0));
+    std::vector<size_t> shorter(top_.order().size(), 0);
+    size_t i = 0;
+    for (int a : top_.order()) {
+      if (a < Count(0) - 1) shorter[static_cast<size_t>(a)] = i++;
+    }
+    pos_short_ = shorter;
+  }
+  int groups() const { return 1 << d_; }
+  int group_dims() const { return d_; }  // log2 D
+  const PatLayout& top() const { return top_; }
+  // The blocks of group g: a < Count(g) (0 for g >= n).
+  int Count(int g) const { return g >= n_ ? 0 : (n_ - g + groups() - 1) / groups(); }
+  // Group g's blocks in order (values of a), and the position of a there.
+  std::vector<int> Order(int g) const {
+    std::vector<int> out;
+    for (int a : top_.order()) {
+      if (a < Count(g)) out.push_back(a);
+    }
+    return out;
+  }
+  size_t Pos(int g, int a) const {
+    return Count(g) == Count(0) ? top_.pos(a) : pos_short_[static_cast<size_t>(a)];
+  }
+  // Positions in group p's order of the blocks group g (a child of p) gets:
+  // runs (first, length).
+  std::vector<std::pair<size_t, size_t>> SentRuns(int p, int g) const {
+    std::vector<std::pair<size_t, size_t>> runs;
+    for (int a : Order(g)) {
+      const size_t at = Pos(p, a);
+      if (!runs.empty() && runs.back().first + runs.back().second == at) {
+        ++runs.back().second;
+      } else {
+        runs.emplace_back(at, 1);
+      }
+    }
+    return runs;
+  }
+
+ private:
+  int n_;
+  int d_ = 0;
+  PatLayout top_;
+  std::vector<size_t> pos_short_;
+};
+
 }  // namespace ciuic::collectives::generators
 
 #endif  // CIUIC_COLLECTIVES_ALGORITHMS_PAT_LAYOUT_H_

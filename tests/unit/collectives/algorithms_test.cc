@@ -616,6 +616,117 @@ TEST(PatTest, ReduceScatterSumsAlongTheTree) {
   }
 }
 
+// Bounded aggregation: the same results for every A, at most A blocks per
+// message, log2(nA) + min(D, n) - 1 messages (nA = ceil(n / D), D = N / A),
+// and scratch that grows with log2(n / A), not with n.
+TEST(PatTest, BoundedAggregationMatchesTheReference) {
+  uint32_t seed = 11;
+  for (Collective coll : {Collective::kAllGather, Collective::kReduceScatter}) {
+    for (int n : {2, 3, 5, 6, 8, 9, 13, 16, 17, 33}) {
+      for (int agg : {1, 2, 4, 8}) {
+        for (size_t count : {size_t{1}, size_t{7}, size_t{1003}}) {
+          Case c;
+          c.collective = coll;
+          c.algorithm = Algorithm::kPat;
+          c.aggregation = agg;
+          c.nranks = n;
+          c.count = count;
+          c.nchannels = count == 1003 ? 2 : 1;
+          c.chunk_bytes = 64 * sizeof(int32_t);
+          c.slots = 1 + static_cast<int>(seed % 2);
+          c.in_place = seed % 3 == 0;
+          const std::string err = Check<int32_t>(c, Op::kSum, seed++);
+          EXPECT_TRUE(err.empty()) << c.Name() << ": " << err;
+        }
+      }
+    }
+  }
+}
+
+TEST(PatTest, BoundedAggregationBoundsMessagesAndScratch) {
+  for (Collective coll : {Collective::kAllGather, Collective::kReduceScatter}) {
+    for (int agg : {1, 2, 4, 16}) {
+      size_t scratch_64 = 0;
+      for (int n : {8, 13, 64, 100, 1024, 4096}) {
+        int k = 0;
+        while ((1 << k) < n) ++k;
+        const int groups = std::max(1, (1 << k) / agg);
+        int d = 0;
+        while ((1 << d) < groups) ++d;
+        const int na = (n + groups - 1) / groups;
+        int ka = 0;
+        while ((1 << ka) < na) ++ka;
+        CollectiveArgs a;
+        a.collective = coll;
+        a.rank = n / 3;
+        a.nranks = n;
+        a.count = 10;
+        a.aggregation = agg;
+        StatusOr<Schedule> s = MakeSchedule(Algorithm::kPat, a);
+        ASSERT_TRUE(s.ok()) << s.status().ToString();
+        const std::string at = std::string(CollectiveName(coll)) + " n " + std::to_string(n) + " A " +
+                               std::to_string(agg);
+        size_t sends = 0;
+        for (const Step& st : s->steps) {
+          if (!StepSends(st.op)) continue;
+          ++sends;
+          EXPECT_LE(StepCount(st), static_cast<size_t>(agg) * a.count) << at;
+        }
+        EXPECT_EQ(sends, static_cast<size_t>(ka + std::min(groups, n) - 1)) << at;
+        EXPECT_LE(s->scratch_count, static_cast<size_t>(na) * static_cast<size_t>(d + 2) * a.count) << at;
+        if (n == 64) scratch_64 = s->scratch_count;
+        if (n == 4096) {
+          EXPECT_LE(s->scratch_count, 3 * scratch_64) << at << ": grows with n";
+        }
+      }
+    }
+  }
+  CollectiveArgs bad;
+  bad.collective = Collective::kAllGather;
+  bad.nranks = 4;
+  bad.count = 4;
+  bad.aggregation = 3;
+  StatusOr<Schedule> s = MakeSchedule(Algorithm::kPat, bad);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("aggregation 3 is not a power of two"), std::string::npos)
+      << s.status().ToString();
+}
+
+// n = 8, A = 2 (docs/design/pat.md): groups 3, 2, 1, then the top
+// dimension; rank r's block sums as ((x_r + (x_{r-2} + x_{r-3})) + x_{r-1})
+// + ((x_{r-4} + (x_{r-6} + x_{r-7})) + x_{r-5}), whatever the channels,
+// chunks or placement.
+TEST(PatTest, BoundedReduceScatterSumsInItsOrder) {
+  const int n = 8;
+  const size_t count = 257;
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<std::vector<float>> x(n, std::vector<float>(count * n));
+  for (auto& v : x) {
+    for (size_t i = 0; i < v.size(); ++i) v[i] = std::ldexp(dist(rng), static_cast<int>(i % 7) * 4 - 12);
+  }
+  for (int variant = 0; variant < 3; ++variant) {
+    Case c;
+    c.collective = Collective::kReduceScatter;
+    c.algorithm = Algorithm::kPat;
+    c.aggregation = 2;
+    c.nranks = n;
+    c.count = count;
+    c.nchannels = 1 + variant % 2;
+    c.chunk_bytes = variant == 2 ? 4096 : 64;
+    c.in_place = variant == 1;
+    auto got = ::ciuic::collectives::testing::Run<float>(c, Op::kSum, x);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    for (int r = 0; r < n; ++r) {
+      for (size_t i = 0; i < count; ++i) {
+        auto v = [&](int back) { return x[internal::Mod(r - back, n)][static_cast<size_t>(r) * count + i]; };
+        const float want = ((v(0) + (v(2) + v(3))) + v(1)) + ((v(4) + (v(6) + v(7))) + v(5));
+        ASSERT_EQ(0, std::memcmp(&(*got)[r][i], &want, sizeof(float))) << c.Name() << " rank " << r << " element " << i;
+      }
+    }
+  }
+}
+
 std::vector<Pair> AllReducePairs() {
   std::vector<Pair> p;
   for (Algorithm a : AlgorithmsFor(Collective::kAllReduce)) p.push_back({Collective::kAllReduce, a});

@@ -363,6 +363,36 @@ TEST(CostModelSymmetryTest, RankZeroAloneEqualsEveryRank) {
   EXPECT_EQ(symmetric.count("allgather/bruck"), 0u);
 }
 
+// PAT with bounded aggregation keeps the translation symmetry: rank 0's
+// schedule alone costs what every rank's does.
+TEST(CostModelSymmetryTest, BoundedPatIsSymmetric) {
+  for (Collective c : {Collective::kAllGather, Collective::kReduceScatter}) {
+    for (int n : {12, 64}) {
+      CostParams p = DefaultCostParams(transport::BackendKind::kVerbs);
+      p.chunk_bytes = 4096;
+      CollectiveArgs args;
+      args.collective = c;
+      args.nranks = n;
+      args.count = 96;
+      args.aggregation = 4;
+      StatusOr<Symmetry> sym = FindSymmetry(Algorithm::kPat, args);
+      ASSERT_TRUE(sym.ok()) << sym.status().ToString();
+      std::vector<Schedule> all;
+      for (int r = 0; r < n; ++r) {
+        args.rank = r;
+        StatusOr<Schedule> s = MakeSchedule(Algorithm::kPat, args);
+        ASSERT_TRUE(s.ok());
+        all.push_back(*std::move(s));
+      }
+      StatusOr<Prediction> exact = PredictSchedules(all, p);
+      StatusOr<Prediction> sym_pred = PredictSymmetric(all[0], *sym, p);
+      ASSERT_TRUE(exact.ok() && sym_pred.ok());
+      EXPECT_NEAR(sym_pred->seconds, exact->seconds, 1e-9 * exact->seconds) << CollectiveName(c) << " n " << n;
+      EXPECT_EQ(sym_pred->total_bytes_sent, exact->total_bytes_sent);
+    }
+  }
+}
+
 // 65,536 ranks: every symmetric all-reduce is costed exactly (method
 // symmetric), in well under the 60 s ciuic-sim is allowed (the bound here is
 // generous for sanitizers; ciuic-sim's own timing is in perf/RESULTS.md).

@@ -107,13 +107,15 @@ struct Case {
   int root = 0;
   std::vector<int> host_of;  // empty: every rank a host of its own
   int radix = 0;             // the k-nomial radix (0: the default)
+  int aggregation = 0;       // PAT's aggregation (0: all)
 
   std::string Name() const {
     return std::string(CollectiveName(collective)) + "/" + AlgorithmName(algorithm) + " n=" +
            std::to_string(nranks) + " count=" + std::to_string(count) + " ch=" + std::to_string(nchannels) +
            " chunk=" + std::to_string(chunk_bytes) + "B slots=" + std::to_string(slots) +
            (in_place ? " in-place" : " out-of-place") + " root=" + std::to_string(root) +
-           (radix != 0 ? " radix=" + std::to_string(radix) : "") + HostsName();
+           (radix != 0 ? " radix=" + std::to_string(radix) : "") +
+           (aggregation != 0 ? " aggregation=" + std::to_string(aggregation) : "") + HostsName();
   }
   std::string HostsName() const {
     std::string s;
@@ -168,6 +170,7 @@ inline CollectiveArgs ArgsFor(const Case& c, int rank) {
   a.root = c.root;
   a.host_of = c.host_of;
   a.radix = c.radix;
+  a.aggregation = c.aggregation;
   if (c.collective == Collective::kAllGatherv || c.collective == Collective::kReduceScatterv) {
     a.counts = VCounts(c.count, c.nranks);
   }
