@@ -94,6 +94,24 @@ class PatLayout {
 // reversal), restricted to the a < Count(g) it has, which is nA or nA - 1:
 // a message is a group's blocks minus at most one, so one or two runs.
 // A = 0 (or >= N): D = 1, group 0 is everything (full aggregation).
+class PatGroups;
+
+// CollectiveArgs::aggregation 0: full aggregation while its scratch (about
+// n blocks) stays within kPatScratchElements per channel; beyond, the
+// largest A whose regions (A x (log2(N/A) + 2) blocks) do, at least 1. A
+// function of (n, count) alone, so every rank picks the same A (the
+// reduce-scatter's summation order depends on it).
+inline constexpr size_t kPatScratchElements = size_t{1} << 24;
+inline int PatAutoAggregation(int n, size_t count) {
+  if (static_cast<size_t>(n) * count <= kPatScratchElements) return 0;
+  int k = 0;
+  while ((1 << k) < n) ++k;
+  for (int a = k - 1; a >= 1; --a) {
+    if ((size_t{1} << a) * count * static_cast<size_t>(k - a + 2) <= kPatScratchElements) return 1 << a;
+  }
+  return 1;
+}
+
 class PatGroups {
  public:
   PatGroups(int n, int aggregation) : n_(n), top_(1) {

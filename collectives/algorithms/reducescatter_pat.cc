@@ -32,7 +32,7 @@ namespace ciuic::collectives::generators {
 Status ReduceScatterPat(const CollectiveArgs& a, Builder& b) {
   const int n = a.nranks, rank = a.rank;
   const size_t count = a.count;
-  const PatGroups pg(n, a.aggregation);
+  const PatGroups pg(n, a.aggregation == 0 ? PatAutoAggregation(n, a.count) : a.aggregation);
   const PatLayout& top = pg.top();
   const int D = pg.groups(), d = pg.group_dims();
   const auto na = static_cast<size_t>(pg.Count(0));

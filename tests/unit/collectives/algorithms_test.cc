@@ -692,6 +692,27 @@ TEST(PatTest, BoundedAggregationBoundsMessagesAndScratch) {
       << s.status().ToString();
 }
 
+// Aggregation 0: full while n blocks fit 16 Mi elements of scratch per
+// channel (ceil(log2 n) sends), else bounded to fit (1024 ranks of 2^18
+// elements: A = 4, 2 top rounds + 255 groups).
+TEST(PatTest, AutomaticAggregationCapsScratch) {
+  for (Collective coll : {Collective::kAllGather, Collective::kReduceScatter}) {
+    for (size_t count : {size_t{1} << 10, size_t{1} << 18}) {
+      CollectiveArgs a;
+      a.collective = coll;
+      a.rank = 5;
+      a.nranks = 1024;
+      a.count = count;
+      StatusOr<Schedule> s = MakeSchedule(Algorithm::kPat, a);
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      size_t sends = 0;
+      for (const Step& st : s->steps) sends += StepSends(st.op) ? 1 : 0;
+      EXPECT_EQ(sends, count < (size_t{1} << 14) ? 10u : 257u) << count;
+      EXPECT_LE(s->scratch_count, size_t{1} << 24) << count;
+    }
+  }
+}
+
 // n = 8, A = 2 (docs/design/pat.md): groups 3, 2, 1, then the top
 // dimension; rank r's block sums as ((x_r + (x_{r-2} + x_{r-3})) + x_{r-1})
 // + ((x_{r-4} + (x_{r-6} + x_{r-7})) + x_{r-5}), whatever the channels,
