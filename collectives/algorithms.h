@@ -110,9 +110,8 @@ struct CollectiveArgs {
   int radix = 0;
   // PAT's aggregation: at most this many blocks per message and scratch for
   // about aggregation x log2(n / aggregation) blocks; a power of two. 0 =
-  // all (ceil(log2 n) messages) while that scratch stays under 16 Mi
-  // elements per channel, else the largest that does. Every rank must pass
-  // the same.
+  // all (ceil(log2 n) messages) while n blocks stay under 16 Mi elements,
+  // else the largest whose scratch does. Every rank must pass the same.
   int aggregation = 0;
   // Each rank's host, numbered in order of first appearance (empty: every
   // rank a host of its own). Only the hierarchical algorithms read it.

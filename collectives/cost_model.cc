@@ -476,9 +476,10 @@ Status RouteOnRails(const CostParams& p, size_t nranks, StepGraph& g) {
 }
 
 // The dragonfly of p.dragonfly_*: link ids 2r + up/down for rank r's link,
-// then one per ordered pair of groups. A message inside a group crosses its
-// two rank links (one hop); between groups also the global link (three
-// hops: the local hops to and from the routers that hold it).
+// then one per ordered pair of groups. Each link crossed is a hop of
+// hop_latency_s: a message inside a group crosses its two rank links; one
+// between groups also the global link and, as two links that never limit,
+// the local hops to and from the routers that hold it (three more).
 Status RouteOnDragonfly(const CostParams& p, size_t nranks, StepGraph& g) {
   if (p.dragonfly_group < 1 || !(p.dragonfly_global > 0)) {
     return InvalidArgumentError("dragonfly: group must be >= 1 and global > 0");
@@ -567,6 +568,9 @@ StatusOr<Prediction> PredictSchedules(const std::vector<Schedule>& schedules, co
   for (const auto& [k, ids] : sends) {
     const std::vector<size_t>& rv = recvs[k];
     for (size_t m = 0; m < ids.size() && m < rv.size(); ++m) g.Link(ids[m], rv[m], Edge::kStream);
+  }
+  if (int{!p.torus_dims.empty()} + int{p.fattree_levels > 0} + int{p.rail_leaf_hosts > 0} + int{p.dragonfly_group > 0} > 1) {
+    return InvalidArgumentError("PredictSchedules: at most one of torus, fat tree, rails and dragonfly");
   }
   if (!p.torus_dims.empty()) CIUIC_RETURN_IF_ERROR(RouteOnTorus(p, schedules.size(), g));
   if (p.fattree_levels > 0) CIUIC_RETURN_IF_ERROR(RouteOnFatTree(p, schedules.size(), g));

@@ -117,9 +117,21 @@ Status AlgoKnob::CheckTransport(transport::BackendKind backend) const {
   return Status::Ok();
 }
 
+namespace {
+
+// The shared-memory family's cost at the rates of the call's working set
+// (a rank's input and output), as Predict costs the schedules.
+double SharedCost(const AlgorithmInfo& e, const CallShape& call, const CostParams& params, const DirectLimits& limits) {
+  const bool scatter = call.collective == Collective::kReduceScatter || call.collective == Collective::kReduceScatterv;
+  const size_t out = scatter ? call.bytes / static_cast<size_t>(std::max(1, call.nranks)) : call.bytes;
+  return e.cost(call, AtWorkingSet(params, static_cast<double>(call.input_bytes + out)), limits);
+}
+
+}  // namespace
+
 StatusOr<double> PredictCall(const AlgorithmInfo& e, const CallShape& call, const CostParams& params,
                              const DirectLimits& limits) {
-  if (e.kind != AlgorithmKind::kSchedule) return e.cost(call, params, limits);
+  if (e.kind != AlgorithmKind::kSchedule) return SharedCost(e, call, params, limits);
   CostParams p = params;
   p.elem_size = call.elem_size;
   p.root = call.root;
@@ -141,6 +153,7 @@ StatusOr<Selection> Select(const CallShape& call, DataType dtype, ReduceOp op, c
     CostParams tuned = p;
     ApplyTuning(*ctx.tuning, ctx.backend, &tuned, dtype, op);
     p.gamma_s_per_byte = tuned.gamma_s_per_byte;
+    p.dram_gamma_s_per_byte = tuned.dram_gamma_s_per_byte;
   }
 
   // What can run this call, in registry order; why the others cannot.
@@ -198,7 +211,7 @@ StatusOr<Selection> Select(const CallShape& call, DataType dtype, ReduceOp op, c
         if (entry == e) c = Candidate{e, pred.seconds, pred.total_bytes_sent, pred.exact()};
       }
     } else {
-      c.seconds = e->cost(rep_call, p, ctx.limits);
+      c.seconds = SharedCost(*e, rep_call, p, ctx.limits);
     }
     sel.predicted_s.emplace_back(e->name(), c.seconds);
     exact = exact && c.exact;

@@ -294,6 +294,7 @@ class Parser {
     for (size_t i = 1; i + 1 < f.size(); i += 2) {
       StatusOr<uint64_t> bytes = ParseByteSize(f[i]);
       if (!bytes.ok()) return Error("memory '" + f[i] + "': " + bytes.status().message());
+      if (*bytes == 0) return Error("memory: a working set of 0 bytes");
       double gbps = 0;
       if (!ParsePositive(f[i + 1], &gbps)) return Error("memory " + f[i] + ": '" + f[i + 1] + "' is not a positive number");
       if (!curve.empty() && *bytes <= curve.back().first) {
@@ -470,7 +471,7 @@ void ApplyTuning(const Tuning& t, transport::BackendKind backend, CostParams* p,
     if (found == nullptr && op == ReduceOp::kAvg && g.op == ReduceOp::kSum) found = &g;
   }
   if (found != nullptr) p->gamma_s_per_byte = 1.0 / (found->gbps * 1e9);
-  if (found != nullptr && found->dram_gbps) p->dram_gamma_s_per_byte = 1.0 / (*found->dram_gbps * 1e9);
+  if (found != nullptr) p->dram_gamma_s_per_byte = found->dram_gbps ? 1.0 / (*found->dram_gbps * 1e9) : 0;
 }
 
 const TuningRule* FindRule(const Tuning& t, Collective collective, transport::BackendKind backend, int nranks,

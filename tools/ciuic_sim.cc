@@ -330,6 +330,7 @@ int main(int argc, char** argv) {
     if (opt.count("--ranks-per-host")) {
       net.params.alpha_s = inter.alpha_s;
       net.params.beta_s_per_byte = inter.beta_s_per_byte;
+      net.params.dram_beta_s_per_byte = inter.dram_beta_s_per_byte;
     }
   }
   if (opt.count("--cpu-cores")) {
@@ -352,6 +353,10 @@ int main(int argc, char** argv) {
     return Usage("--net " + net.model + " needs --ranks-per-host K of 2 or more");
   }
   if (net.model != "rail" && net.params.rail_leaf_hosts > 0) return Usage("--net: leaf is for the rail model");
+  if (net.model != "dragonfly" && net.params.dragonfly_global != 1) return Usage("--net: global is for the dragonfly model");
+  if (net.model != "fattree" && net.model != "rail" && net.params.fattree_oversub != 1) {
+    return Usage("--net: oversub is for the fattree and rail models");
+  }
   if (net.model != "dragonfly" && net.params.dragonfly_group > 0) {
     return Usage("--net: group is for the dragonfly model");
   }

@@ -346,9 +346,9 @@ StatusOr<KernelRates> MeasureKernels(const kernels::Reducer& reducer, const Effo
     reducer.Copy(dst.data(), a.data(), kKernelBytes);
     asm volatile("" : : "r"(dst.data()) : "memory");
   });
-  // The copy rate by size: the knee is where the caches end, the last size
-  // the DRAM rate. Buffers of ones, written first, so every page is real.
-  std::vector<uint64_t> big_a(kDramBytes / 8, 1), big_b(kDramBytes / 8, 1), big_dst(kDramBytes / 8, 1);
+  // The copy rate by size, from cache to DRAM. Zeros as above (written, so
+  // every page is real).
+  std::vector<uint64_t> big_a(kDramBytes / 8, 0), big_b(kDramBytes / 8, 0), big_dst(kDramBytes / 8, 0);
   for (size_t bytes = kKernelBytes; bytes <= kDramBytes; bytes *= 2) {
     const double gbps = Rate(bytes, e.kernel_s, [&] {
       reducer.Copy(big_dst.data(), big_a.data(), bytes);
@@ -589,7 +589,8 @@ struct LinkBench {
 
 // One side (`role` 0 or 1) of a pair measuring a Link of `kind` whose
 // store keys live under `prefix`; role 0 returns its result line
-// ("link KIND alpha_us beta_gbps slot_bytes"), role 1 an empty one.
+// ("link KIND alpha_us beta_gbps slot_bytes beta_dram_gbps"), role 1 an
+// empty one.
 StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string& prefix, int role,
                                       const std::string& job_id, const Config& config, BackendKind kind,
                                       const Effort& e) {
@@ -627,12 +628,19 @@ StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string
   // the caches, as a large collective's input is; the two interleaved.
   const size_t stream = kind == BackendKind::kShm ? e.stream_bytes : e.stream_bytes / 4;
   const size_t chunks = std::max<size_t>(16, stream / lo.slot_size);
-  std::vector<char> big(role == 0 ? kDramBytes : 0, 1);
+  // Whole slots of a buffer of at least kDramBytes (two slots where slots
+  // are larger), on the sender only.
+  const size_t big_slots = std::max<size_t>(2, kDramBytes / lo.slot_size);
+  std::vector<char> big(role == 0 ? big_slots * lo.slot_size : 0, 1);
   auto timed = [&](size_t n, bool dram) -> StatusOr<double> {
     const auto t0 = Clock::now();
     for (size_t i = 0; i < n; ++i) {
-      const char* from = dram ? big.data() + (i * lo.slot_size) % (kDramBytes - lo.slot_size + 1) : src.data();
-      CIUIC_RETURN_IF_ERROR(role == 0 ? b.Send(from, lo.slot_size) : b.Recv());
+      if (role != 0) {
+        CIUIC_RETURN_IF_ERROR(b.Recv());
+        continue;
+      }
+      const char* from = dram ? big.data() + (i % big_slots) * lo.slot_size : src.data();
+      CIUIC_RETURN_IF_ERROR(b.Send(from, lo.slot_size));
     }
     CIUIC_RETURN_IF_ERROR(role == 0 ? b.Recv() : b.Send(src.data(), 8));
     return std::chrono::duration<double>(Clock::now() - t0).count();

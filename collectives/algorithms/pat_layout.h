@@ -96,11 +96,11 @@ class PatLayout {
 // A = 0 (or >= N): D = 1, group 0 is everything (full aggregation).
 class PatGroups;
 
-// CollectiveArgs::aggregation 0: full aggregation while its scratch (about
-// n blocks) stays within kPatScratchElements per channel; beyond, the
-// largest A whose regions (A x (log2(N/A) + 2) blocks) do, at least 1. A
-// function of (n, count) alone, so every rank picks the same A (the
-// reduce-scatter's summation order depends on it).
+// CollectiveArgs::aggregation 0: full aggregation while n blocks of the
+// whole count (its scratch is 1-1.5 x that) fit kPatScratchElements;
+// beyond, the largest A whose regions (A x (log2(N/A) + 2) blocks) do, at
+// least 1. A function of (n, count) alone, so every rank picks the same A
+// (the reduce-scatter's summation order depends on it).
 inline constexpr size_t kPatScratchElements = size_t{1} << 24;
 inline int PatAutoAggregation(int n, size_t count) {
   if (static_cast<size_t>(n) * count <= kPatScratchElements) return 0;

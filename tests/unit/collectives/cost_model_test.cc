@@ -634,6 +634,11 @@ TEST(CostModelDragonflyTest, GlobalLinksAreShared) {
   ASSERT_TRUE(one.ok());
   EXPECT_EQ(one->contention_s, 0);
   EXPECT_LT(one->latency_s, rab->latency_s);
+  p.torus_dims = {16, 16};
+  auto two = Predict(Collective::kAllReduce, Algorithm::kRing, bytes, 256, p);
+  ASSERT_FALSE(two.ok());
+  EXPECT_NE(two.status().message().find("at most one of torus, fat tree, rails and dragonfly"), std::string::npos);
+  p.torus_dims.clear();
   p.dragonfly_global = 0;
   auto bad = Predict(Collective::kAllReduce, Algorithm::kRing, bytes, 256, p);
   ASSERT_FALSE(bad.ok());

@@ -144,6 +144,7 @@ TEST(TuningTest, EveryErrorNamesFileLineAndProblem) {
       {"memory 512K 40 128M slow", "memory 128M: 'slow' is not a positive number"},
       {"memory 128M 40 512K 6", "memory: working sets must increase ('512K' after 134217728)"},
       {"memory 512Q 40 128M 6", "memory '512Q'"},
+      {"memory 0 40 128M 6", "memory: a working set of 0 bytes"},
       {"gamma i8 max 1", "gamma i8 max given twice (first on line 4)"},
       {"meta host", "meta needs a key and a text"},
       {"meta Host x", "meta key 'Host' is not [a-z0-9_]+"},
