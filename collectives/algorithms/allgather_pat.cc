@@ -41,7 +41,8 @@ Status AllGatherPat(const CollectiveArgs& a, Builder& b) {
   const int nch = b.UseChannels(count, a.nchannels);
   size_t base = 0;
   for (int c = 0; c < nch; ++c) {
-    const auto [po, pc] = EvenPart(0, count, static_cast<size_t>(nch), static_cast<size_t>(c));
+    const auto part = EvenPart(0, count, static_cast<size_t>(nch), static_cast<size_t>(c));
+    const size_t po = part.first, pc = part.second;  // lambdas below capture these (not bindings)
     const size_t pack_at = base + na * (1 + static_cast<size_t>(d)) * pc;
     // Group 0's region, then one per group dimension.
     auto region = [&](int g) {

@@ -40,7 +40,8 @@ Status ReduceScatterPat(const CollectiveArgs& a, Builder& b) {
   const int nch = b.UseChannels(count, a.nchannels);
   size_t base = 0;
   for (int c = 0; c < nch; ++c) {
-    const auto [po, pc] = EvenPart(0, count, static_cast<size_t>(nch), static_cast<size_t>(c));
+    const auto part = EvenPart(0, count, static_cast<size_t>(nch), static_cast<size_t>(c));
+    const size_t po = part.first, pc = part.second;  // lambdas below capture these (not bindings)
     const size_t land_at = base + na * (1 + static_cast<size_t>(d)) * pc;
     auto dim_of = [](int g) { return g == 0 ? -1 : __builtin_ctz(static_cast<unsigned>(g)); };
     auto region = [&](int g) { return base + static_cast<size_t>(dim_of(g) + 1) * na * pc; };
@@ -54,7 +55,10 @@ Status ReduceScatterPat(const CollectiveArgs& a, Builder& b) {
       int sent = -1;
     };
     std::vector<Occupant> regions(static_cast<size_t>(d) + 1);  // [0]: group 0
-    auto occupant = [&](int g) -> Occupant& { return regions[static_cast<size_t>(dim_of(g) + 1)]; };
+    auto occupant = [&](int g) -> Occupant& {
+      const int slot = dim_of(g) + 1;
+      return regions[static_cast<size_t>(slot)];
+    };
     // Group 0 first: the offsets sent first (odd a with D = 1) first, so
     // the first send of full aggregation waits only for them.
     std::vector<int> odd, rest;
