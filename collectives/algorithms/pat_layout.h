@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "collectives/algorithms.h"
+
 namespace ciuic::collectives::generators {
 
 class PatLayout {
@@ -128,6 +130,16 @@ class PatGroups {
       if (a < Count(0) - 1) shorter[static_cast<size_t>(a)] = i++;
     }
     pos_short_ = shorter;
+  }
+  // The groups of a call (aggregation 0: PatAutoAggregation).
+  static PatGroups For(const CollectiveArgs& a) {
+    return PatGroups(a.nranks, a.aggregation == 0 ? PatAutoAggregation(a.nranks, a.count) : a.aggregation);
+  }
+  // Blocks of the area a message of two runs is packed into or lands in:
+  // none on powers of two, else the largest such message.
+  size_t SpareBlocks() const {
+    if ((n_ & (n_ - 1)) == 0) return 0;
+    return d_ > 0 ? static_cast<size_t>(Count(0)) : top_.LargestMessage();
   }
   int groups() const { return 1 << d_; }
   int group_dims() const { return d_; }  // log2 D

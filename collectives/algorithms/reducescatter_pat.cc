@@ -32,11 +32,11 @@ namespace ciuic::collectives::generators {
 Status ReduceScatterPat(const CollectiveArgs& a, Builder& b) {
   const int n = a.nranks, rank = a.rank;
   const size_t count = a.count;
-  const PatGroups pg(n, a.aggregation == 0 ? PatAutoAggregation(n, a.count) : a.aggregation);
+  const PatGroups pg = PatGroups::For(a);
   const PatLayout& top = pg.top();
   const int D = pg.groups(), d = pg.group_dims();
   const auto na = static_cast<size_t>(pg.Count(0));
-  const size_t landing = (n & (n - 1)) == 0 ? 0 : d > 0 ? na : top.LargestMessage();  // blocks of the landing area
+  const size_t landing = pg.SpareBlocks();  // blocks of the landing area
   const int nch = b.UseChannels(count, a.nchannels);
   size_t base = 0;
   for (int c = 0; c < nch; ++c) {

@@ -340,22 +340,29 @@ TEST(HierPipelineTest, LargeVectorsRunInPiecesWithExactResults) {
 // to above the rank count, on powers of the radix and not (extras fold
 // onto proxies), every root, in and out of place; and the determinism the
 // all-reduce promises, at radices other than the default.
+// A case of the research algorithms' matrices: 2 channels for the large
+// count, small chunks, 1-2 slots and in place by `seed`.
+Case MatrixCase(Collective coll, Algorithm algo, int n, size_t count, uint32_t seed) {
+  Case c;
+  c.collective = coll;
+  c.algorithm = algo;
+  c.nranks = n;
+  c.count = count;
+  c.nchannels = count == 1003 ? 2 : 1;
+  c.chunk_bytes = 64 * sizeof(int32_t);
+  c.slots = 1 + static_cast<int>(seed % 2);
+  c.in_place = seed % 3 == 0;
+  return c;
+}
+
 TEST(KnomialTest, EveryRadixMatchesTheReference) {
   uint32_t seed = 7;
   for (Collective coll : {Collective::kAllReduce, Collective::kBroadcast, Collective::kReduce}) {
     for (int radix : {2, 3, 5, 8, 17}) {
       for (int n : {2, 3, 4, 5, 8, 9, 10, 16, 17, 25, 27}) {
         for (size_t count : {size_t{1}, size_t{5}, size_t{1003}}) {
-          Case c;
-          c.collective = coll;
-          c.algorithm = Algorithm::kKnomial;
+          Case c = MatrixCase(coll, Algorithm::kKnomial, n, count, seed);
           c.radix = radix;
-          c.nranks = n;
-          c.count = count;
-          c.nchannels = count == 1003 ? 2 : 1;
-          c.chunk_bytes = 64 * sizeof(int32_t);
-          c.slots = 1 + static_cast<int>(seed % 2);
-          c.in_place = seed % 3 == 0;
           c.root = static_cast<int>(seed % static_cast<uint32_t>(n));
           const std::string err = Check<int32_t>(c, Op::kSum, seed++);
           EXPECT_TRUE(err.empty()) << c.Name() << ": " << err;
@@ -625,16 +632,8 @@ TEST(PatTest, BoundedAggregationMatchesTheReference) {
     for (int n : {2, 3, 5, 6, 8, 9, 13, 16, 17, 33}) {
       for (int agg : {1, 2, 4, 8}) {
         for (size_t count : {size_t{1}, size_t{7}, size_t{1003}}) {
-          Case c;
-          c.collective = coll;
-          c.algorithm = Algorithm::kPat;
+          Case c = MatrixCase(coll, Algorithm::kPat, n, count, seed);
           c.aggregation = agg;
-          c.nranks = n;
-          c.count = count;
-          c.nchannels = count == 1003 ? 2 : 1;
-          c.chunk_bytes = 64 * sizeof(int32_t);
-          c.slots = 1 + static_cast<int>(seed % 2);
-          c.in_place = seed % 3 == 0;
           const std::string err = Check<int32_t>(c, Op::kSum, seed++);
           EXPECT_TRUE(err.empty()) << c.Name() << ": " << err;
         }
