@@ -18,6 +18,20 @@
 
 namespace ciuic::collectives::generators {
 
+// Maximal runs of consecutive values of `positions` (in order): (first
+// position, length).
+inline std::vector<std::pair<size_t, size_t>> PatRuns(const std::vector<size_t>& positions) {
+  std::vector<std::pair<size_t, size_t>> runs;
+  for (size_t p : positions) {
+    if (!runs.empty() && runs.back().first + runs.back().second == p) {
+      ++runs.back().second;
+    } else {
+      runs.emplace_back(p, 1);
+    }
+  }
+  return runs;
+}
+
 class PatLayout {
  public:
   explicit PatLayout(int n) : n_(n) {
@@ -63,20 +77,13 @@ class PatLayout {
   // Maximal runs of consecutive positions of `offsets` (in layout order):
   // (first position, length).
   std::vector<std::pair<size_t, size_t>> Runs(const std::vector<int>& offsets) const {
-    std::vector<std::pair<size_t, size_t>> runs;
-    for (int t : offsets) {
-      const size_t p = pos(t);
-      if (!runs.empty() && runs.back().first + runs.back().second == p) {
-        ++runs.back().second;
-      } else {
-        runs.emplace_back(p, 1);
-      }
-    }
-    return runs;
+    std::vector<size_t> positions;
+    positions.reserve(offsets.size());
+    for (int t : offsets) positions.push_back(pos(t));
+    return PatRuns(positions);
   }
   // The most blocks one message across any dimension carries.
   size_t LargestMessage() const { return k_ == 0 ? 0 : Holders(0).size(); }
-  bool PowerOfTwo() const { return (1 << k_) == n_; }
 
  private:
   int n_;
@@ -160,16 +167,9 @@ class PatGroups {
   // Positions in group p's order of the blocks group g (a child of p) gets:
   // runs (first, length).
   std::vector<std::pair<size_t, size_t>> SentRuns(int p, int g) const {
-    std::vector<std::pair<size_t, size_t>> runs;
-    for (int a : Order(g)) {
-      const size_t at = Pos(p, a);
-      if (!runs.empty() && runs.back().first + runs.back().second == at) {
-        ++runs.back().second;
-      } else {
-        runs.emplace_back(at, 1);
-      }
-    }
-    return runs;
+    std::vector<size_t> positions;
+    for (int a : Order(g)) positions.push_back(Pos(p, a));
+    return PatRuns(positions);
   }
 
  private:
