@@ -252,7 +252,7 @@ StatusOr<CommDecision> AgreeOnCommunicator(transport::Store& store, const std::s
     }
     return NotJoined(store, prefix, size, timeout, text.status());
   }
-  StatusOr<CommDecision> d = CommDecision::Decode(*text);
+  StatusOr<CommDecision> d = CommDecision::Decode(*text, size);
   if (!d.ok() && d.status().code() == StatusCode::kInvalidArgument) return d.status();  // rank 0's refusal
   if (!d.ok()) return Status(d.status().code(), "rank " + std::to_string(rank) + ": " + d.status().message());
   if (d->tuning_id != tuning_id) {
@@ -264,10 +264,6 @@ StatusOr<CommDecision> AgreeOnCommunicator(transport::Store& store, const std::s
     // Ranks that widen differently would send each other different types.
     return InvalidArgumentError("rank " + std::to_string(rank) + ": CIUIC_ACCUMULATE=" + config.accumulate +
                                 " differs from rank 0's " + d->accumulate + ": every rank must use the same");
-  }
-  if (d->host_of.size() != static_cast<size_t>(size)) {
-    return DataLossError("rank " + std::to_string(rank) + ": rank 0's decision lists " +
-                         std::to_string(d->host_of.size()) + " ranks, not " + std::to_string(size));
   }
   if (local != nullptr) {
     CIUIC_ASSIGN_OR_RETURN(std::string l, store.Get(prefix + "/local/" +

@@ -105,7 +105,7 @@ std::string CommDecision::Encode() const {
          " " + tuning_id + " " + accumulate + " " + (forced ? "1" : "0") + " " + hosts + " " + caps;
 }
 
-StatusOr<CommDecision> CommDecision::Decode(const std::string& text) {
+StatusOr<CommDecision> CommDecision::Decode(const std::string& text, int nranks) {
   if (text.rfind(kRefused, 0) == 0) {
     return InvalidArgumentError("rank 0 refused the communicator: " + LogSafe(text.substr(std::strlen(kRefused)), 1024));
   }
@@ -125,7 +125,12 @@ StatusOr<CommDecision> CommDecision::Decode(const std::string& text) {
   // Host indices in order of first appearance: each is at most one more
   // than the largest before it, so a decision has one encoding.
   int next = 0;
+  const size_t want = nranks > 0 ? static_cast<size_t>(nranks) : 0;
   for (size_t at = 0;;) {
+    if (d.host_of.size() == want) {
+      return DataLossError("decision of rank 0 lists more than " + std::to_string(nranks) +
+                           " ranks in its host list, for a communicator of " + std::to_string(nranks));
+    }
     const size_t comma = std::min(f[6].find(',', at), f[6].size());
     int h = 0;
     if (!ParseCanonicalInt(f[6].substr(at, comma - at), next, &h)) {
@@ -135,6 +140,10 @@ StatusOr<CommDecision> CommDecision::Decode(const std::string& text) {
     d.host_of.push_back(h);
     if (comma == f[6].size()) break;
     at = comma + 1;
+  }
+  if (d.host_of.size() != want) {
+    return DataLossError("decision of rank 0 lists " + std::to_string(d.host_of.size()) +
+                         " ranks in its host list, for a communicator of " + std::to_string(nranks));
   }
   if (f[7].size() != d.host_of.size() ||
       std::any_of(f[7].begin(), f[7].end(), [](char c) { return c != '0' && c != '1'; })) {

@@ -69,11 +69,13 @@ struct CommDecision {
   // "<transport> <job id> <0|1> <tuning id> <accumulate> <forced 0|1>
   // <host_of, comma-separated> <verbs as 0/1 per rank>".
   std::string Encode() const;
-  // Errors: kDataLoss naming what is malformed (host indices not in order
-  // of first appearance, lists of different lengths); kInvalidArgument
-  // with rank 0's reason where it refused the communicator (a record of
-  // kRefused and that reason).
-  static StatusOr<CommDecision> Decode(const std::string& text);
+  // `nranks`: the communicator's size; a record for another size is
+  // refused before its lists are read past that many ranks. Errors:
+  // kDataLoss naming what is malformed (host indices not in order of first
+  // appearance, lists of different lengths or not of nranks entries);
+  // kInvalidArgument with rank 0's reason where it refused the communicator
+  // (a record of kRefused and that reason).
+  static StatusOr<CommDecision> Decode(const std::string& text, int nranks);
   static constexpr const char* kRefused = "refused ";
 
   int nhosts() const;

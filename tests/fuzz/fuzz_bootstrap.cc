@@ -41,9 +41,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   // Rank 0's refusal is an error of its own kind, never a decision.
   if (s.rfind(CommDecision::kRefused, 0) == 0) {
-    FUZZ_CHECK(CommDecision::Decode(s).status().code() == ciuic::StatusCode::kInvalidArgument);
+    FUZZ_CHECK(CommDecision::Decode(s, 1).status().code() == ciuic::StatusCode::kInvalidArgument);
   }
-  if (auto d = CommDecision::Decode(s); d.ok()) {
+  // The size a well-formed record of s would have: its verbs list's length.
+  const int nranks = static_cast<int>(std::min<size_t>(s.size() - std::min(s.rfind(' ') + 1, s.size()), 1 << 20));
+  if (auto d = CommDecision::Decode(s, nranks); d.ok()) {
+    FUZZ_CHECK(static_cast<int>(d->host_of.size()) == nranks);
+    FUZZ_CHECK(!CommDecision::Decode(s, nranks + 1).ok());
     FUZZ_CHECK(d->Encode() == s);
     // Hosts in order of first appearance; pair kinds symmetric.
     FUZZ_CHECK(!d->host_of.empty() && d->host_of[0] == 0 && d->verbs.size() == d->host_of.size());

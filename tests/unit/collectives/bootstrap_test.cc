@@ -58,7 +58,7 @@ TEST(BootstrapTest, RecordsRoundTripAndMalformedOnesAreNamed) {
   d.host_of = {0, 0, 1};
   d.verbs = {true, false, true};
   EXPECT_EQ(d.Encode(), "tcp abcd 1 123 wire 0 0,0,1 101");
-  auto e = CommDecision::Decode(d.Encode());
+  auto e = CommDecision::Decode(d.Encode(), 3);
   ASSERT_TRUE(e.ok());
   EXPECT_EQ(e->transport, BackendKind::kTcp);
   EXPECT_EQ(e->job_id, "abcd");
@@ -76,10 +76,23 @@ TEST(BootstrapTest, RecordsRoundTripAndMalformedOnesAreNamed) {
                           "tcp abcd 1 123 wire 0 1 0", "tcp abcd 1 123 wire 0 0,2 00", "tcp abcd 1 123 wire 0 0,1 0",
                           "tcp abcd 1 123 wire 0 0,1 012", "tcp abcd 1 123 wire 0 0,,1 000",
                           "tcp abcd 1 123 wire 0 0,01 00", "tcp abcd 1 123 wire 0 0, 0"}) {
-    auto s = CommDecision::Decode(bad);
+    auto s = CommDecision::Decode(bad, 2);
     EXPECT_EQ(s.status().code(), StatusCode::kDataLoss) << bad;
     EXPECT_NE(s.status().message().find("rank 0"), std::string::npos) << s.status().ToString();
   }
+  // A record for another size is refused, a long one before its lists are
+  // read past the communicator's size.
+  for (int n : {2, 4}) {
+    auto s = CommDecision::Decode(d.Encode(), n);
+    EXPECT_EQ(s.status().code(), StatusCode::kDataLoss) << n;
+    EXPECT_NE(s.status().message().find("for a communicator of " + std::to_string(n)), std::string::npos)
+        << s.status().ToString();
+  }
+  std::string many = "tcp abcd 1 123 wire 0 0";
+  for (int r = 1; r < (1 << 20); ++r) many += ",0";
+  auto s = CommDecision::Decode(many + " " + std::string(1 << 20, '0'), 4);
+  EXPECT_EQ(s.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.status().message().find("more than 4 ranks"), std::string::npos) << s.status().ToString();
 }
 
 TEST(BootstrapTest, LocalRanksRoundTripAndMalformedOnesAreNamed) {
@@ -103,7 +116,7 @@ TEST(BootstrapTest, AMalformedRecordIsQuotedShortAndPrintable) {
   // printable characters, never a megabyte or a forged log line.
   const std::string huge = "node\n[fake] " + std::string(1 << 20, 'x');
   const std::string huge_cpus = "0:" + huge;
-  for (const Status& s : {HostRecord::Decode(huge).status(), CommDecision::Decode(huge).status(),
+  for (const Status& s : {HostRecord::Decode(huge).status(), CommDecision::Decode(huge, 2).status(),
                           LocalRanks::Decode(huge).status(), LocalRanks::Decode(huge_cpus).status()}) {
     EXPECT_EQ(s.code(), StatusCode::kDataLoss);
     EXPECT_LT(s.message().size(), 400u) << s.message().substr(0, 500);
@@ -176,7 +189,7 @@ TEST(BootstrapTest, PairsTakeShmInsideAHostAndTheNetworkBetween) {
   EXPECT_EQ(DescribeRoutes(d, {"x", "y", "z"}),
             "3 hosts (x: ranks 0,3; y: ranks 1; z: ranks 2,4): shm inside hosts (2 pairs), between hosts tcp (6 "
             "pairs) and verbs (2 pairs)");
-  auto back = CommDecision::Decode(d.Encode());
+  auto back = CommDecision::Decode(d.Encode(), 5);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   for (int a = 0; a < 5; ++a) {
     for (int b = 0; b < 5; ++b) EXPECT_EQ(PairKind(*back, a, b), PairKind(d, a, b));
@@ -257,8 +270,8 @@ TEST(BootstrapTest, EveryRankLearnsRankZerosRefusalAtOnce) {
       << one.status().ToString();
   EXPECT_NE(one.status().message().find("rank 1 on far"), std::string::npos) << one.status().ToString();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << "a rank waited out its timeout";
-  EXPECT_EQ(CommDecision::Decode("refused x\ny").status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(CommDecision::Decode("refused x\ny").status().message().find("x\\x0ay"), std::string::npos);
+  EXPECT_EQ(CommDecision::Decode("refused x\ny", 2).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(CommDecision::Decode("refused x\ny", 2).status().message().find("x\\x0ay"), std::string::npos);
 }
 
 // The CIUIC_HOST_ID of a key, with and without /proc's boot id (the INFO
