@@ -190,9 +190,13 @@ StatusOr<Selection> Select(const CallShape& call, DataType dtype, ReduceOp op, c
   const size_t rep = call.bytes == 0 ? 0 : (size_t{1} << klass);
   const CallShape rep_call = Scaled(call, rep);
   const bool oversubscribed = p.ranks_outnumber_cpus && call.nranks > 2;
+  if (cache->nranks != call.nranks || cache->backend != ctx.backend || cache->host_of != ctx.host_of ||
+      cache->level_host_of != p.host_of) {
+    *cache = SelectionCache{call.nranks, ctx.backend, ctx.host_of, p.host_of, {}};
+  }
   const auto key = std::make_tuple(static_cast<int>(call.collective), klass, call.root);
-  auto cached = cache->find(key);
-  if (cached == cache->end()) {
+  auto cached = cache->entries.find(key);
+  if (cached == cache->entries.end()) {
     std::vector<std::pair<const AlgorithmInfo*, Prediction>> preds;
     for (const AlgorithmInfo* e : runnable) {
       if (e->kind != AlgorithmKind::kSchedule) continue;
@@ -200,7 +204,7 @@ StatusOr<Selection> Select(const CallShape& call, DataType dtype, ReduceOp op, c
       CIUIC_ASSIGN_OR_RETURN(Prediction pred, Predict(call.collective, e->id, bytes, call.nranks, p));
       preds.emplace_back(e, pred);
     }
-    cached = cache->emplace(key, std::move(preds)).first;
+    cached = cache->entries.emplace(key, std::move(preds)).first;
   }
   std::vector<Candidate> cands;
   bool exact = true;

@@ -78,9 +78,14 @@ struct Selection {
 // The schedules' predictions per (collective, size class, root): the model
 // runs once per class (with the first call's element type), not per call;
 // per root, since a rooted schedule's cost depends on where the root is
-// (uneven hosts).
-using SelectionCache =
-    std::map<std::tuple<int, int, int>, std::vector<std::pair<const AlgorithmInfo*, Prediction>>>;
+// (uneven hosts). They hold for one shape of communicator: a Select for
+// another rank count, backend or host layout empties the cache first.
+struct SelectionCache {
+  int nranks = 0;
+  transport::BackendKind backend = transport::BackendKind::kShm;
+  std::vector<int> host_of, level_host_of;  // SelectionContext's and its CostParams'
+  std::map<std::tuple<int, int, int>, std::vector<std::pair<const AlgorithmInfo*, Prediction>>> entries;
+};
 
 // Errors: kInvalidArgument (nranks < 1, elem_size 0), those of the model.
 StatusOr<Selection> Select(const CallShape& call, DataType dtype, ReduceOp op, const SelectionContext& ctx,

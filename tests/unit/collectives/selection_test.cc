@@ -294,6 +294,49 @@ TEST(SelectionTest, RootedCollectivesArePredictedPerRoot) {
   }
 }
 
+// A cache answers for one shape of communicator: used for another rank
+// count, backend or host layout, it must predict what a fresh one does.
+TEST(SelectionTest, ACacheIsNotReusedForAnotherShape) {
+  const CostParams shm = DefaultCostParams(BackendKind::kShm);
+  auto context = [&](BackendKind kind, std::vector<int> host_of) {
+    SelectionContext ctx;
+    ctx.backend = kind;
+    ctx.params = DefaultCostParams(kind);
+    ctx.host_of = host_of;
+    ctx.params.host_of = host_of;
+    ctx.params.intra_alpha_s = shm.alpha_s;
+    ctx.params.intra_beta_s_per_byte = shm.beta_s_per_byte;
+    return ctx;
+  };
+  struct Case {
+    SelectionContext ctx;
+    int nranks;
+  };
+  const std::vector<Case> cases = {{context(BackendKind::kTcp, {0, 0, 1, 1}), 4},
+                                   {context(BackendKind::kTcp, {0, 1, 0, 1}), 4},
+                                   {context(BackendKind::kTcp, {}), 4},
+                                   {context(BackendKind::kVerbs, {}), 4},
+                                   {context(BackendKind::kTcp, {}), 8},
+                                   {context(BackendKind::kTcp, {0, 0, 1, 1}), 4}};
+  SelectionCache shared;
+  std::vector<std::vector<std::pair<std::string, double>>> seen;
+  for (const Case& c : cases) {
+    CallShape call = Shape(Collective::kAllReduce, 1 << 16, 4, c.nranks);
+    call.backend = c.ctx.backend;
+    SelectionCache fresh;
+    auto want = Select(call, DataType::kFloat32, ReduceOp::kSum, c.ctx, &fresh);
+    auto got = Select(call, DataType::kFloat32, ReduceOp::kSum, c.ctx, &shared);
+    ASSERT_TRUE(want.ok() && got.ok());
+    EXPECT_EQ(got->predicted_s, want->predicted_s) << "case " << seen.size();
+    EXPECT_EQ(shared.entries.size(), 1u) << "case " << seen.size();
+    seen.push_back(want->predicted_s);
+  }
+  // Each shape predicts differently (else this test could not fail), and the
+  // last, a shape seen before, as it did then.
+  for (size_t i = 1; i + 1 < seen.size(); ++i) EXPECT_NE(seen[i], seen[i - 1]) << i;
+  EXPECT_EQ(seen.back(), seen.front());
+}
+
 TEST(SelectionTest, PredictCallCostsBothKinds) {
   const CostParams p = DefaultCostParams(BackendKind::kShm);
   const DirectLimits l;
