@@ -85,6 +85,9 @@ class CommImpl {
   std::string transport_name() const;
   std::string job_transport_name() const;
   const std::vector<int>& host_of() const { return decision_.host_of; }
+  // CIUIC_TRANSPORT named one transport for every pair (shm inside hosts
+  // included).
+  bool transport_forced() const { return decision_.forced; }
   // The job id every rank of this communicator agreed on.
   const std::string& job_id() const { return decision_.job_id; }
   std::string last_algorithm() const;

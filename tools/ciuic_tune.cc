@@ -1053,6 +1053,8 @@ Status StoreBarrier(transport::Store& store, const std::string& key, int size, s
 // Every rank: measures the links its pairs ask of it, one level at a time
 // (the others wait at a barrier, not on the cores); rank 0 returns the
 // backend lines (shm, and the network's between_hosts), the others none.
+// Under a forced CIUIC_TRANSPORT the pairs inside a host use that
+// transport too, so that is what is measured there (a plain line).
 StatusOr<std::vector<collectives::BackendTuning>> MeasureLevels(Communicator& comm, const Config& base,
                                                                 const Effort& e) {
   collectives::CommImpl& impl = collectives::CommImpl::Of(comm);
@@ -1065,9 +1067,10 @@ StatusOr<std::vector<collectives::BackendTuning>> MeasureLevels(Communicator& co
     int a, b;
     BackendKind kind;
     bool between_hosts;
-    const char* name;  // in store keys and errors
+    const char* name;  // in store keys
   };
-  const std::vector<Level> levels = {{pairs.intra_a, pairs.intra_b, BackendKind::kShm, false, "shm"},
+  const BackendKind inside = impl.transport_forced() ? impl.transport() : BackendKind::kShm;
+  const std::vector<Level> levels = {{pairs.intra_a, pairs.intra_b, inside, false, "inside"},
                                      {0, pairs.net_b, impl.transport(), true, "network"}};
   std::vector<collectives::BackendTuning> out;
   for (const Level& l : levels) {
@@ -1078,8 +1081,10 @@ StatusOr<std::vector<collectives::BackendTuning>> MeasureLevels(Communicator& co
       StatusOr<std::string> line =
           MeasureLinkOver(store, prefix, role, impl.job_id() + "-tune-" + l.name, base, l.kind, e);
       if (!line.ok()) {
-        return Status(line.status().code(), std::string(l.name) + " link of ranks " + std::to_string(l.a) + " and " +
-                                                std::to_string(l.b) + ": " + line.status().message());
+        return Status(line.status().code(), std::string(transport::BackendName(l.kind)) +
+                                                (l.between_hosts ? " link between hosts" : " link") + " of ranks " +
+                                                std::to_string(l.a) + " and " + std::to_string(l.b) + ": " +
+                                                line.status().message());
       }
       if (role == 0) CIUIC_RETURN_IF_ERROR(store.Set(prefix + "/line", *line));
     }

@@ -171,6 +171,33 @@ TEST(CiuicTuneTest, LaunchedOnOneHostTunesItsRankCount) {
   ExpectFile(path, transport::BackendKind::kShm, 3, 1);
 }
 
+// Under a forced CIUIC_TRANSPORT the job's pairs inside the host use it:
+// that is what is measured and tuned (a plain tcp line), not shm, which the
+// job does not use.
+TEST(CiuicTuneTest, LaunchedUnderAForcedTransportMeasuresThatTransport) {
+  const std::string path = TempPath();
+  const Result r = RunLaunched("-n 2 --transport tcp", "--quick -e 4K -o " + path);
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("[0] # tcp   alpha "), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("[0] # shm "), std::string::npos) << r.output;
+  StatusOr<collectives::Tuning> t = collectives::LoadTuningFile(path);
+  std::remove(path.c_str());
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  using collectives::TuningLevel;
+  const collectives::BackendTuning* tcp =
+      collectives::FindBackendLine(*t, transport::BackendKind::kTcp, TuningLevel::kOneMachine);
+  ASSERT_NE(tcp, nullptr) << collectives::FormatTuning(*t);
+  EXPECT_FALSE(tcp->between_hosts);
+  EXPECT_TRUE(tcp->alpha_us && tcp->beta_gbps && tcp->copy_gbps) << collectives::FormatTuning(*t);
+  EXPECT_EQ(collectives::FindBackendLine(*t, transport::BackendKind::kShm, TuningLevel::kOneMachine), nullptr)
+      << collectives::FormatTuning(*t);
+  ASSERT_FALSE(t->rules.empty());
+  for (const collectives::TuningRule& rule : t->rules) {
+    EXPECT_EQ(rule.backend, transport::BackendKind::kTcp) << collectives::FormatRule(rule);
+    EXPECT_EQ(rule.nranks, 2) << collectives::FormatRule(rule);
+  }
+}
+
 TEST(CiuicTuneTest, LaunchedRefusesRankAndTransportFlags) {
   Result r = RunLaunched("-n 2", "-n 2 -o /dev/null");
   EXPECT_EQ(r.rc, 2) << r.output;
