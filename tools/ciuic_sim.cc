@@ -46,7 +46,9 @@
 // the option).
 #include <algorithm>
 #include <chrono>
+#include <cctype>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -78,25 +80,47 @@ std::vector<std::string> SplitList(const std::string& s, char sep) {
   return out;
 }
 
-// "64", "4K", "1M", "2G" (powers of 1024) or "1.5M".
+// "64", "4K", "1M", "2G" (powers of 1024; K, KiB, M, MiB, G, GiB or B) or
+// "1.5M": digits, an optional fraction, a whole number of bytes at most
+// 10^15 ("1.5" and "0.3K" are refused, and so are signs, spaces, exponents).
 StatusOr<size_t> ParseBytes(const std::string& opt, const std::string& s) {
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  double mul = 1;
-  const std::string unit = end ? std::string(end) : "";
+  auto bad = [&](const std::string& why) {
+    return ciuic::InvalidArgumentError(opt + ": '" + s + "' " + why + " (e.g. 8, 64K, 1.5M, 2G)");
+  };
+  constexpr uint64_t kMax = 1000000000000000ull;
+  size_t i = 0;
+  uint64_t whole = 0, frac = 0, scale = 1;
+  for (; i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])); ++i) {
+    if (whole > kMax) return bad("is above 10^15 bytes");
+    whole = whole * 10 + static_cast<uint64_t>(s[i] - '0');
+  }
+  if (i == 0) return bad("is not a size");
+  if (i < s.size() && s[i] == '.') {
+    const size_t first = ++i;
+    for (; i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])); ++i) {
+      if (i - first >= 9) return bad("has more than 9 decimals");
+      frac = frac * 10 + static_cast<uint64_t>(s[i] - '0');
+      scale *= 10;
+    }
+    if (i == first) return bad("is not a size");
+  }
+  const std::string unit = s.substr(i);
+  uint64_t mul = 1;
   if (unit == "K" || unit == "KiB" || unit == "k") {
-    mul = 1024.0;
+    mul = uint64_t{1} << 10;
   } else if (unit == "M" || unit == "MiB") {
-    mul = 1024.0 * 1024;
+    mul = uint64_t{1} << 20;
   } else if (unit == "G" || unit == "GiB") {
-    mul = 1024.0 * 1024 * 1024;
+    mul = uint64_t{1} << 30;
   } else if (!unit.empty() && unit != "B") {
-    return ciuic::InvalidArgumentError(opt + ": '" + s + "' is not a size (e.g. 8, 64K, 1M, 2G)");
+    return bad("is not a size");
   }
-  if (end == s.c_str() || !(v >= 0) || v * mul > 1e15) {
-    return ciuic::InvalidArgumentError(opt + ": '" + s + "' is not a size (e.g. 8, 64K, 1M, 2G)");
-  }
-  return static_cast<size_t>(std::llround(v * mul));
+  // frac < scale <= 10^9 and mul <= 2^30: the product fits in 64 bits.
+  if (frac * mul % scale != 0) return bad("is not a whole number of bytes");
+  if (whole > kMax / mul) return bad("is above 10^15 bytes");
+  const uint64_t bytes = whole * mul + frac * mul / scale;
+  if (bytes > kMax) return bad("is above 10^15 bytes");
+  return static_cast<size_t>(bytes);
 }
 
 StatusOr<long long> ParseInt(const std::string& opt, const std::string& s, long long lo, long long hi) {
