@@ -7,6 +7,7 @@
 // block once into each other host: no block crosses twice.
 // In place: the own block is sent from the input (where the output has it)
 // and nothing writes it; every other block is written once.
+#include <algorithm>
 #include <vector>
 
 #include "collectives/algorithms/generators.h"
@@ -19,38 +20,46 @@ Status AllGatherHierarchical(const CollectiveArgs& a, Builder& b) {
   const int n = a.nranks;
   const std::vector<size_t> counts = internal::BlockCounts(a);
   const std::vector<size_t> displs = internal::PrefixSums(counts);
-  auto block = [&](int r) { return Out(displs[static_cast<size_t>(r)], counts[static_cast<size_t>(r)]); };
-  const Range own_in = In(0, counts[static_cast<size_t>(a.rank)]);
-  b.Copy(own_in, block(a.rank));  // a no-op in place
-
-  // Between hosts: the own block to its agent on every other host; the
-  // blocks this rank stands for, from their owners.
-  for (int h = 0; h < g.nhosts; ++h) {
-    if (h != g.host) b.Send(g.Agent(h, a.rank), 0, own_in);
-  }
-  std::vector<int> got(static_cast<size_t>(n), -1);
-  for (int r = 0; r < n; ++r) {
-    if (g.HostOf(r) != g.host && g.Agent(g.host, r) == a.rank) got[static_cast<size_t>(r)] = b.Recv(r, 0, block(r));
-  }
-
-  // Inside the host: a ring over the sets of blocks each local rank holds.
+  const size_t mine = counts[static_cast<size_t>(a.rank)];
+  b.Copy(In(0, mine), Out(displs[static_cast<size_t>(a.rank)], mine));  // a no-op in place
   const int m = g.size();
-  if (m == 1) return Status::Ok();
   const int j = g.local;
   const int next = g.mine()[static_cast<size_t>(Mod(j + 1, m))], prev = g.mine()[static_cast<size_t>(Mod(j - 1, m))];
-  for (int r : g.BlocksOf(g.host, j, n)) {
-    if (r == a.rank) {
-      b.Send(next, 0, own_in);
-    } else {
-      b.Send(next, 0, block(r), {got[static_cast<size_t>(r)]});
+  // Channel c carries part c of every block through the same exchanges.
+  const int nch = b.UseChannels(*std::max_element(counts.begin(), counts.end()), a.nchannels);
+  for (int c = 0; c < nch; ++c) {
+    auto part = [&](size_t base, size_t count) {
+      return EvenPart(base, count, static_cast<size_t>(nch), static_cast<size_t>(c));
+    };
+    auto block = [&](int r) { return Out(part(displs[static_cast<size_t>(r)], counts[static_cast<size_t>(r)])); };
+    const Range own_in = In(part(0, mine));
+
+    // Between hosts: the own block to its agent on every other host; the
+    // blocks this rank stands for, from their owners.
+    for (int h = 0; h < g.nhosts; ++h) {
+      if (h != g.host) b.Send(g.Agent(h, a.rank), c, own_in);
     }
-  }
-  for (int t = 1; t < m; ++t) {
-    for (int r : g.BlocksOf(g.host, Mod(j - t, m), n)) {
-      if (t < m - 1) {
-        b.RecvCopySend(prev, next, 0, block(r));
+    std::vector<int> got(static_cast<size_t>(n), -1);
+    for (int r = 0; r < n; ++r) {
+      if (g.HostOf(r) != g.host && g.Agent(g.host, r) == a.rank) got[static_cast<size_t>(r)] = b.Recv(r, c, block(r));
+    }
+
+    // Inside the host: a ring over the sets of blocks each local rank holds.
+    if (m == 1) continue;
+    for (int r : g.BlocksOf(g.host, j, n)) {
+      if (r == a.rank) {
+        b.Send(next, c, own_in);
       } else {
-        b.Recv(prev, 0, block(r));
+        b.Send(next, c, block(r), {got[static_cast<size_t>(r)]});
+      }
+    }
+    for (int t = 1; t < m; ++t) {
+      for (int r : g.BlocksOf(g.host, Mod(j - t, m), n)) {
+        if (t < m - 1) {
+          b.RecvCopySend(prev, next, c, block(r));
+        } else {
+          b.Recv(prev, c, block(r));
+        }
       }
     }
   }

@@ -15,26 +15,28 @@ namespace ciuic::collectives::generators {
 
 Status BroadcastHierarchical(const CollectiveArgs& a, Builder& b) {
   const HostGroups g(a);
-  const Range all = Out(0, a.count);
   const std::vector<int> leaders = g.LeadersFromRoot(a.root);
   const std::vector<int> chain = g.LeaderFirst(g.host, a.root);
-  int got = -1;
-  Range src = all;
-  if (a.rank == a.root) {
-    b.Copy(In(0, a.count), all);  // a no-op in place
-    src = In(0, a.count);
-  }
-  const int li = IndexOf(leaders, a.rank);
-  if (li < static_cast<int>(leaders.size())) {  // a leader
-    if (li > 0) got = b.Recv(leaders[static_cast<size_t>(li) - 1], 0, all);
-    if (li + 1 < static_cast<int>(leaders.size())) {
-      b.Send(leaders[static_cast<size_t>(li) + 1], 0, src, {got}, DepMode::kPerChunk);
+  const bool root = a.rank == a.root;
+  if (root) b.Copy(In(0, a.count), Out(0, a.count));  // a no-op in place
+  const int li = IndexOf(leaders, a.rank), p = IndexOf(chain, a.rank);
+  // Channel c carries part c of the vector through the same chains.
+  const int nch = b.UseChannels(a.count, a.nchannels);
+  for (int c = 0; c < nch; ++c) {
+    const auto oc = EvenPart(0, a.count, static_cast<size_t>(nch), static_cast<size_t>(c));
+    const Range dst = Out(oc);
+    const Range src = root ? In(oc) : dst;
+    int got = -1;  // the root sends from its input
+    if (li < static_cast<int>(leaders.size())) {  // a leader
+      if (li > 0) got = b.Recv(leaders[static_cast<size_t>(li) - 1], c, dst);
+      if (li + 1 < static_cast<int>(leaders.size())) {
+        b.Send(leaders[static_cast<size_t>(li) + 1], c, src, {got}, DepMode::kPerChunk);
+      }
     }
-  }
-  const int p = IndexOf(chain, a.rank);
-  if (p > 0) got = b.Recv(chain[static_cast<size_t>(p) - 1], 0, all);
-  if (p + 1 < static_cast<int>(chain.size())) {
-    b.Send(chain[static_cast<size_t>(p) + 1], 0, src, {got}, DepMode::kPerChunk);
+    if (p > 0) got = b.Recv(chain[static_cast<size_t>(p) - 1], c, dst);
+    if (p + 1 < static_cast<int>(chain.size())) {
+      b.Send(chain[static_cast<size_t>(p) + 1], c, src, {got}, DepMode::kPerChunk);
+    }
   }
   return Status::Ok();
 }

@@ -20,38 +20,42 @@ Status ReduceHierarchical(const CollectiveArgs& a, Builder& b) {
   const std::vector<int> chain = g.LeaderFirst(g.host, a.root);
   const int m = static_cast<int>(chain.size());
   const bool root = a.rank == a.root;
-  const Range acc = root ? Out(0, n) : Scr(0, n);
-  const Range in = In(0, n);
   const int p = IndexOf(chain, a.rank);
-  if (p > 0) {  // inside the host, towards its leader
-    const int to = chain[static_cast<size_t>(p) - 1];
-    if (p + 1 == m) {
-      b.Send(to, 0, in);
-    } else {
-      b.Scratch(n);
-      b.RecvReduceSend(chain[static_cast<size_t>(p) + 1], to, 0, in, acc, {}, DepMode::kPerChunk);
-    }
-    return Status::Ok();
-  }
-  // The leader: its host's partial, then the leaders' chain.
-  int host_sum = -1;
-  Range partial = in;
-  if (m > 1) {
-    host_sum = b.RecvReduce(chain[1], 0, in, acc, {}, DepMode::kPerChunk);
-    partial = acc;
-  }
   const int li = IndexOf(leaders, a.rank);
   const int nl = static_cast<int>(leaders.size());
-  if (!root && (m > 1 || li + 1 < nl)) b.Scratch(n);
-  if (li + 1 < nl) {
-    const int from = leaders[static_cast<size_t>(li) + 1];
-    if (root) {
-      b.RecvReduce(from, 0, partial, acc, {host_sum}, DepMode::kPerChunk);
-    } else {
-      b.RecvReduceSend(from, leaders[static_cast<size_t>(li) - 1], 0, partial, acc, {host_sum}, DepMode::kPerChunk);
+  if (!root && ((p > 0 && p + 1 < m) || (p == 0 && (m > 1 || li + 1 < nl)))) b.Scratch(n);
+  // Channel c carries part c of the vector through the same chains.
+  const int nch = b.UseChannels(n, a.nchannels);
+  for (int c = 0; c < nch; ++c) {
+    const auto oc = EvenPart(0, n, static_cast<size_t>(nch), static_cast<size_t>(c));
+    const Range acc = root ? Out(oc) : Scr(oc.first, oc.second);
+    const Range in = In(oc);
+    if (p > 0) {  // inside the host, towards its leader
+      const int to = chain[static_cast<size_t>(p) - 1];
+      if (p + 1 == m) {
+        b.Send(to, c, in);
+      } else {
+        b.RecvReduceSend(chain[static_cast<size_t>(p) + 1], to, c, in, acc, {}, DepMode::kPerChunk);
+      }
+      continue;
     }
-  } else if (!root) {
-    b.Send(leaders[static_cast<size_t>(li) - 1], 0, partial, {host_sum}, DepMode::kPerChunk);
+    // The leader: its host's partial, then the leaders' chain.
+    int host_sum = -1;
+    Range partial = in;
+    if (m > 1) {
+      host_sum = b.RecvReduce(chain[1], c, in, acc, {}, DepMode::kPerChunk);
+      partial = acc;
+    }
+    if (li + 1 < nl) {
+      const int from = leaders[static_cast<size_t>(li) + 1];
+      if (root) {
+        b.RecvReduce(from, c, partial, acc, {host_sum}, DepMode::kPerChunk);
+      } else {
+        b.RecvReduceSend(from, leaders[static_cast<size_t>(li) - 1], c, partial, acc, {host_sum}, DepMode::kPerChunk);
+      }
+    } else if (!root) {
+      b.Send(leaders[static_cast<size_t>(li) - 1], c, partial, {host_sum}, DepMode::kPerChunk);
+    }
   }
   return Status::Ok();
 }

@@ -1014,9 +1014,10 @@ TEST(CollectivesRegistry, EveryScheduleRunsOverLinksWhenForced) {
 // auto and every all-reduce schedule forced, send/recv across and inside.
 StatusOr<std::unique_ptr<Communicator>> MakeHostComm(int rank, transport::Store& store,
                                                      const std::vector<int>& host_of, const std::string& algo,
-                                                     const std::string& transport = "auto") {
+                                                     const std::string& transport = "auto", int nchannels = 1) {
   CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
   config.transport = transport;
+  config.nchannels = nchannels;
   config.algo = algo;
   config.timeout_ms = 60000;
   config.chunk_size = 16 << 10;
@@ -1135,6 +1136,29 @@ TEST(CollectivesHosts, EveryHierarchicalCollectiveOnUnevenHosts) {
         CIUIC_RETURN_IF_ERROR(ran_hier("reduce_scatter"));
         CIUIC_RETURN_IF_ERROR(comm->Barrier());
         CIUIC_RETURN_IF_ERROR(ran_hier("barrier"));
+      }
+      return Status::Ok();
+    }, milliseconds(120000));
+    for (const auto& r : results) EXPECT_TRUE(r.ok()) << n << " ranks:\n" << ResultsText(results);
+  }
+}
+
+// CIUIC_NCHANNELS=3 over real shm and tcp links: every hierarchical
+// collective splits its vector over 3 channels (the pipelined all-reduce's
+// all-gathers over 3 more), exact.
+TEST(CollectivesHosts, HierarchicalOnThreeChannels) {
+  for (const std::vector<int>& host_of : std::vector<std::vector<int>>{{0, 0, 1, 1}, {0, 1, 0, 1, 1}}) {
+    const int n = static_cast<int>(host_of.size());
+    auto results = RunRanks(n, [&](int rank, transport::Store& store) -> Status {
+      CIUIC_ASSIGN_OR_RETURN(auto comm, MakeHostComm(rank, store, host_of, "hier", "auto", 3));
+      int salt = 0;
+      for (size_t count : {size_t{2}, size_t{1000}, size_t{3u << 18} + 1}) {
+        for (bool in_place : {false, true}) {
+          CIUIC_RETURN_IF_ERROR(CheckAllReduce<float>(*comm, count, ReduceOp::kSum, in_place, ++salt));
+        }
+        EXPECT_OR_FAIL(comm->last_algorithm().rfind("hier (forced by CIUIC_ALGO", 0) == 0, "ran " + comm->last_algorithm());
+        if (count > 1000) continue;  // the others' large sizes: the simulator's matrix
+        CIUIC_RETURN_IF_ERROR(CheckOthers(*comm, count, ++salt));
       }
       return Status::Ok();
     }, milliseconds(120000));

@@ -336,6 +336,53 @@ TEST(HierPipelineTest, LargeVectorsRunInPiecesWithExactResults) {
   EXPECT_FALSE(uses_channel_1(size_t{1} << 20, {0, 1}));
 }
 
+// CIUIC_NCHANNELS reaches the hierarchical schedules: with 3 channels every
+// rank's bytes on the wire split over channels 0-2 (a third each, within a
+// chunk's rounding), for every collective with data; the pipelined
+// all-reduce's all-gathers take channels 3-5. Exactness on several channels
+// is the matrix's (nchannels 1 and 2, every host layout).
+TEST(HierChannelsTest, EveryHierarchicalCollectiveUsesTheChannelsAskedFor) {
+  for (Collective coll : {Collective::kAllReduce, Collective::kBroadcast, Collective::kReduce,
+                          Collective::kAllGather, Collective::kReduceScatter}) {
+    for (int rank = 0; rank < 4; ++rank) {
+      CollectiveArgs a;
+      a.collective = coll;
+      a.rank = rank;
+      a.nranks = 4;
+      a.count = 3000;
+      a.root = 1;
+      a.nchannels = 3;
+      a.host_of = {0, 0, 1, 1};
+      StatusOr<Schedule> s = MakeSchedule(Algorithm::kHierarchical, a);
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      EXPECT_EQ(s->nchannels, 3) << CollectiveName(coll);
+      std::vector<size_t> sent(3, 0);
+      size_t total = 0;
+      for (const Step& st : s->steps) {
+        if (st.send_peer < 0) continue;
+        ASSERT_LT(st.channel, 3) << CollectiveName(coll);
+        sent[static_cast<size_t>(st.channel)] += st.src.count;
+        total += st.src.count;
+      }
+      if (total == 0) continue;  // e.g. the broadcast's last rank of a chain
+      for (int c = 0; c < 3; ++c) {
+        EXPECT_EQ(sent[static_cast<size_t>(c)], total / 3) << CollectiveName(coll) << " rank " << rank << " channel " << c;
+      }
+    }
+  }
+  CollectiveArgs big;
+  big.nranks = 4;
+  big.count = size_t{3} << 20;
+  big.nchannels = 3;
+  big.host_of = {0, 0, 1, 1};
+  StatusOr<Schedule> s = MakeSchedule(Algorithm::kHierarchical, big);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->nchannels, 6);
+  std::vector<bool> used(6, false);
+  for (const Step& st : s->steps) used[static_cast<size_t>(st.channel)] = true;
+  EXPECT_EQ(used, std::vector<bool>(6, true));
+}
+
 // The k-nomial family at every radix from 2 (binomial, recursive doubling)
 // to above the rank count, on powers of the radix and not (extras fold
 // onto proxies), every root, in and out of place; and the determinism the
