@@ -11,6 +11,7 @@
 #include <random>
 #include <set>
 
+#include "collectives/selection.h"
 #include "common/log.h"
 #include "transport/backend.h"
 #include "transport/transport.h"
@@ -59,6 +60,37 @@ std::string TuningId(const std::string* canonical_text) {
   return canonical_text == nullptr ? "none" : std::to_string(std::hash<std::string>()(*canonical_text));
 }
 
+StatusOr<std::string> ScheduleKnobs(const Config& config) {
+  CIUIC_ASSIGN_OR_RETURN(AlgoKnob algo, AlgoKnob::Parse(config.algo));
+  return "CIUIC_ALGO=" + algo.Canonical() + ";CIUIC_NCHANNELS=" + std::to_string(config.nchannels);
+}
+
+Status SameScheduleKnobs(const std::string& mine, const std::string& theirs, int rank) {
+  if (mine == theirs) return Status::Ok();
+  auto split = [](const std::string& text) {
+    std::map<std::string, std::string> out;
+    for (size_t at = 0; at <= text.size();) {
+      const size_t end = std::min(text.find(';', at), text.size());
+      const std::string item = text.substr(at, end - at);
+      const size_t eq = item.find('=');
+      if (eq != std::string::npos) out[item.substr(0, eq)] = item.substr(eq + 1);
+      at = end + 1;
+    }
+    return out;
+  };
+  const std::map<std::string, std::string> a = split(mine), b = split(theirs);
+  for (const auto& [name, value] : a) {
+    auto it = b.find(name);
+    const std::string other = it == b.end() ? "(not set)" : LogSafe(it->second, 256);
+    if (it == b.end() || it->second != value) {
+      return InvalidArgumentError("rank " + std::to_string(rank) + ": " + name + "=" + value + " differs from rank 0's " +
+                                  other + ": every rank must use the same (ranks would run different schedules)");
+    }
+  }
+  return InvalidArgumentError("rank " + std::to_string(rank) + ": the schedule knobs '" + LogSafe(mine, 256) +
+                              "' differ from rank 0's '" + LogSafe(theirs, 256) + "': every rank must use the same");
+}
+
 CommDecision Decide(const std::vector<HostRecord>& hosts, const Config& config, int world_size,
                     const std::string& tuning_id) {
   (void)world_size;
@@ -66,6 +98,8 @@ CommDecision Decide(const std::vector<HostRecord>& hosts, const Config& config, 
   d.job_id = RandomHex(8);
   d.tuning_id = tuning_id;
   d.accumulate = config.accumulate;
+  // A CIUIC_ALGO that does not parse fails in the communicator on every rank.
+  if (StatusOr<std::string> knobs = ScheduleKnobs(config); knobs.ok()) d.knobs = *knobs;
   // Hosts by key in order of first appearance. Ranks and the union of
   // their CPUs per machine (the key's boot id): simulated hosts and
   // CIUIC_HOST_ID split a machine, not its CPUs.
@@ -264,6 +298,9 @@ StatusOr<CommDecision> AgreeOnCommunicator(transport::Store& store, const std::s
     // Ranks that widen differently would send each other different types.
     return InvalidArgumentError("rank " + std::to_string(rank) + ": CIUIC_ACCUMULATE=" + config.accumulate +
                                 " differs from rank 0's " + d->accumulate + ": every rank must use the same");
+  }
+  if (StatusOr<std::string> knobs = ScheduleKnobs(config); knobs.ok() && d->knobs != "-") {
+    CIUIC_RETURN_IF_ERROR(SameScheduleKnobs(*knobs, d->knobs, rank));
   }
   if (local != nullptr) {
     CIUIC_ASSIGN_OR_RETURN(std::string l, store.Get(prefix + "/local/" +

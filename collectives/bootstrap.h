@@ -34,6 +34,16 @@ inline std::string InitFailedKey(const std::string& prefix, int rank) {
 // "none".
 std::string TuningId(const std::string* canonical_text);
 
+// The knobs that shape every schedule, as CommDecision::knobs carries them:
+// "CIUIC_ALGO=<AlgoKnob::Canonical>;CIUIC_NCHANNELS=<n>". Errors: CIUIC_ALGO's
+// parse error (the communicator reports it).
+StatusOr<std::string> ScheduleKnobs(const Config& config);
+
+// kInvalidArgument naming the first knob where `mine` differs from rank
+// 0's `theirs` ("rank 1: CIUIC_NCHANNELS=2 differs from rank 0's 1: ..."),
+// else Ok.
+Status SameScheduleKnobs(const std::string& mine, const std::string& theirs, int rank);
+
 // Rank 0's decision from every rank's host record: hosts by their records'
 // keys, CIUIC_TRANSPORT for every pair when it is not auto, else each
 // pair's kind by PairKind (shm inside a host, verbs between hosts where both

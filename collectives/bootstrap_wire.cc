@@ -102,7 +102,7 @@ std::string CommDecision::Encode() const {
     caps += r < verbs.size() && verbs[r] ? '1' : '0';
   }
   return std::string(transport::BackendName(transport)) + " " + job_id + " " + (ranks_outnumber_cpus ? "1" : "0") +
-         " " + tuning_id + " " + accumulate + " " + (forced ? "1" : "0") + " " + hosts + " " + caps;
+         " " + tuning_id + " " + accumulate + " " + (forced ? "1" : "0") + " " + hosts + " " + caps + " " + knobs;
 }
 
 StatusOr<CommDecision> CommDecision::Decode(const std::string& text, int nranks) {
@@ -110,7 +110,7 @@ StatusOr<CommDecision> CommDecision::Decode(const std::string& text, int nranks)
     return InvalidArgumentError("rank 0 refused the communicator: " + LogSafe(text.substr(std::strlen(kRefused)), 1024));
   }
   const std::vector<std::string> f = Fields(text);
-  if (f.size() != 8 || (f[2] != "0" && f[2] != "1") || (f[5] != "0" && f[5] != "1")) {
+  if (f.size() != 9 || (f[2] != "0" && f[2] != "1") || (f[5] != "0" && f[5] != "1")) {
     return DataLossError("malformed decision of rank 0: '" + LogSafe(text) + "'");
   }
   CommDecision d;
@@ -152,6 +152,7 @@ StatusOr<CommDecision> CommDecision::Decode(const std::string& text, int nranks)
                          " characters that are not all 0 or 1");
   }
   for (char c : f[7]) d.verbs.push_back(c == '1');
+  d.knobs = f[8];
   return d;
 }
 

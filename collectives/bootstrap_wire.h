@@ -65,9 +65,13 @@ struct CommDecision {
   // load the same, or ranks would pick different algorithms for one call.
   std::string tuning_id = "none";
   std::string accumulate = "wire";  // rank 0's CIUIC_ACCUMULATE (all must match)
+  // Rank 0's knobs that shape every schedule, "NAME=value;NAME=value"
+  // (ScheduleKnobs; all must match: ranks running different schedules
+  // would wait on each other until the timeout, or mix their bytes).
+  std::string knobs = "-";
 
   // "<transport> <job id> <0|1> <tuning id> <accumulate> <forced 0|1>
-  // <host_of, comma-separated> <verbs as 0/1 per rank>".
+  // <host_of, comma-separated> <verbs as 0/1 per rank> <knobs>".
   std::string Encode() const;
   // `nranks`: the communicator's size; a record for another size is
   // refused before its lists are read past that many ranks. Errors:

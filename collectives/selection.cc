@@ -65,6 +65,16 @@ struct Candidate {
 
 }  // namespace
 
+std::string AlgoKnob::Canonical() const {
+  std::string out;
+  for (Collective c : AllCollectives()) {
+    if (const AlgorithmInfo* e = For(c); e != nullptr) {
+      out += (out.empty() ? "" : ",") + std::string(CollectiveName(c)) + ":" + e->name();
+    }
+  }
+  return out.empty() ? "auto" : out;
+}
+
 StatusOr<AlgoKnob> AlgoKnob::Parse(const std::string& text) {
   AlgoKnob k;
   k.text = text.empty() ? "auto" : text;

@@ -50,6 +50,9 @@ struct AlgoKnob {
   static StatusOr<AlgoKnob> Parse(const std::string& text);
   // cppcheck-suppress CastIntegerToAddressAtReturn ; forced holds pointers (cppcheck 2.10 misreads the array)
   const AlgorithmInfo* For(Collective c) const { return forced[static_cast<size_t>(c)]; }
+  // What is forced, one spelling per meaning: "auto", or COLLECTIVE:NAME
+  // items in collective order ("allreduce:ring,broadcast:ring").
+  std::string Canonical() const;
   // kInvalidArgument when a forced algorithm cannot run on `backend` at all
   // (e.g. direct on tcp).
   Status CheckTransport(transport::BackendKind backend) const;

@@ -2157,6 +2157,58 @@ TEST(CollectivesTuning, EveryRankMustUseTheSameFile) {
   for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
 }
 
+// Knobs that shape every schedule (CIUIC_ALGO, CIUIC_NCHANNELS) must match:
+// a rank that differs from rank 0 stops at creation naming the knob and
+// both values, and rank 0's first call names that rank's failure at once
+// (it used to wait out the timeout, or fail on a chunk's size).
+TEST(CollectivesErrors, EveryRankMustUseTheSameScheduleKnobs) {
+  struct Mismatch {
+    const char* algo0;
+    const char* algo1;
+    int nch0, nch1;
+    const char* want;
+  };
+  for (const Mismatch& m : {Mismatch{"auto", "auto", 1, 2, "CIUIC_NCHANNELS=2 differs from rank 0's 1"},
+                            Mismatch{"allreduce:ring", "recdoubling", 1, 1,
+                                     "CIUIC_ALGO=allreduce:recdoubling differs from rank 0's allreduce:ring"},
+                            Mismatch{"RING", "ring", 2, 2, ""}}) {
+    auto results = RunRanks(2, [&](int rank, transport::Store& store) -> Status {
+      CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
+      config.transport = "tcp";
+      config.timeout_ms = 60000;
+      CIUIC_RETURN_IF_ERROR(config.Set("CIUIC_ALGO", rank == 0 ? m.algo0 : m.algo1));
+      config.nchannels = rank == 0 ? m.nch0 : m.nch1;
+      std::shared_ptr<transport::Store> s(&store, [](transport::Store*) {});
+      StatusOr<std::unique_ptr<Communicator>> comm = Communicator::CreateWithStore(rank, 2, s, config);
+      if (*m.want == '\0') {  // the same knobs, spelled differently
+        CIUIC_RETURN_IF_ERROR(comm.status());
+        return CheckAllReduce<float>(**comm, 1000, ReduceOp::kSum, false, 1);
+      }
+      if (rank == 0) {
+        CIUIC_RETURN_IF_ERROR(comm.status());
+        std::vector<float> x(1000, 1.0f);
+        const auto t0 = std::chrono::steady_clock::now();
+        Status st = (*comm)->AllReduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
+        const auto took = std::chrono::steady_clock::now() - t0;
+        CIUIC_RETURN_IF_ERROR(store.Set("checked", "1"));
+        if (st.ok()) return InternalError("an all-reduce with a rank that failed to initialise succeeded");
+        if (st.message().find("rank 1 failed to initialise") == std::string::npos ||
+            st.message().find(m.want) == std::string::npos) {
+          return InternalError("rank 0's error does not name rank 1's failure: " + st.ToString());
+        }
+        if (took > std::chrono::seconds(5)) return InternalError("rank 1's failure was named only at the timeout");
+        return Status::Ok();
+      }
+      if (comm.ok()) return InternalError(std::string("rank 1 joined with other schedule knobs: ") + m.want);
+      if (comm.status().message().find(m.want) == std::string::npos) {
+        return InternalError("the error does not name the knob: " + comm.status().ToString());
+      }
+      return store.Get("checked", milliseconds(60000)).status();
+    }, milliseconds(60000));
+    for (const auto& r : results) EXPECT_TRUE(r.ok()) << m.want << ":\n" << ResultsText(results);
+  }
+}
+
 TEST(CollectivesTuning, BrokenFileNamesFileAndLine) {
   const std::string bad = WriteFile("tuning_bad", "ciuic-tuning 1\nrule allreduce shm ranks 2 from 0 nosuchalgo\n");
   auto results = RunRanks(1, [&](int rank, transport::Store& store) -> Status {

@@ -57,7 +57,7 @@ TEST(BootstrapTest, RecordsRoundTripAndMalformedOnesAreNamed) {
   d.accumulate = "wire";
   d.host_of = {0, 0, 1};
   d.verbs = {true, false, true};
-  EXPECT_EQ(d.Encode(), "tcp abcd 1 123 wire 0 0,0,1 101");
+  EXPECT_EQ(d.Encode(), "tcp abcd 1 123 wire 0 0,0,1 101 -");
   auto e = CommDecision::Decode(d.Encode(), 3);
   ASSERT_TRUE(e.ok());
   EXPECT_EQ(e->transport, BackendKind::kTcp);
@@ -70,12 +70,13 @@ TEST(BootstrapTest, RecordsRoundTripAndMalformedOnesAreNamed) {
   EXPECT_EQ(e->verbs, d.verbs);
   // Host indices in order of first appearance (one encoding), as many verbs
   // bits as ranks.
-  for (const char* bad : {"", "tcp abcd 1", "tcp abcd 2 x f32", "rdma abcd 0 none f32 0 0 0", "tcp a 0 none f32 extra",
+  for (const char* bad : {"", "tcp abcd 1", "tcp abcd 2 x f32", "rdma abcd 0 none f32 0 0 0 -", "tcp a 0 none f32 extra",
                           "tcp abcd 1 123", "tcp abcd 1 123 wire", "tcp  abcd 1 123 wire 0 0 0",
-                          "tcp abcd 1 123 wire 0 0 0 ", "tcp abcd 1 123 wire 0 0 0\n", "tcp abcd 1 123 wire 2 0 0",
-                          "tcp abcd 1 123 wire 0 1 0", "tcp abcd 1 123 wire 0 0,2 00", "tcp abcd 1 123 wire 0 0,1 0",
-                          "tcp abcd 1 123 wire 0 0,1 012", "tcp abcd 1 123 wire 0 0,,1 000",
-                          "tcp abcd 1 123 wire 0 0,01 00", "tcp abcd 1 123 wire 0 0, 0"}) {
+                          "tcp abcd 1 123 wire 0 0 0 ", "tcp abcd 1 123 wire 0 0 0\n", "tcp abcd 1 123 wire 2 0 0 -",
+                          "tcp abcd 1 123 wire 0 1 0 -", "tcp abcd 1 123 wire 0 0,2 00 -", "tcp abcd 1 123 wire 0 0,1 0 -",
+                          "tcp abcd 1 123 wire 0 0,1 012 -", "tcp abcd 1 123 wire 0 0,,1 000 -",
+                          "tcp abcd 1 123 wire 0 0,01 00 -", "tcp abcd 1 123 wire 0 0, 0 -",
+                          "tcp abcd 1 123 wire 0 0 0 - extra"}) {
     auto s = CommDecision::Decode(bad, 2);
     EXPECT_EQ(s.status().code(), StatusCode::kDataLoss) << bad;
     EXPECT_NE(s.status().message().find("rank 0"), std::string::npos) << s.status().ToString();
@@ -88,11 +89,43 @@ TEST(BootstrapTest, RecordsRoundTripAndMalformedOnesAreNamed) {
     EXPECT_NE(s.status().message().find("for a communicator of " + std::to_string(n)), std::string::npos)
         << s.status().ToString();
   }
-  std::string many = "tcp abcd 1 123 wire 0 0";
+  std::string many = "tcp abcd 1 123 wire 0 0";  // + the verbs list and knobs below
   for (int r = 1; r < (1 << 20); ++r) many += ",0";
-  auto s = CommDecision::Decode(many + " " + std::string(1 << 20, '0'), 4);
+  auto s = CommDecision::Decode(many + " " + std::string(1 << 20, '0') + " -", 4);
   EXPECT_EQ(s.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(s.status().message().find("more than 4 ranks"), std::string::npos) << s.status().ToString();
+}
+
+// The schedule knobs travel in the decision and are compared by meaning
+// (CIUIC_ALGO's canonical form), the first difference named.
+TEST(BootstrapTest, ScheduleKnobsAreCanonicalAndTheFirstDifferenceIsNamed) {
+  Config a, b;
+  ASSERT_TRUE(a.Set("CIUIC_ALGO", "RING").ok());
+  ASSERT_TRUE(b.Set("CIUIC_ALGO", "allreduce:ring,ring").ok());
+  StatusOr<std::string> ka = ScheduleKnobs(a), kb = ScheduleKnobs(b);
+  ASSERT_TRUE(ka.ok() && kb.ok()) << ka.status().ToString() << kb.status().ToString();
+  EXPECT_EQ(*ka, *kb);
+  EXPECT_EQ(ka->find(' '), std::string::npos) << *ka;
+  EXPECT_NE(ka->find("CIUIC_ALGO=allreduce:ring,"), std::string::npos) << *ka;
+  EXPECT_TRUE(SameScheduleKnobs(*ka, *kb, 1).ok());
+  Config c;
+  EXPECT_EQ(*ScheduleKnobs(c), "CIUIC_ALGO=auto;CIUIC_NCHANNELS=1");
+  c.nchannels = 4;
+  Status s = SameScheduleKnobs(*ScheduleKnobs(c), "CIUIC_ALGO=auto;CIUIC_NCHANNELS=1", 3);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("rank 3: CIUIC_NCHANNELS=4 differs from rank 0's 1"), std::string::npos) << s.ToString();
+  // Rank 0's record from another version (no such knob): named as unset.
+  s = SameScheduleKnobs("CIUIC_ALGO=auto;CIUIC_NCHANNELS=1;CIUIC_X=1", "CIUIC_ALGO=auto;CIUIC_NCHANNELS=1", 2);
+  EXPECT_NE(s.message().find("CIUIC_X=1 differs from rank 0's (not set)"), std::string::npos) << s.ToString();
+  Config bad;
+  ASSERT_TRUE(bad.Set("CIUIC_ALGO", "nosuchalgo").ok());
+  EXPECT_FALSE(ScheduleKnobs(bad).ok());
+  // Through the decision's encoding.
+  CommDecision d = Decide({{"a", "ka", false, {}}, {"a", "ka", false, {}}}, c, 2, "none");
+  EXPECT_EQ(d.knobs, "CIUIC_ALGO=auto;CIUIC_NCHANNELS=4");
+  StatusOr<CommDecision> back = CommDecision::Decode(d.Encode(), 2);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->knobs, d.knobs);
 }
 
 TEST(BootstrapTest, LocalRanksRoundTripAndMalformedOnesAreNamed) {
