@@ -62,7 +62,9 @@ std::string TuningId(const std::string* canonical_text) {
 
 StatusOr<std::string> ScheduleKnobs(const Config& config) {
   CIUIC_ASSIGN_OR_RETURN(AlgoKnob algo, AlgoKnob::Parse(config.algo));
-  return "CIUIC_ALGO=" + algo.Canonical() + ";CIUIC_NCHANNELS=" + std::to_string(config.nchannels);
+  return "CIUIC_ALGO=" + algo.Canonical() + ";CIUIC_NCHANNELS=" + std::to_string(config.nchannels) +
+         ";CIUIC_KNOMIAL_RADIX=" + std::to_string(config.knomial_radix) +
+         ";CIUIC_PAT_AGGREGATION=" + std::to_string(config.pat_aggregation);
 }
 
 Status SameScheduleKnobs(const std::string& mine, const std::string& theirs, int rank) {

@@ -35,7 +35,8 @@ inline std::string InitFailedKey(const std::string& prefix, int rank) {
 std::string TuningId(const std::string* canonical_text);
 
 // The knobs that shape every schedule, as CommDecision::knobs carries them:
-// "CIUIC_ALGO=<AlgoKnob::Canonical>;CIUIC_NCHANNELS=<n>". Errors: CIUIC_ALGO's
+// "CIUIC_ALGO=<AlgoKnob::Canonical>;CIUIC_NCHANNELS=<n>;CIUIC_KNOMIAL_RADIX=<k>;
+// CIUIC_PAT_AGGREGATION=<a>". Errors: CIUIC_ALGO's
 // parse error (the communicator reports it).
 StatusOr<std::string> ScheduleKnobs(const Config& config);
 

@@ -196,6 +196,8 @@ Status CommImpl::Init() {
   selection_.params = DefaultCostParams(kind);
   selection_.params.chunk_bytes = link_options_.slot_size;
   selection_.params.nchannels = config_.nchannels;
+  selection_.params.radix = config_.knomial_radix;
+  selection_.params.aggregation = config_.pat_aggregation;
   selection_.params.ranks_outnumber_cpus = decision_.ranks_outnumber_cpus;
   if (decision_.nhosts() > 1 && !decision_.forced) {
     // Two levels: shm inside hosts, the network kind between them (under

@@ -99,6 +99,7 @@ StatusOr<CallPlan> PlanCall(const OpDesc& op, int rank, int nranks, const Select
   }
   CollectiveArgs args = ArgsFor(op, rank, nranks, ctx.params.nchannels);
   args.radix = ctx.params.radix;
+  args.aggregation = ctx.params.aggregation;
   args.host_of = ctx.host_of;
   CIUIC_ASSIGN_OR_RETURN(plan.schedule, MakeSchedule(plan.algorithm->id, args));
   plan.why = std::string(plan.algorithm->name()) + " (" + plan.selection.reason + ")";

@@ -343,6 +343,26 @@ const Knob kKnobs[] = {
      [](const Config& c) { return c.algo; }},
     {"CIUIC_NCHANNELS", "1", "parallel channels (rings / connections per peer) of a collective (1-16)",
      ParseIntIn<&Config::nchannels, 1, 16>, PrintInt<&Config::nchannels>},
+    {"CIUIC_KNOMIAL_RADIX", "0", "radix of the knomial algorithms (2-64; 0 = 4); every rank the same",
+     [](const std::string& t, Config* c) {
+       Config probe;
+       if (Status s = ParseIntIn<&Config::knomial_radix, 0, 64>(t, &probe); !s.ok()) return s;
+       if (probe.knomial_radix == 1) return InvalidArgumentError("expected 0 or an integer in [2, 64]");
+       c->knomial_radix = probe.knomial_radix;
+       return Status::Ok();
+     },
+     PrintInt<&Config::knomial_radix>},
+    {"CIUIC_PAT_AGGREGATION", "0",
+     "PAT's aggregation: at most A blocks per message, scratch for about A x log2(n/A) blocks (a power of two; 0 = all while n blocks fit 16 Mi elements); every rank the same",
+     [](const std::string& t, Config* c) {
+       Config probe;
+       if (Status s = ParseIntIn<&Config::pat_aggregation, 0, 1 << 24>(t, &probe); !s.ok()) return s;
+       const int a = probe.pat_aggregation;
+       if ((a & (a - 1)) != 0) return InvalidArgumentError("expected 0 or a power of two up to 2^24");
+       c->pat_aggregation = a;
+       return Status::Ok();
+     },
+     PrintInt<&Config::pat_aggregation>},
     {"CIUIC_PROGRESS", "thread",
      "who runs collectives: thread (a progress thread; async calls overlap) or caller",
      [](const std::string& t, Config* c) {

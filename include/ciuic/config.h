@@ -112,6 +112,13 @@ struct Config {
   // (operations run inside wait/test and the blocking calls).
   std::string algo = "auto";
   int nchannels = 1;
+  // CIUIC_KNOMIAL_RADIX: the k-nomial algorithms' radix, 2-64 (0: 4).
+  // CIUIC_PAT_AGGREGATION: PAT's aggregation, at most this many blocks per
+  // message and scratch for about A x log2(n / A) blocks, a power of two
+  // (0: all blocks while n of them stay under 16 Mi elements, else the
+  // largest whose scratch does). Every rank must set the same of each.
+  int knomial_radix = 0;
+  int pat_aggregation = 0;
   std::string progress = "thread";
   // CIUIC_ACCUMULATE: how reductions of f16/bf16/e4m3/e5m2 keep their
   // partial sums between the hops of a network algorithm (ring, tree, ...):

@@ -1166,6 +1166,32 @@ TEST(CollectivesHosts, HierarchicalOnThreeChannels) {
   }
 }
 
+// CIUIC_KNOMIAL_RADIX and CIUIC_PAT_AGGREGATION over real tcp links: the
+// k-nomial and PAT schedules they shape are exact (PlanCall's test shows
+// they reach the generators).
+TEST(CollectivesRegistry, RadixAndAggregationKnobsOverLinks) {
+  for (const auto& [radix, aggregation] : std::vector<std::pair<const char*, const char*>>{{"3", "2"}, {"8", "1"}}) {
+    auto results = RunRanks(6, [&, radix = radix, aggregation = aggregation](int rank, transport::Store& store) -> Status {
+      CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
+      config.transport = "tcp";
+      config.timeout_ms = 60000;
+      CIUIC_RETURN_IF_ERROR(config.Set("CIUIC_ALGO", "allgather:pat,reducescatter:pat,knomial"));
+      CIUIC_RETURN_IF_ERROR(config.Set("CIUIC_KNOMIAL_RADIX", radix));
+      CIUIC_RETURN_IF_ERROR(config.Set("CIUIC_PAT_AGGREGATION", aggregation));
+      std::shared_ptr<transport::Store> s(&store, [](transport::Store*) {});
+      CIUIC_ASSIGN_OR_RETURN(auto comm, Communicator::CreateWithStore(rank, 6, s, config));
+      int salt = 0;
+      for (size_t count : {size_t{1}, size_t{1000}, size_t{65539}}) {
+        CIUIC_RETURN_IF_ERROR(CheckAllReduce<float>(*comm, count, ReduceOp::kSum, false, ++salt));
+        EXPECT_OR_FAIL(comm->last_algorithm().rfind("knomial", 0) == 0, "ran " + comm->last_algorithm());
+        CIUIC_RETURN_IF_ERROR(CheckOthers(*comm, count, ++salt));
+      }
+      return Status::Ok();
+    }, milliseconds(120000));
+    for (const auto& r : results) EXPECT_TRUE(r.ok()) << radix << "/" << aggregation << ":\n" << ResultsText(results);
+  }
+}
+
 // Verbs between hosts for real (the Soft-RoCE guest; skipped elsewhere with
 // the reason): hosts named by CIUIC_HOST_ID, shm inside each, verbs queue
 // pairs between, the hierarchical forms and the automatic choice exact.

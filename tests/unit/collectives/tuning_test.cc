@@ -515,6 +515,39 @@ TEST(TuningTest, PlanCallFollowsARuleOfItsHostCount) {
   }
 }
 
+// CIUIC_KNOMIAL_RADIX and CIUIC_PAT_AGGREGATION reach the generators
+// through CostParams: rank 0's messages show the radix and the aggregation.
+TEST(TuningTest, PlanCallPassesTheRadixAndTheAggregation) {
+  auto plan = [](Collective coll, const char* algo, int radix, int aggregation) {
+    OpDesc op;
+    op.coll = coll;
+    op.count = 1024;
+    SelectionCache cache;
+    SelectionContext ctx;
+    ctx.backend = BackendKind::kTcp;
+    ctx.params = DefaultCostParams(BackendKind::kTcp);
+    ctx.params.radix = radix;
+    ctx.params.aggregation = aggregation;
+    ctx.algo = *AlgoKnob::Parse(algo);
+    StatusOr<CallPlan> p = PlanCall(op, 0, 16, ctx, &cache);
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+    size_t sends = 0, largest = 0;
+    for (const Step& st : p->schedule.steps) {
+      if (st.send_peer < 0) continue;
+      ++sends;
+      largest = std::max(largest, st.src.count);
+    }
+    return std::make_pair(sends, largest);
+  };
+  // The root of a radix-16 tree on 16 ranks sends to all 15; radix 2, to 4.
+  EXPECT_EQ(plan(Collective::kBroadcast, "broadcast:knomial", 16, 0).first, 15u);
+  EXPECT_EQ(plan(Collective::kBroadcast, "broadcast:knomial", 2, 0).first, 4u);
+  // PAT on 16 ranks: one message carries 8 blocks with full aggregation,
+  // at most 2 with aggregation 2.
+  EXPECT_EQ(plan(Collective::kAllGather, "allgather:pat", 0, 0).second, 8u * 1024);
+  EXPECT_EQ(plan(Collective::kAllGather, "allgather:pat", 0, 2).second, 2u * 1024);
+}
+
 TEST(TuningTest, PlanCallFollowsARule) {
   const size_t bytes = 1 << 20;
   StatusOr<CallPlan> model = PlanFor(bytes, nullptr);

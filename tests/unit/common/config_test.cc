@@ -72,6 +72,28 @@ TEST(ConfigTest, SetByNameAndUnknownName) {
   }
 }
 
+TEST(ConfigTest, RadixAndAggregationKnobs) {
+  Config c;
+  EXPECT_EQ(c.knomial_radix, 0);
+  EXPECT_EQ(c.pat_aggregation, 0);
+  ASSERT_TRUE(c.Set("CIUIC_KNOMIAL_RADIX", "3").ok());
+  ASSERT_TRUE(c.Set("CIUIC_PAT_AGGREGATION", "8").ok());
+  EXPECT_EQ(c.knomial_radix, 3);
+  EXPECT_EQ(c.pat_aggregation, 8);
+  for (const char* bad : {"1", "65", "-2", "x"}) {
+    Status s = c.Set("CIUIC_KNOMIAL_RADIX", bad);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("CIUIC_KNOMIAL_RADIX"), std::string::npos) << s.ToString();
+  }
+  for (const char* bad : {"3", "12", "-4", "33554432"}) {
+    Status s = c.Set("CIUIC_PAT_AGGREGATION", bad);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("CIUIC_PAT_AGGREGATION"), std::string::npos) << s.ToString();
+  }
+  EXPECT_EQ(c.knomial_radix, 3);  // a refused value leaves the knob alone
+  EXPECT_EQ(c.pat_aggregation, 8);
+}
+
 TEST(ConfigTest, ByteSizes) {
   EXPECT_EQ(*ParseByteSize("4096"), 4096u);
   EXPECT_EQ(*ParseByteSize("64K"), 65536u);
