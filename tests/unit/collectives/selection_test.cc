@@ -298,7 +298,7 @@ TEST(SelectionTest, RootedCollectivesArePredictedPerRoot) {
 // count, backend or host layout, it must predict what a fresh one does.
 TEST(SelectionTest, ACacheIsNotReusedForAnotherShape) {
   const CostParams shm = DefaultCostParams(BackendKind::kShm);
-  auto context = [&](BackendKind kind, std::vector<int> host_of) {
+  auto context = [&](BackendKind kind, const std::vector<int>& host_of) {
     SelectionContext ctx;
     ctx.backend = kind;
     ctx.params = DefaultCostParams(kind);
