@@ -2152,28 +2152,31 @@ rule allreduce tcp ranks 4 hosts 1 from 0 ring
   }
 }
 
+// Rank 0 of 2, made while rank 1 failed at creation: its first call needs
+// rank 1 and names that failure with `why` (rank 1's reason) at once, not
+// at the timeout. Sets "checked" in the store for rank 1 to finish.
+Status RankZeroNamesRankOnesFailure(StatusOr<std::unique_ptr<Communicator>>& comm, transport::Store& store,
+                                    const std::string& why) {
+  CIUIC_RETURN_IF_ERROR(comm.status());
+  std::vector<float> x(1000, 1.0f);
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = (*comm)->AllReduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  CIUIC_RETURN_IF_ERROR(store.Set("checked", "1"));
+  if (s.ok()) return InternalError("an all-reduce with a rank that failed to initialise succeeded");
+  if (s.message().find("rank 1 failed to initialise") == std::string::npos || s.message().find(why) == std::string::npos) {
+    return InternalError("rank 0's error does not name rank 1's failure: " + s.ToString());
+  }
+  if (took > std::chrono::seconds(5)) return InternalError("rank 1's failure was named only at the timeout");
+  return Status::Ok();
+}
+
 TEST(CollectivesTuning, EveryRankMustUseTheSameFile) {
   const std::string a = WriteFile("tuning_a", "ciuic-tuning 1\nrule allreduce shm ranks 2 from 0 ring\n");
   const std::string b = WriteFile("tuning_b", "ciuic-tuning 1\nrule allreduce shm ranks 2 from 0 tree\n");
   auto results = RunRanks(2, [&](int rank, transport::Store& store) -> Status {
     StatusOr<std::unique_ptr<Communicator>> comm = MakeTunedComm(rank, 2, store, rank == 0 ? a : b);
-    if (rank == 0) {
-      // Rank 0 decides and is made; its first call needs rank 1, which
-      // failed: named with its reason at the next look, while rank 1 lives.
-      CIUIC_RETURN_IF_ERROR(comm.status());
-      std::vector<float> x(1000, 1.0f);
-      const auto t0 = std::chrono::steady_clock::now();
-      Status s = (*comm)->AllReduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
-      const auto took = std::chrono::steady_clock::now() - t0;
-      CIUIC_RETURN_IF_ERROR(store.Set("checked", "1"));
-      if (s.ok()) return InternalError("an all-reduce with a rank that failed to initialise succeeded");
-      if (s.message().find("rank 1 failed to initialise") == std::string::npos ||
-          s.message().find("CIUIC_TUNING_FILE") == std::string::npos) {
-        return InternalError("rank 0's error does not name rank 1's failure: " + s.ToString());
-      }
-      if (took > std::chrono::seconds(5)) return InternalError("rank 1's failure was named only at the timeout");
-      return Status::Ok();
-    }
+    if (rank == 0) return RankZeroNamesRankOnesFailure(comm, store, "CIUIC_TUNING_FILE");
     if (comm.ok()) return InternalError("rank 1 accepted a tuning file that differs from rank 0's");
     if (comm.status().message().find("CIUIC_TUNING_FILE") == std::string::npos) {
       return InternalError("the error does not name CIUIC_TUNING_FILE: " + comm.status().ToString());
@@ -2210,21 +2213,7 @@ TEST(CollectivesErrors, EveryRankMustUseTheSameScheduleKnobs) {
         CIUIC_RETURN_IF_ERROR(comm.status());
         return CheckAllReduce<float>(**comm, 1000, ReduceOp::kSum, false, 1);
       }
-      if (rank == 0) {
-        CIUIC_RETURN_IF_ERROR(comm.status());
-        std::vector<float> x(1000, 1.0f);
-        const auto t0 = std::chrono::steady_clock::now();
-        Status st = (*comm)->AllReduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
-        const auto took = std::chrono::steady_clock::now() - t0;
-        CIUIC_RETURN_IF_ERROR(store.Set("checked", "1"));
-        if (st.ok()) return InternalError("an all-reduce with a rank that failed to initialise succeeded");
-        if (st.message().find("rank 1 failed to initialise") == std::string::npos ||
-            st.message().find(m.want) == std::string::npos) {
-          return InternalError("rank 0's error does not name rank 1's failure: " + st.ToString());
-        }
-        if (took > std::chrono::seconds(5)) return InternalError("rank 1's failure was named only at the timeout");
-        return Status::Ok();
-      }
+      if (rank == 0) return RankZeroNamesRankOnesFailure(comm, store, m.want);
       if (comm.ok()) return InternalError(std::string("rank 1 joined with other schedule knobs: ") + m.want);
       if (comm.status().message().find(m.want) == std::string::npos) {
         return InternalError("the error does not name the knob: " + comm.status().ToString());
