@@ -63,7 +63,7 @@ std::string TuningId(const std::string* canonical_text) {
 StatusOr<std::string> ScheduleKnobs(const Config& config) {
   CIUIC_ASSIGN_OR_RETURN(AlgoKnob algo, AlgoKnob::Parse(config.algo));
   return "CIUIC_ALGO=" + algo.Canonical() + ";CIUIC_NCHANNELS=" + std::to_string(config.nchannels) +
-         ";CIUIC_KNOMIAL_RADIX=" + std::to_string(config.knomial_radix) +
+         ";CIUIC_KNOMIAL_RADIX=" + std::to_string(config.knomial_radix != 0 ? config.knomial_radix : kDefaultRadix) +
          ";CIUIC_PAT_AGGREGATION=" + std::to_string(config.pat_aggregation);
 }
 

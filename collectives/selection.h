@@ -81,8 +81,10 @@ struct Selection {
 // The schedules' predictions per (collective, size class, root): the model
 // runs once per class (with the first call's element type), not per call;
 // per root, since a rooted schedule's cost depends on where the root is
-// (uneven hosts). They hold for one shape of communicator: a Select for
-// another rank count, backend or host layout empties the cache first.
+// (uneven hosts). They hold for one communicator: a Select for another
+// rank count, backend or host layout empties the cache first, but other
+// parameters (CostParams' rates, chunk, channels, radix, aggregation; the
+// tuning file) are not compared, so a cache must not outlive them.
 struct SelectionCache {
   int nranks = 0;
   transport::BackendKind backend = transport::BackendKind::kShm;

@@ -932,6 +932,8 @@ collectives::CostParams ModelParams(const collectives::Tuning& tuning, BackendKi
   collectives::ApplyTuning(tuning, kind, &p);
   p.chunk_bytes = chunk_bytes;
   p.nchannels = config.nchannels;
+  p.radix = config.knomial_radix;
+  p.aggregation = config.pat_aggregation;
   p.elem_size = 4;
   return p;
 }
@@ -1210,8 +1212,11 @@ int RunLaunched(const Options& o, const Config& config, const kernels::Reducer& 
   params.chunk_bytes = transport::LinkOptions::FromConfig(base).ok() ? transport::LinkOptions::FromConfig(base)->slot_size
                                                                      : params.chunk_bytes;
   params.nchannels = base.nchannels;
+  params.radix = base.knomial_radix;
+  params.aggregation = base.pat_aggregation;
   params.elem_size = 4;
-  if (nhosts > 1) {
+  // Two levels only where the pairs inside a host use shm (as CommImpl).
+  if (nhosts > 1 && !impl.transport_forced()) {
     collectives::CostParams shm = collectives::DefaultCostParams(BackendKind::kShm);
     collectives::ApplyTuning(tuning, BackendKind::kShm, &shm);
     params.host_of = impl.host_of();

@@ -7,11 +7,12 @@
 // on the same buffers, which library goes first alternating by round. Each
 // call is timed alone (a barrier before it; the slowest rank's time) and
 // checked (#wrong: elements that differ from the exact sum; the inputs are
-// small integers, exact in float). Per size: the median and range of each
-// library, the speedup ciuic / MPI of the medians, and the memory limit
-// measured in the same process on the same buffers: one copy of the bytes
-// plus one 2-input reduction of them (ciuic_reduce_local), the least an
-// all-reduce of 2 ranks moving bytes through shared memory can cost.
+// small integers, exact in float; each call sums other inputs). Per size:
+// the median and range of each library, the speedup MPI / ciuic of the
+// medians, and the memory yardstick measured in the same process on
+// the same buffers: one copy of the bytes plus one 2-input reduction of them
+// (ciuic_reduce_local) on one core. An all-reduce that splits that work
+// between its ranks (as the direct one of 2 ranks does) can go below it.
 //
 //   mpirun -np N mpi_interleave [-b 8] [-e 256M] [-f 8] [-r 11] [-c PASSES]
 //
@@ -35,25 +36,25 @@ static int CompareDoubles(const void* a, const void* b) {
 }
 
 // The compute between calls: writes every send element from a value the
-// round and rank fix (small integers, exact in any summation order) and
+// salt and rank fix (small integers, exact in any summation order) and
 // folds the receive buffer into a checksum, so both buffers are the
 // caller's freshly touched lines.
-static float Compute(float* send, const float* recv, size_t count, int rank, int round, int passes) {
+static float Compute(float* send, const float* recv, size_t count, int rank, int salt, int passes) {
   float fold = 0;
   for (int p = 0; p < passes; ++p) {
     for (size_t i = 0; i < count; ++i) {
       fold += recv[i] * 0x1p-20f;
-      send[i] = (float)((rank * 3 + (int)(i % 1021) * 5 + round) % 7 + 1);
+      send[i] = (float)((rank * 3 + (int)(i % 1021) * 5 + salt) % 7 + 1);
     }
   }
   return fold;
 }
 
-static long long Wrong(const float* recv, size_t count, int n, int round) {
+static long long Wrong(const float* recv, size_t count, int n, int salt) {
   long long wrong = 0;
   for (size_t i = 0; i < count; ++i) {
     float want = 0;
-    for (int r = 0; r < n; ++r) want += (float)((r * 3 + (int)(i % 1021) * 5 + round) % 7 + 1);
+    for (int r = 0; r < n; ++r) want += (float)((r * 3 + (int)(i % 1021) * 5 + salt) % 7 + 1);
     wrong += recv[i] != want;
   }
   return wrong;
@@ -151,13 +152,20 @@ int main(int argc, char** argv) {
     for (int r = 0; r < rounds; ++r) {
       for (int k = 0; k < 2; ++k) {
         const int lib = (r + k) % 2;  // who goes first alternates
-        sink += Compute(send, recv, count, rank, r, passes);
+        // Every call sums other inputs than the one before, so a call that
+        // leaves the output alone cannot pass on the previous call's result.
+        const int salt = 2 * r + k;
+        sink += Compute(send, recv, count, rank, salt, passes);
         times[lib * rounds + r] = TimeCall(lib, comm, send, recv, count);
-        wrong += Wrong(recv, count, n, r);
+        wrong += Wrong(recv, count, n, salt);
       }
     }
-    sink += Compute(send, recv, count, rank, 0, passes);
+    sink += Compute(send, recv, count, rank, 0, passes);  // fresh lines for the yardstick too
     const double limit = MemoryLimit(send, recv, other, count);
+    if (limit < 0) {
+      fprintf(stderr, "rank %d: ciuic_reduce_local: %s\n", rank, ciuic_last_error());
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     long long all_wrong = 0;
     MPI_Allreduce(&wrong, &all_wrong, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
     total_wrong += all_wrong;

@@ -23,6 +23,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   d.tuning_id = "1234567";
   d.host_of = {0, 1, 0, 2};
   d.verbs = {true, false, true, true};
+  d.knobs = "CIUIC_ALGO=allreduce:ring;CIUIC_NCHANNELS=2;CIUIC_KNOMIAL_RADIX=4;CIUIC_PAT_AGGREGATION=0";
   WriteSeed(dir, "decision", d.Encode());
   WriteSeed(dir, "refused", std::string(CommDecision::kRefused) + "CIUIC_TRANSPORT=shm joins only ranks of one machine");
   LocalRanks l;
@@ -43,8 +44,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (s.rfind(CommDecision::kRefused, 0) == 0) {
     FUZZ_CHECK(CommDecision::Decode(s, 1).status().code() == ciuic::StatusCode::kInvalidArgument);
   }
-  // The size a well-formed record of s would have: its verbs list's length.
-  const int nranks = static_cast<int>(std::min<size_t>(s.size() - std::min(s.rfind(' ') + 1, s.size()), 1 << 20));
+  // The size a well-formed record of s would have: its verbs list's length
+  // (the field before the last, the knobs).
+  const size_t last = s.rfind(' ');
+  const size_t before = last == std::string::npos || last == 0 ? std::string::npos : s.rfind(' ', last - 1);
+  const size_t verbs_len = before == std::string::npos ? 0 : last - before - 1;
+  const int nranks = static_cast<int>(std::min<size_t>(verbs_len, 1 << 20));
   if (auto d = CommDecision::Decode(s, nranks); d.ok()) {
     FUZZ_CHECK(static_cast<int>(d->host_of.size()) == nranks);
     FUZZ_CHECK(!CommDecision::Decode(s, nranks + 1).ok());

@@ -318,6 +318,27 @@ TEST(HierPipelineTest, LargeVectorsRunInPiecesWithExactResults) {
       }
     }
   }
+  // Several channels, each pipelined on its own: 3 x 2^19 - 1 on 3
+  // channels is one part run whole and two of 2 pieces (all-gathers on
+  // channels 4 and 5); 2 channels of 2^20 + 1, 4 pieces each.
+  for (const auto& [count, nch] : std::vector<std::pair<size_t, int>>{{(size_t{3} << 19) - 1, 3},
+                                                                      {(size_t{1} << 21) + 2, 2}}) {
+    for (const std::vector<int>& host_of : {layouts[0], layouts[4]}) {
+      for (bool in_place : {false, true}) {
+        Case c;
+        c.algorithm = Algorithm::kHierarchical;
+        c.nranks = static_cast<int>(host_of.size());
+        c.count = count;
+        c.nchannels = nch;
+        c.chunk_bytes = 64u << 10;
+        c.slots = 2;
+        c.in_place = in_place;
+        c.host_of = host_of;
+        const std::string err = Check<int32_t>(c, Op::kSum, seed++);
+        EXPECT_TRUE(err.empty()) << c.Name() << ": " << err;
+      }
+    }
+  }
   // The pieces: channel 1 carries the all-gather of a large vector on 2x2
   // hosts, not of a small one, nor on hosts of one rank each.
   auto uses_channel_1 = [](size_t count, std::vector<int> host_of) {

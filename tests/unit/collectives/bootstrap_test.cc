@@ -109,21 +109,25 @@ TEST(BootstrapTest, ScheduleKnobsAreCanonicalAndTheFirstDifferenceIsNamed) {
   EXPECT_NE(ka->find("CIUIC_ALGO=allreduce:ring,"), std::string::npos) << *ka;
   EXPECT_TRUE(SameScheduleKnobs(*ka, *kb, 1).ok());
   Config c;
-  EXPECT_EQ(*ScheduleKnobs(c), "CIUIC_ALGO=auto;CIUIC_NCHANNELS=1;CIUIC_KNOMIAL_RADIX=0;CIUIC_PAT_AGGREGATION=0");
+  EXPECT_EQ(*ScheduleKnobs(c), "CIUIC_ALGO=auto;CIUIC_NCHANNELS=1;CIUIC_KNOMIAL_RADIX=4;CIUIC_PAT_AGGREGATION=0");
   c.nchannels = 4;
   Status s = SameScheduleKnobs(*ScheduleKnobs(c),
-                               "CIUIC_ALGO=auto;CIUIC_NCHANNELS=1;CIUIC_KNOMIAL_RADIX=0;CIUIC_PAT_AGGREGATION=0", 3);
+                               "CIUIC_ALGO=auto;CIUIC_NCHANNELS=1;CIUIC_KNOMIAL_RADIX=4;CIUIC_PAT_AGGREGATION=0", 3);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("rank 3: CIUIC_NCHANNELS=4 differs from rank 0's 1"), std::string::npos) << s.ToString();
   // Rank 0's record from another version (no such knob): named as unset.
   s = SameScheduleKnobs("CIUIC_ALGO=auto;CIUIC_NCHANNELS=1;CIUIC_X=1", "CIUIC_ALGO=auto;CIUIC_NCHANNELS=1", 2);
   EXPECT_NE(s.message().find("CIUIC_X=1 differs from rank 0's (not set)"), std::string::npos) << s.ToString();
+  // The default radix and 4 are the same radix.
+  Config four;
+  ASSERT_TRUE(four.Set("CIUIC_KNOMIAL_RADIX", "4").ok());
+  EXPECT_EQ(*ScheduleKnobs(four), *ScheduleKnobs(Config()));
   Config bad;
   ASSERT_TRUE(bad.Set("CIUIC_ALGO", "nosuchalgo").ok());
   EXPECT_FALSE(ScheduleKnobs(bad).ok());
   // Through the decision's encoding.
   CommDecision d = Decide({{"a", "ka", false, {}}, {"a", "ka", false, {}}}, c, 2, "none");
-  EXPECT_EQ(d.knobs, "CIUIC_ALGO=auto;CIUIC_NCHANNELS=4;CIUIC_KNOMIAL_RADIX=0;CIUIC_PAT_AGGREGATION=0");
+  EXPECT_EQ(d.knobs, "CIUIC_ALGO=auto;CIUIC_NCHANNELS=4;CIUIC_KNOMIAL_RADIX=4;CIUIC_PAT_AGGREGATION=0");
   StatusOr<CommDecision> back = CommDecision::Decode(d.Encode(), 2);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->knobs, d.knobs);
