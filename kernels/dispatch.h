@@ -51,6 +51,10 @@ extern const ConvertFn kF32ToE5M2[kNumSlots];
 extern const ConvertFn kE5M2ToF32[kNumSlots];
 extern const CopyFn kCopy[kNumSlots];
 
+// Two-input fp8 sum and avg on AVX512-FP16 (fp8_pair_fp16.cc); nullptr
+// where this CPU or compiler has none. Used by the AVX3 slots only.
+ReduceFn Fp8PairFp16();
+
 }  // namespace ciuic::kernels::internal
 
 // Expands to the initialiser of a kNumSlots table of FN's per-target

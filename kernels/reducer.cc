@@ -108,6 +108,8 @@ StatusOr<Reducer> Reducer::Create(const Config& config, const CacheSizes& caches
                                 ")");
   }
   r.slot_ = chosen;
+  const int64_t target = internal::SlotTarget(chosen);
+  if (target == HWY_AVX3 || target == HWY_AVX3_DL) r.fp8_pair_ = internal::Fp8PairFp16();
   // Tile for >4 inputs: a quarter of L1d holds the scratch tile while the
   // streaming inputs pass through the rest (kernel_perf -n 8,16 measures
   // the choice).
@@ -223,7 +225,13 @@ Status Reducer::Reduce(void* dst, const void* const* srcs, int nsrcs, size_t cou
     case DataType::kFloat16:
     case DataType::kBFloat16: internal::kReduceHalf[slot_](a); break;
     case DataType::kFloat8E4M3:
-    case DataType::kFloat8E5M2: internal::kReduceFp8[slot_](a); break;
+    case DataType::kFloat8E5M2:
+      if (fp8_pair_ != nullptr && nsrcs == 2 && (op == ReduceOp::kSum || op == ReduceOp::kAvg)) {
+        fp8_pair_(a);
+      } else {
+        internal::kReduceFp8[slot_](a);
+      }
+      break;
     default: internal::kReduceInt[slot_](a); break;
   }
   return Status::Ok();

@@ -114,6 +114,9 @@ constexpr bool Supports(DataType dtype, ReduceOp op) {
 }
 
 namespace kernels {
+namespace internal {
+struct ReduceArgs;
+}  // namespace internal
 
 constexpr int kMaxSources = 16;
 
@@ -213,6 +216,9 @@ class Reducer {
   size_t nt_threshold_bytes() const { return nt_threshold_; }
   size_t prefetch_bytes() const { return prefetch_bytes_; }
   size_t prefetch_min_bytes() const { return prefetch_min_bytes_; }
+  // Whether two-input fp8 sum and avg run on the AVX512-FP16 kernel (the
+  // AVX3 targets on CPUs that have it) instead of widening to f32.
+  bool fp8_pairs_in_f16() const { return fp8_pair_ != nullptr; }
 
  private:
   Reducer() = default;
@@ -222,6 +228,7 @@ class Reducer {
   size_t nt_threshold_ = 0;
   size_t prefetch_bytes_ = 0;
   size_t prefetch_min_bytes_ = 0;
+  void (*fp8_pair_)(const internal::ReduceArgs&) = nullptr;
 };
 
 }  // namespace kernels

@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <algorithm>
 #include <limits>
 #include <random>
@@ -335,8 +337,68 @@ TEST_P(ReduceTest, Fp8EveryPairOfCodes) {
   }
 }
 
+// Two-input fp8 sum/avg (the AVX512-FP16 kernel on the AVX3 targets where
+// the CPU has it): every code as either input at lengths around its 64-byte
+// step, misaligned, in place, streamed with prefetch, and regular stores
+// with prefetch.
+TEST_P(ReduceTest, Fp8PairsAtEveryLengthAlignmentAndStorePath) {
+  const Reducer streamed = MakeReducer(GetParam(), /*nt_threshold=*/1, /*tile=*/0, 256);
+  const Reducer regular = MakeReducer(GetParam(), /*nt_threshold=*/0, /*tile=*/0, 256);
+  std::mt19937_64 rng(7);
+  const Reducer* reducers[] = {&r_, &streamed, &regular};
+  for (const Reducer* r : reducers) {
+    for (DataType dt : {DataType::kFloat8E4M3, DataType::kFloat8E5M2}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+        for (size_t count : {1, 63, 64, 65, 129, 1000, 70001}) {
+          for (size_t mis : {0, 1, 63}) {
+            for (int alias : {-1, 0, 1}) {
+              const size_t bytes = count + mis + 64;
+              std::vector<uint8_t> a(bytes), b(bytes), out(bytes, 0xAB), want(count);
+              for (size_t i = 0; i < bytes; ++i) {
+                a[i] = static_cast<uint8_t>(rng());
+                b[i] = static_cast<uint8_t>(rng());
+              }
+              const void* srcs[2] = {a.data() + mis, b.data() + mis};
+              ref::Reduce(want.data(), srcs, 2, count, dt, op, 1.0);
+              uint8_t* dst = alias < 0 ? out.data() + mis : (alias == 0 ? a.data() : b.data()) + mis;
+              const std::vector<uint8_t> guard(dst + count, dst + count + 32);
+              ASSERT_TRUE(r->Reduce(dst, srcs, 2, count, dt, op).ok());
+              size_t wrong = 0;
+              for (size_t i = 0; i < count; ++i) wrong += !ref::SameElement(dst, want.data(), i, dt);
+              ASSERT_EQ(wrong, 0u) << DataTypeName(dt) << " " << ReduceOpName(op) << " count " << count
+                                   << " misalign " << mis << " alias " << alias << " nt from "
+                                   << r->nt_threshold_bytes();
+              ASSERT_EQ(0, std::memcmp(guard.data(), dst + count, 32)) << "wrote past the end";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTargets, ReduceTest, ::testing::ValuesIn(testing::RunnableTargets()),
                          [](const auto& info) { return info.param; });
+
+// The AVX3 targets take the AVX512-FP16 kernel for two-input fp8 sum/avg
+// where the CPU has it; other targets never do.
+TEST(ReducerTest, Fp8PairsRunInF16WhereTheCpuHasAvx512Fp16) {
+  std::ifstream info("/proc/cpuinfo");
+  std::string line;
+  bool fp16 = false;
+  while (std::getline(info, line)) {
+    if (line.rfind("flags", 0) == 0) {
+      fp16 = line.find(" avx512_fp16") != std::string::npos;
+      break;
+    }
+  }
+  const auto targets = testing::RunnableTargets();
+  for (const std::string& t : targets) {
+    const bool avx3 = t == "avx3" || t == "avx3_dl";
+    EXPECT_EQ(MakeReducer(t).fp8_pairs_in_f16(), avx3 && fp16) << t;
+  }
+  if (!fp16) GTEST_SKIP() << "this CPU has no AVX512-FP16 (no avx512_fp16 in /proc/cpuinfo): only the f32 path ran";
+}
 
 TEST(ReducerTest, ChoosesBestAndHonoursCap) {
   const auto targets = testing::RunnableTargets();
