@@ -51,9 +51,12 @@ extern const ConvertFn kF32ToE5M2[kNumSlots];
 extern const ConvertFn kE5M2ToF32[kNumSlots];
 extern const CopyFn kCopy[kNumSlots];
 
-// Two-input fp8 sum and avg on AVX512-FP16 (fp8_pair_fp16.cc); nullptr
-// where this CPU or compiler has none. Used by the AVX3 slots only.
-ReduceFn Fp8PairFp16();
+// Two-input fp8 sum and avg on AVX512-FP16 (fp8_pair_fp16.cc), compiled
+// where the compiler can (kFp8PairFp16Compiled); call only on a CPU that
+// has AVX512-FP16, BW and BMI2 (CpuHasAvx512Fp16). Used by the AVX3 slots.
+extern const bool kFp8PairFp16Compiled;
+void ReduceFp8PairFp16(const ReduceArgs& args);
+bool CpuHasAvx512Fp16();
 
 }  // namespace ciuic::kernels::internal
 

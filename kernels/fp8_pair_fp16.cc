@@ -11,28 +11,25 @@
 // the sum across nor onto a halfway point between fp8 neighbours (f16 keeps
 // 7 more significand bits than fp8 and the same or a wider exponent range).
 // The unit tests check every pair of codes against the scalar reference.
+//
+// This file alone is compiled with -mavx512fp16 (kernels/CMakeLists.txt)
+// and only called after Reducer has checked the CPU, so it must not define
+// or instantiate anything shared with other files (an inline function
+// compiled here could be the copy the linker keeps for everyone).
 #include <cstddef>
 #include <cstdint>
 
 #include "kernels/dispatch.h"
 
-#if defined(__x86_64__) && ((defined(__clang__) && __clang_major__ >= 14) || \
-                            (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 12))
-#define CIUIC_FP8_PAIR_FP16 1
-#include <cpuid.h>
+#if defined(__AVX512FP16__) && defined(__AVX512BW__) && defined(__BMI2__)
 #include <immintrin.h>
-#endif
 
 namespace ciuic::kernels::internal {
-
-#ifdef CIUIC_FP8_PAIR_FP16
 namespace {
-
-#define CIUIC_FP16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512fp16,bmi2")))
 
 // 64 results from 64 codes of each input (one byte per element).
 template <bool kE4M3, bool kAvg>
-CIUIC_FP16_TARGET inline __m512i Pair64(__m512i a, __m512i b) {
+inline __m512i Pair64(__m512i a, __m512i b) {
   const __m512i hi_bytes = _mm512_set1_epi16(static_cast<int16_t>(0xFF00));
   const __m512i one = _mm512_set1_epi16(1);
   // Each u16 lane holds an even element in its low byte and the next odd
@@ -65,7 +62,7 @@ CIUIC_FP16_TARGET inline __m512i Pair64(__m512i a, __m512i b) {
     // 2^-8 as an f16 (subnormals included). srai copies the sign into bit
     // 14 as well, which the mask clears.
     const __m512i no_bit14 = _mm512_set1_epi16(static_cast<int16_t>(0xBF80));
-    auto dec = [&](__m512i x) CIUIC_FP16_TARGET {
+    auto dec = [&](__m512i x) {
       return _mm512_castsi512_ph(_mm512_and_si512(_mm512_srai_epi16(x, 1), no_bit14));
     };
     const __m512h ae = dec(_mm512_slli_epi16(a, 8)), ao = dec(a);
@@ -102,12 +99,12 @@ CIUIC_FP16_TARGET inline __m512i Pair64(__m512i a, __m512i b) {
 }
 
 template <bool kE4M3, bool kAvg>
-CIUIC_FP16_TARGET void Run(const ReduceArgs& args) {
+void Run(const ReduceArgs& args) {
   auto* d = static_cast<uint8_t*>(args.dst);
   const auto* a = static_cast<const uint8_t*>(args.srcs[0]);
   const auto* b = static_cast<const uint8_t*>(args.srcs[1]);
   const size_t n = args.count;
-  auto masked = [&](size_t i, size_t len) CIUIC_FP16_TARGET {
+  auto masked = [&](size_t i, size_t len) {
     const __mmask64 m = _bzhi_u64(~0ULL, static_cast<unsigned>(len));
     _mm512_mask_storeu_epi8(d + i, m, Pair64<kE4M3, kAvg>(_mm512_maskz_loadu_epi8(m, a + i),
                                                          _mm512_maskz_loadu_epi8(m, b + i)));
@@ -125,7 +122,7 @@ CIUIC_FP16_TARGET void Run(const ReduceArgs& args) {
     // outstanding (one stream reached 0.8 of the f32 sum's DRAM rate).
     const size_t half = ((n - i) / 2) & ~size_t{63};
     const size_t pf = args.prefetch_bytes;
-    auto step = [&](size_t at) CIUIC_FP16_TARGET {
+    auto step = [&](size_t at) {
       _mm512_stream_si512(reinterpret_cast<__m512i*>(d + at),
                           Pair64<kE4M3, kAvg>(_mm512_loadu_si512(a + at), _mm512_loadu_si512(b + at)));
     };
@@ -162,7 +159,11 @@ CIUIC_FP16_TARGET void Run(const ReduceArgs& args) {
   if (i < n) masked(i, n - i);
 }
 
-void ReduceFp8PairImpl(const ReduceArgs& a) {
+}  // namespace
+
+const bool kFp8PairFp16Compiled = true;
+
+void ReduceFp8PairFp16(const ReduceArgs& a) {
   const bool e4m3 = a.dtype == DataType::kFloat8E4M3;
   if (a.op == ReduceOp::kAvg) {
     e4m3 ? Run<true, true>(a) : Run<false, true>(a);
@@ -171,32 +172,13 @@ void ReduceFp8PairImpl(const ReduceArgs& a) {
   }
 }
 
-// CPUID leaf 7 EDX bit 23, and the OS saving the AVX-512 state (XCR0 bits
-// 1, 2, 5, 6, 7).
-bool CpuHasAvx512Fp16() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid_max(0, nullptr) < 7) return false;
-  __cpuid_count(1, 0, eax, ebx, ecx, edx);
-  if ((ecx & (1u << 27)) == 0) return false;  // OSXSAVE
-  unsigned xlo = 0, xhi = 0;
-  __asm__("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
-  if ((xlo & 0xE6u) != 0xE6u) return false;
-  __cpuid_count(7, 0, eax, ebx, ecx, edx);
-  const bool bw = (ebx & (1u << 30)) != 0, f = (ebx & (1u << 16)) != 0, vl = (ebx & (1u << 31)) != 0;
-  return f && bw && vl && (edx & (1u << 23)) != 0 && (ebx & (1u << 8)) != 0;  // BMI2
-}
-
-}  // namespace
-
-ReduceFn Fp8PairFp16() {
-  static const ReduceFn fn = CpuHasAvx512Fp16() ? &ReduceFp8PairImpl : nullptr;
-  return fn;
-}
+}  // namespace ciuic::kernels::internal
 
 #else
 
-ReduceFn Fp8PairFp16() { return nullptr; }
+namespace ciuic::kernels::internal {
+const bool kFp8PairFp16Compiled = false;
+void ReduceFp8PairFp16(const ReduceArgs&) {}
+}  // namespace ciuic::kernels::internal
 
 #endif
-
-}  // namespace ciuic::kernels::internal

@@ -1,6 +1,9 @@
 // Reducer: argument checking, SIMD target choice and the knobs that shape the
 // kernels (tile, non-temporal threshold, prefetch).
 #include <unistd.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
 
 #include <algorithm>
 #include <cstring>
@@ -27,6 +30,26 @@ int64_t SlotTarget(int slot) {
 #endif
   };
   return slot >= 0 && slot < kNumSlots ? kTargets[slot] : 0;
+}
+
+// AVX512-FP16 (CPUID leaf 7 EDX bit 23) with F, BW, VL and BMI2, and the OS
+// saving the AVX-512 registers (XCR0 bits 1, 2, 5, 6, 7).
+bool CpuHasAvx512Fp16() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_max(0, nullptr) < 7) return false;
+  __cpuid_count(1, 0, eax, ebx, ecx, edx);
+  if ((ecx & (1u << 27)) == 0) return false;  // OSXSAVE
+  unsigned xlo = 0, xhi = 0;
+  __asm__("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+  if ((xlo & 0xE6u) != 0xE6u) return false;
+  __cpuid_count(7, 0, eax, ebx, ecx, edx);
+  const bool f = (ebx & (1u << 16)) != 0, bw = (ebx & (1u << 30)) != 0;
+  const bool vl = (ebx & (1u << 31)) != 0, bmi2 = (ebx & (1u << 8)) != 0;
+  return f && bw && vl && bmi2 && (edx & (1u << 23)) != 0;
+#else
+  return false;
+#endif
 }
 
 }  // namespace internal
@@ -109,7 +132,10 @@ StatusOr<Reducer> Reducer::Create(const Config& config, const CacheSizes& caches
   }
   r.slot_ = chosen;
   const int64_t target = internal::SlotTarget(chosen);
-  if (target == HWY_AVX3 || target == HWY_AVX3_DL) r.fp8_pair_ = internal::Fp8PairFp16();
+  static const bool fp16 = internal::kFp8PairFp16Compiled && internal::CpuHasAvx512Fp16();
+  if ((target == HWY_AVX3 || target == HWY_AVX3_DL) && fp16) {
+    r.fp8_pair_ = &internal::ReduceFp8PairFp16;
+  }
   // Tile for >4 inputs: a quarter of L1d holds the scratch tile while the
   // streaming inputs pass through the rest (kernel_perf -n 8,16 measures
   // the choice).
