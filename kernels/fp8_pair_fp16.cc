@@ -5,11 +5,14 @@
 // here 64 elements stay in two registers of 32 f16 lanes (the even and the
 // odd bytes), are added in f16 and rounded to 8 bits with integer steps.
 //
-// Why f16 gives the correctly rounded result: an fp8 value is exact in f16
-// (e5m2 is an f16's high byte; e4m3 is exact after scaling by 2^-8), so the
-// f16 add rounds the exact sum once, and that f16 rounding can neither move
-// the sum across nor onto a halfway point between fp8 neighbours (f16 keeps
-// 7 more significand bits than fp8 and the same or a wider exponent range).
+// Why f16 gives the correctly rounded result: every fp8 value is exact in
+// f16 (e5m2 is an f16's high byte; e4m3 is exact after scaling by 2^-8), a
+// sum of two values of p significand bits is rounded once without harm by
+// a format of at least 2p + 2 bits (f16 has 11; e4m3 p = 4, e5m2 p = 3),
+// and f16 keeps 7 bits below the smallest fp8 subnormal and overflows
+// (65520) only above e5m2's Inf threshold (61440); scaled e4m3 stays <= 3.5.
+// The f16 operations use explicit round-to-nearest and suppress exceptions:
+// the caller's MXCSR (rounding mode, unmasked exceptions) plays no part.
 // The unit tests check every pair of codes against the scalar reference.
 //
 // This file alone is compiled with -mavx512fp16 (kernels/CMakeLists.txt)
@@ -21,11 +24,17 @@
 
 #include "kernels/dispatch.h"
 
-#if defined(__AVX512FP16__) && defined(__AVX512BW__) && defined(__BMI2__)
+#if defined(__x86_64__) && defined(__AVX512FP16__) && defined(__AVX512BW__) && defined(__BMI2__)
 #include <immintrin.h>
 
 namespace ciuic::kernels::internal {
 namespace {
+
+constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+inline __m512h Add(__m512h x, __m512h y) { return _mm512_add_round_ph(x, y, kRne); }
+inline __m512h Mul(__m512h x, __m512h y) { return _mm512_mul_round_ph(x, y, kRne); }
+inline __m512h Min(__m512h x, __m512h y) { return _mm512_min_round_ph(x, y, _MM_FROUND_NO_EXC); }
+inline __m512h Max(__m512h x, __m512h y) { return _mm512_max_round_ph(x, y, _MM_FROUND_NO_EXC); }
 
 // 64 results from 64 codes of each input (one byte per element).
 template <bool kE4M3, bool kAvg>
@@ -42,13 +51,13 @@ inline __m512i Pair64(__m512i a, __m512i b) {
     if constexpr (kAvg) {
       // Halve the inputs, not the sum: 57344 + 57344 overflows f16.
       const __m512h half = _mm512_set1_ph(static_cast<_Float16>(0.5f));
-      ae = _mm512_mul_ph(ae, half);
-      ao = _mm512_mul_ph(ao, half);
-      be = _mm512_mul_ph(be, half);
-      bo = _mm512_mul_ph(bo, half);
+      ae = Mul(ae, half);
+      ao = Mul(ao, half);
+      be = Mul(be, half);
+      bo = Mul(bo, half);
     }
-    __m512i se = _mm512_castph_si512(_mm512_add_ph(ae, be));
-    __m512i so = _mm512_castph_si512(_mm512_add_ph(ao, bo));
+    __m512i se = _mm512_castph_si512(Add(ae, be));
+    __m512i so = _mm512_castph_si512(Add(ao, bo));
     // Round to the high byte, ties to even. Inf stays Inf, NaN stays NaN
     // (quiet NaNs have bit 9 set), and from 61440 the carry gives Inf, as
     // IEEE-like e5m2 wants.
@@ -67,17 +76,17 @@ inline __m512i Pair64(__m512i a, __m512i b) {
     };
     const __m512h ae = dec(_mm512_slli_epi16(a, 8)), ao = dec(a);
     const __m512h be = dec(_mm512_slli_epi16(b, 8)), bo = dec(b);
-    __m512h se = _mm512_add_ph(ae, be), so = _mm512_add_ph(ao, bo);
+    __m512h se = Add(ae, be), so = Add(ao, bo);
     if constexpr (kAvg) {
       const __m512h half = _mm512_set1_ph(static_cast<_Float16>(0.5f));
-      se = _mm512_mul_ph(se, half);
-      so = _mm512_mul_ph(so, half);
+      se = Mul(se, half);
+      so = Mul(so, half);
     }
     // Saturate at +-448 (1.75 scaled): e4m3 has no Inf.
     const __m512h top = _mm512_set1_ph(static_cast<_Float16>(1.75f));
     const __m512h bottom = _mm512_set1_ph(static_cast<_Float16>(-1.75f));
-    se = _mm512_max_ph(_mm512_min_ph(se, top), bottom);
-    so = _mm512_max_ph(_mm512_min_ph(so, top), bottom);
+    se = Max(Min(se, top), bottom);
+    so = Max(Min(so, top), bottom);
     // Round away the low 7 bits, ties to even; the carry stops below bit 14.
     const __m512i k3f = _mm512_set1_epi16(0x3F);
     __m512i re = _mm512_castph_si512(se), ro = _mm512_castph_si512(so);
@@ -117,9 +126,10 @@ void Run(const ReduceArgs& args) {
       masked(0, head < n ? head : n);
       i = head < n ? head : n;
     }
-    // Two halves at once: twice the streams in flight. With ~40 operations
-    // per line the out-of-order window alone keeps too few misses
-    // outstanding (one stream reached 0.8 of the f32 sum's DRAM rate).
+    // Two halves at once: twice the streams in flight for the hardware
+    // prefetchers (with ~40 operations per line the out-of-order window
+    // holds few misses). A small gain for e5m2, none for e4m3, within this
+    // VM's noise: see perf/RESULTS.md.
     const size_t half = ((n - i) / 2) & ~size_t{63};
     const size_t pf = args.prefetch_bytes;
     auto step = [&](size_t at) {

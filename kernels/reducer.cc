@@ -133,9 +133,7 @@ StatusOr<Reducer> Reducer::Create(const Config& config, const CacheSizes& caches
   r.slot_ = chosen;
   const int64_t target = internal::SlotTarget(chosen);
   static const bool fp16 = internal::kFp8PairFp16Compiled && internal::CpuHasAvx512Fp16();
-  if ((target == HWY_AVX3 || target == HWY_AVX3_DL) && fp16) {
-    r.fp8_pair_ = &internal::ReduceFp8PairFp16;
-  }
+  r.fp8_pairs_in_f16_ = (target == HWY_AVX3 || target == HWY_AVX3_DL) && fp16;
   // Tile for >4 inputs: a quarter of L1d holds the scratch tile while the
   // streaming inputs pass through the rest (kernel_perf -n 8,16 measures
   // the choice).
@@ -252,8 +250,8 @@ Status Reducer::Reduce(void* dst, const void* const* srcs, int nsrcs, size_t cou
     case DataType::kBFloat16: internal::kReduceHalf[slot_](a); break;
     case DataType::kFloat8E4M3:
     case DataType::kFloat8E5M2:
-      if (fp8_pair_ != nullptr && nsrcs == 2 && (op == ReduceOp::kSum || op == ReduceOp::kAvg)) {
-        fp8_pair_(a);
+      if (fp8_pairs_in_f16_ && nsrcs == 2 && (op == ReduceOp::kSum || op == ReduceOp::kAvg)) {
+        internal::ReduceFp8PairFp16(a);
       } else {
         internal::kReduceFp8[slot_](a);
       }

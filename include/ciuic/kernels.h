@@ -114,9 +114,6 @@ constexpr bool Supports(DataType dtype, ReduceOp op) {
 }
 
 namespace kernels {
-namespace internal {
-struct ReduceArgs;
-}  // namespace internal
 
 constexpr int kMaxSources = 16;
 
@@ -218,7 +215,7 @@ class Reducer {
   size_t prefetch_min_bytes() const { return prefetch_min_bytes_; }
   // Whether two-input fp8 sum and avg run on the AVX512-FP16 kernel (the
   // AVX3 targets on CPUs that have it) instead of widening to f32.
-  bool fp8_pairs_in_f16() const { return fp8_pair_ != nullptr; }
+  bool fp8_pairs_in_f16() const { return fp8_pairs_in_f16_; }
 
  private:
   Reducer() = default;
@@ -228,7 +225,7 @@ class Reducer {
   size_t nt_threshold_ = 0;
   size_t prefetch_bytes_ = 0;
   size_t prefetch_min_bytes_ = 0;
-  void (*fp8_pair_)(const internal::ReduceArgs&) = nullptr;
+  bool fp8_pairs_in_f16_ = false;
 };
 
 }  // namespace kernels

@@ -2,6 +2,7 @@
 // compiled in and runnable here, against the scalar reference.
 #include <gtest/gtest.h>
 
+#include <cfenv>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "ciuic/kernels.h"
+#include "kernels/dispatch.h"
 #include "kernels/reference.h"
 #include "test_util.h"
 
@@ -338,12 +340,23 @@ TEST_P(ReduceTest, Fp8EveryPairOfCodes) {
 }
 
 // Two-input fp8 sum/avg (the AVX512-FP16 kernel on the AVX3 targets where
-// the CPU has it): every code as either input at lengths around its 64-byte
-// step, misaligned, in place, streamed with prefetch, and regular stores
-// with prefetch.
+// the CPU has it): random codes at lengths around its 64-byte step,
+// misaligned, in place, streamed and regular stores, each with prefetch
+// (a 4 KiB "L2" turns it on from 1366 elements).
 TEST_P(ReduceTest, Fp8PairsAtEveryLengthAlignmentAndStorePath) {
-  const Reducer streamed = MakeReducer(GetParam(), /*nt_threshold=*/1, /*tile=*/0, 256);
-  const Reducer regular = MakeReducer(GetParam(), /*nt_threshold=*/0, /*tile=*/0, 256);
+  auto make = [&](int64_t nt_threshold) {
+    Config c;
+    c.simd_target = GetParam();
+    c.kernel_nt_threshold = nt_threshold;
+    c.kernel_prefetch_bytes = 256;
+    CacheSizes small;
+    small.l2 = 4096;
+    StatusOr<Reducer> r = Reducer::Create(c, small);
+    if (!r.ok()) std::abort();
+    return *r;
+  };
+  const Reducer streamed = make(1);
+  const Reducer regular = make(0);
   std::mt19937_64 rng(7);
   const Reducer* reducers[] = {&r_, &streamed, &regular};
   for (const Reducer* r : reducers) {
@@ -362,6 +375,7 @@ TEST_P(ReduceTest, Fp8PairsAtEveryLengthAlignmentAndStorePath) {
               ref::Reduce(want.data(), srcs, 2, count, dt, op, 1.0);
               uint8_t* dst = alias < 0 ? out.data() + mis : (alias == 0 ? a.data() : b.data()) + mis;
               const std::vector<uint8_t> guard(dst + count, dst + count + 32);
+              const std::vector<uint8_t> before(dst - mis, dst);
               ASSERT_TRUE(r->Reduce(dst, srcs, 2, count, dt, op).ok());
               size_t wrong = 0;
               for (size_t i = 0; i < count; ++i) wrong += !ref::SameElement(dst, want.data(), i, dt);
@@ -369,6 +383,7 @@ TEST_P(ReduceTest, Fp8PairsAtEveryLengthAlignmentAndStorePath) {
                                    << " misalign " << mis << " alias " << alias << " nt from "
                                    << r->nt_threshold_bytes();
               ASSERT_EQ(0, std::memcmp(guard.data(), dst + count, 32)) << "wrote past the end";
+              ASSERT_TRUE(std::equal(before.begin(), before.end(), dst - mis)) << "wrote before the start";
             }
           }
         }
@@ -392,12 +407,46 @@ TEST(ReducerTest, Fp8PairsRunInF16WhereTheCpuHasAvx512Fp16) {
       break;
     }
   }
+  const bool built = internal::kFp8PairFp16Compiled;
   const auto targets = testing::RunnableTargets();
   for (const std::string& t : targets) {
     const bool avx3 = t == "avx3" || t == "avx3_dl";
-    EXPECT_EQ(MakeReducer(t).fp8_pairs_in_f16(), avx3 && fp16) << t;
+    EXPECT_EQ(MakeReducer(t).fp8_pairs_in_f16(), avx3 && fp16 && built) << t;
   }
+  if (!built) GTEST_SKIP() << "this compiler cannot build the AVX512-FP16 kernel (CIUIC_CXX_HAS_AVX512FP16 off)";
   if (!fp16) GTEST_SKIP() << "this CPU has no AVX512-FP16 (no avx512_fp16 in /proc/cpuinfo): only the f32 path ran";
+}
+
+// The f16 kernel rounds to nearest and raises no exception whatever the
+// caller's MXCSR says (its f16 add would otherwise round the sum toward
+// zero, say, before the fp8 rounding).
+TEST(ReducerTest, Fp8PairsInF16IgnoreTheCallersRoundingMode) {
+  const Reducer r = MakeReducer("avx3");
+  if (!r.fp8_pairs_in_f16()) GTEST_SKIP() << "the AVX512-FP16 kernel does not run here (CPU or compiler)";
+  std::vector<uint8_t> a(65536), b(65536), out(65536), want(65536);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = static_cast<uint8_t>(i >> 8);
+    b[i] = static_cast<uint8_t>(i & 0xFF);
+  }
+  const void* srcs[2] = {a.data(), b.data()};
+  const int saved = std::fegetround();
+  for (int mode : {FE_TOWARDZERO, FE_UPWARD, FE_DOWNWARD}) {
+    for (DataType dt : {DataType::kFloat8E4M3, DataType::kFloat8E5M2}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+        ref::Reduce(want.data(), srcs, 2, want.size(), dt, op, 1.0);
+        std::feclearexcept(FE_ALL_EXCEPT);
+        ASSERT_EQ(std::fesetround(mode), 0);
+        const Status st = r.Reduce(out.data(), srcs, 2, out.size(), dt, op);
+        const int raised = std::fetestexcept(FE_OVERFLOW | FE_INVALID | FE_INEXACT);
+        std::fesetround(saved);
+        ASSERT_TRUE(st.ok());
+        EXPECT_EQ(raised, 0) << DataTypeName(dt) << " " << ReduceOpName(op) << " raised FP exceptions";
+        size_t wrong = 0;
+        for (size_t i = 0; i < out.size(); ++i) wrong += !ref::SameElement(out.data(), want.data(), i, dt);
+        EXPECT_EQ(wrong, 0u) << DataTypeName(dt) << " " << ReduceOpName(op) << " rounding mode " << mode;
+      }
+    }
+  }
 }
 
 TEST(ReducerTest, ChoosesBestAndHonoursCap) {
