@@ -3,6 +3,7 @@
 #include <unistd.h>
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
+#include <xmmintrin.h>
 #endif
 
 #include <algorithm>
@@ -173,6 +174,34 @@ int BestSlot() {
   }
   return kNumSlots - 1;
 }
+
+// Kernels run in the default SSE environment (round to nearest even, every
+// exception masked, subnormals kept), whatever the calling thread set: a rank
+// whose program changed the rounding mode or set FTZ/DAZ (torch's
+// set_flush_denormal) would otherwise compute other bits than its peers, and
+// one that unmasked exceptions (feenableexcept) would take SIGFPE on an
+// overflowing sum. The caller's MXCSR, flags included, is restored on return;
+// in the default environment this costs one stmxcsr.
+class DefaultFpEnv {
+ public:
+#if defined(__x86_64__) && defined(__GNUC__)
+  DefaultFpEnv() : saved_(_mm_getcsr()) {
+    if ((saved_ & ~kFlags) != kDefault) _mm_setcsr(kDefault);
+  }
+  ~DefaultFpEnv() {
+    if ((saved_ & ~kFlags) != kDefault) _mm_setcsr(saved_);
+  }
+  DefaultFpEnv(const DefaultFpEnv&) = delete;
+  DefaultFpEnv& operator=(const DefaultFpEnv&) = delete;
+
+ private:
+  static constexpr unsigned kFlags = 0x3F;      // sticky exception flags
+  static constexpr unsigned kDefault = 0x1F80;  // all masked, RNE, no FTZ/DAZ
+  const unsigned saved_;
+#else
+  DefaultFpEnv() {}  // other architectures: not yet handled (FPCR on arm64)
+#endif
+};
 }  // namespace
 
 void CopyBytes(void* dst, const void* src, size_t bytes, bool streaming) {
@@ -243,6 +272,7 @@ Status Reducer::Reduce(void* dst, const void* const* srcs, int nsrcs, size_t cou
   a.tile_bytes = beyond_l2 ? tile_large_bytes_ : tile_bytes_;
   a.prefetch_bytes = beyond_l2 ? prefetch_bytes_ : 0;
   a.factor = factor;
+  const DefaultFpEnv env;
   switch (dtype) {
     case DataType::kFloat32:
     case DataType::kFloat64: internal::kReduceFloat[slot_](a); break;
@@ -277,22 +307,30 @@ Status CheckConvert(const void* src, size_t sbytes, const void* dst, size_t dbyt
 
 Status Reducer::ConvertF32ToBF16(const float* src, uint16_t* dst, size_t count) const {
   CIUIC_RETURN_IF_ERROR(CheckConvert(src, 4, dst, 2, count));
-  if (count) internal::kF32ToBF16[slot_](src, dst, count);
+  if (count == 0) return Status::Ok();
+  const DefaultFpEnv env;
+  internal::kF32ToBF16[slot_](src, dst, count);
   return Status::Ok();
 }
 Status Reducer::ConvertBF16ToF32(const uint16_t* src, float* dst, size_t count) const {
   CIUIC_RETURN_IF_ERROR(CheckConvert(src, 2, dst, 4, count));
-  if (count) internal::kBF16ToF32[slot_](src, dst, count);
+  if (count == 0) return Status::Ok();
+  const DefaultFpEnv env;
+  internal::kBF16ToF32[slot_](src, dst, count);
   return Status::Ok();
 }
 Status Reducer::ConvertF32ToF16(const float* src, uint16_t* dst, size_t count) const {
   CIUIC_RETURN_IF_ERROR(CheckConvert(src, 4, dst, 2, count));
-  if (count) internal::kF32ToF16[slot_](src, dst, count);
+  if (count == 0) return Status::Ok();
+  const DefaultFpEnv env;
+  internal::kF32ToF16[slot_](src, dst, count);
   return Status::Ok();
 }
 Status Reducer::ConvertF16ToF32(const uint16_t* src, float* dst, size_t count) const {
   CIUIC_RETURN_IF_ERROR(CheckConvert(src, 2, dst, 4, count));
-  if (count) internal::kF16ToF32[slot_](src, dst, count);
+  if (count == 0) return Status::Ok();
+  const DefaultFpEnv env;
+  internal::kF16ToF32[slot_](src, dst, count);
   return Status::Ok();
 }
 
@@ -312,6 +350,7 @@ Status Reducer::Convert(const void* src, DataType from, void* dst, DataType to, 
     case DataType::kFloat8E4M3: table = narrow_to ? internal::kF32ToE4M3 : internal::kE4M3ToF32; break;
     default: table = narrow_to ? internal::kF32ToE5M2 : internal::kE5M2ToF32; break;
   }
+  const DefaultFpEnv env;
   table[slot_](src, dst, count);
   return Status::Ok();
 }

@@ -2,7 +2,6 @@
 // compiled in and runnable here, against the scalar reference.
 #include <gtest/gtest.h>
 
-#include <cfenv>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -11,6 +10,10 @@
 #include <limits>
 #include <random>
 #include <vector>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <xmmintrin.h>
+#endif
 
 #include "ciuic/kernels.h"
 #include "kernels/dispatch.h"
@@ -417,37 +420,94 @@ TEST(ReducerTest, Fp8PairsRunInF16WhereTheCpuHasAvx512Fp16) {
   if (!fp16) GTEST_SKIP() << "this CPU has no AVX512-FP16 (no avx512_fp16 in /proc/cpuinfo): only the f32 path ran";
 }
 
-// The f16 kernel rounds to nearest and raises no exception whatever the
-// caller's MXCSR says (its f16 add would otherwise round the sum toward
-// zero, say, before the fp8 rounding).
-TEST(ReducerTest, Fp8PairsInF16IgnoreTheCallersRoundingMode) {
-  const Reducer r = MakeReducer("avx3");
-  if (!r.fp8_pairs_in_f16()) GTEST_SKIP() << "the AVX512-FP16 kernel does not run here (CPU or compiler)";
-  std::vector<uint8_t> a(65536), b(65536), out(65536), want(65536);
-  for (size_t i = 0; i < a.size(); ++i) {
-    a[i] = static_cast<uint8_t>(i >> 8);
-    b[i] = static_cast<uint8_t>(i & 0xFF);
+#if defined(__x86_64__) && defined(__GNUC__)
+// Runs f with MXCSR = csr and returns MXCSR as f left it (the default
+// environment is back before anything else runs: gtest's own arithmetic
+// must not trap).
+template <typename F>
+unsigned UnderMxcsr(unsigned csr, F&& f) {
+  const unsigned saved = _mm_getcsr();
+  _mm_setcsr(csr);
+  f();
+  const unsigned after = _mm_getcsr();
+  _mm_setcsr(saved);
+  return after;
+}
+
+// Every target, the AVX512-FP16 fp8 kernel included, computes the same bits
+// whatever floating-point environment the calling thread set: a rank whose
+// program rounds upward or flushes subnormals (torch.set_flush_denormal)
+// must not disagree with its peers, and one that unmasked exceptions must
+// not take SIGFPE on an overflowing or NaN-making sum. The caller's MXCSR
+// comes back unchanged, flags included.
+TEST(ReducerTest, EveryTargetIgnoresTheCallersFloatingPointEnvironment) {
+  struct Env {
+    const char* name;
+    unsigned csr;
+  };
+  const Env envs[] = {{"toward zero", 0x7F80}, {"upward", 0x5F80}, {"downward", 0x3F80},
+                      {"FTZ and DAZ", 0x9FC0}, {"every exception unmasked", 0x0000}};
+  const DataType types[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
+                            DataType::kBFloat16, DataType::kFloat8E4M3, DataType::kFloat8E5M2};
+  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kProd, ReduceOp::kMin,
+                          ReduceOp::kMax, ReduceOp::kPremulSum};
+  // Random bits: every exponent, subnormals, Inf and NaN, sums that round,
+  // overflow or cancel; 65536 + 3 elements so fp8 pairs meet every pair
+  // of codes and the tails run too.
+  constexpr size_t kCount = 65539;
+  std::mt19937_64 rng(23);
+  std::vector<std::vector<uint8_t>> in(3, std::vector<uint8_t>(kCount * 8));
+  for (auto& v : in) {
+    for (auto& byte : v) byte = static_cast<uint8_t>(rng());
   }
-  const void* srcs[2] = {a.data(), b.data()};
-  const int saved = std::fegetround();
-  for (int mode : {FE_TOWARDZERO, FE_UPWARD, FE_DOWNWARD}) {
-    for (DataType dt : {DataType::kFloat8E4M3, DataType::kFloat8E5M2}) {
-      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
-        ref::Reduce(want.data(), srcs, 2, want.size(), dt, op, 1.0);
-        std::feclearexcept(FE_ALL_EXCEPT);
-        ASSERT_EQ(std::fesetround(mode), 0);
-        const Status st = r.Reduce(out.data(), srcs, 2, out.size(), dt, op);
-        const int raised = std::fetestexcept(FE_OVERFLOW | FE_INVALID | FE_INEXACT);
-        std::fesetround(saved);
-        ASSERT_TRUE(st.ok());
-        EXPECT_EQ(raised, 0) << DataTypeName(dt) << " " << ReduceOpName(op) << " raised FP exceptions";
-        size_t wrong = 0;
-        for (size_t i = 0; i < out.size(); ++i) wrong += !ref::SameElement(out.data(), want.data(), i, dt);
-        EXPECT_EQ(wrong, 0u) << DataTypeName(dt) << " " << ReduceOpName(op) << " rounding mode " << mode;
+  for (size_t i = 0; i < 65536; ++i) {
+    in[0][i] = static_cast<uint8_t>(i >> 8);
+    in[1][i] = static_cast<uint8_t>(i & 0xFF);
+  }
+  std::vector<uint8_t> want(kCount * 8), got(kCount * 8);
+  for (const std::string& t : testing::RunnableTargets()) {
+    const Reducer r = MakeReducer(t);
+    for (DataType dt : types) {
+      const size_t bytes = kCount * DataTypeSize(dt);
+      for (ReduceOp op : ops) {
+        if (!Supports(dt, op)) continue;
+        for (int nsrcs : {2, 3}) {
+          const void* srcs[3] = {in[0].data(), in[1].data(), in[2].data()};
+          ASSERT_TRUE(r.Reduce(want.data(), srcs, nsrcs, kCount, dt, op, 0.1).ok());
+          for (const Env& e : envs) {
+            Status st;
+            const unsigned after = UnderMxcsr(e.csr, [&] { st = r.Reduce(got.data(), srcs, nsrcs, kCount, dt, op, 0.1); });
+            ASSERT_TRUE(st.ok()) << st.message();
+            EXPECT_EQ(after, e.csr) << t << ": the caller's MXCSR was not restored under " << e.name;
+            EXPECT_EQ(std::memcmp(got.data(), want.data(), bytes), 0)
+                << t << " " << DataTypeName(dt) << " " << ReduceOpName(op) << " of " << nsrcs << " under " << e.name;
+          }
+        }
+      }
+      if (dt == DataType::kFloat32 || dt == DataType::kFloat64) continue;
+      // f32 -> the narrow type and back: the rounding, the saturation and
+      // the subnormals of the conversions.
+      const size_t nbytes = kCount * DataTypeSize(dt);
+      std::vector<uint8_t> want_f(kCount * 4), got_f(kCount * 4);
+      ASSERT_TRUE(r.Convert(in[2].data(), DataType::kFloat32, want.data(), dt, kCount).ok());
+      ASSERT_TRUE(r.Convert(in[0].data(), dt, want_f.data(), DataType::kFloat32, kCount).ok());
+      for (const Env& e : envs) {
+        Status to, from;
+        const unsigned after = UnderMxcsr(e.csr, [&] {
+          to = r.Convert(in[2].data(), DataType::kFloat32, got.data(), dt, kCount);
+          from = r.Convert(in[0].data(), dt, got_f.data(), DataType::kFloat32, kCount);
+        });
+        ASSERT_TRUE(to.ok() && from.ok());
+        EXPECT_EQ(after, e.csr) << t << ": MXCSR not restored by Convert under " << e.name;
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), nbytes), 0)
+            << t << " f32 -> " << DataTypeName(dt) << " under " << e.name;
+        EXPECT_EQ(std::memcmp(got_f.data(), want_f.data(), kCount * 4), 0)
+            << t << " " << DataTypeName(dt) << " -> f32 under " << e.name;
       }
     }
   }
 }
+#endif
 
 TEST(ReducerTest, ChoosesBestAndHonoursCap) {
   const auto targets = testing::RunnableTargets();
