@@ -107,6 +107,27 @@ inline __m512i Pair64(__m512i a, __m512i b) {
   }
 }
 
+// Whole 64-byte blocks from i on, prefetching pf bytes ahead where asked;
+// returns where they stop.
+template <bool kE4M3, bool kAvg, bool kStream>
+size_t Blocks(uint8_t* d, const uint8_t* a, const uint8_t* b, size_t i, size_t n, size_t pf) {
+  auto block = [&](size_t at) {
+    const __m512i r = Pair64<kE4M3, kAvg>(_mm512_loadu_si512(a + at), _mm512_loadu_si512(b + at));
+    if constexpr (kStream) {
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(d + at), r);
+    } else {
+      _mm512_storeu_si512(d + at, r);
+    }
+  };
+  for (; pf != 0 && i + 64 + pf <= n; i += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(a + i + pf), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(b + i + pf), _MM_HINT_T0);
+    block(i);
+  }
+  for (; i + 64 <= n; i += 64) block(i);
+  return i;
+}
+
 template <bool kE4M3, bool kAvg>
 void Run(const ReduceArgs& args) {
   auto* d = static_cast<uint8_t*>(args.dst);
@@ -122,49 +143,12 @@ void Run(const ReduceArgs& args) {
   if (args.nt) {
     // Streaming stores need 64-byte alignment: the head goes through a mask.
     const size_t head = (64 - (reinterpret_cast<uintptr_t>(d) & 63)) & 63;
-    if (head != 0) {
-      masked(0, head < n ? head : n);
-      i = head < n ? head : n;
-    }
-    // Two halves at once: twice the streams in flight for the hardware
-    // prefetchers (with ~40 operations per line the out-of-order window
-    // holds few misses). A small gain for e5m2, none for e4m3, within this
-    // VM's noise: see perf/RESULTS.md.
-    const size_t half = ((n - i) / 2) & ~size_t{63};
-    const size_t pf = args.prefetch_bytes;
-    auto step = [&](size_t at) {
-      _mm512_stream_si512(reinterpret_cast<__m512i*>(d + at),
-                          Pair64<kE4M3, kAvg>(_mm512_loadu_si512(a + at), _mm512_loadu_si512(b + at)));
-    };
-    size_t j = 0;
-    for (; pf != 0 && j + 64 + pf <= half; j += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(a + i + j + pf), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(b + i + j + pf), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(a + i + half + j + pf), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(b + i + half + j + pf), _MM_HINT_T0);
-      step(i + j);
-      step(i + half + j);
-    }
-    for (; j < half; j += 64) {
-      step(i + j);
-      step(i + half + j);
-    }
-    i += 2 * half;
-    for (; i + 64 <= n; i += 64) {
-      _mm512_stream_si512(reinterpret_cast<__m512i*>(d + i),
-                          Pair64<kE4M3, kAvg>(_mm512_loadu_si512(a + i), _mm512_loadu_si512(b + i)));
-    }
+    i = head < n ? head : n;
+    if (i != 0) masked(0, i);
+    i = Blocks<kE4M3, kAvg, true>(d, a, b, i, n, args.prefetch_bytes);
     _mm_sfence();
   } else {
-    const size_t pf = args.prefetch_bytes;
-    for (; pf != 0 && i + 64 + pf <= n; i += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(a + i + pf), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(b + i + pf), _MM_HINT_T0);
-      _mm512_storeu_si512(d + i, Pair64<kE4M3, kAvg>(_mm512_loadu_si512(a + i), _mm512_loadu_si512(b + i)));
-    }
-    for (; i + 64 <= n; i += 64) {
-      _mm512_storeu_si512(d + i, Pair64<kE4M3, kAvg>(_mm512_loadu_si512(a + i), _mm512_loadu_si512(b + i)));
-    }
+    i = Blocks<kE4M3, kAvg, false>(d, a, b, i, n, args.prefetch_bytes);
   }
   if (i < n) masked(i, n - i);
 }
