@@ -927,9 +927,10 @@ void PrintTable(BackendKind kind, int n, const std::map<std::string, std::map<si
 }
 
 collectives::CostParams ModelParams(const collectives::Tuning& tuning, BackendKind kind, const Config& config,
-                                    size_t chunk_bytes) {
+                                    size_t chunk_bytes,
+                                    collectives::TuningLevel level = collectives::TuningLevel::kOneMachine) {
   collectives::CostParams p = collectives::DefaultCostParams(kind);
-  collectives::ApplyTuning(tuning, kind, &p);
+  collectives::ApplyTuning(tuning, kind, &p, DataType::kFloat32, ReduceOp::kSum, level);
   p.chunk_bytes = chunk_bytes;
   p.nchannels = config.nchannels;
   p.radix = config.knomial_radix;
@@ -1206,15 +1207,10 @@ int RunLaunched(const Options& o, const Config& config, const kernels::Reducer& 
                  {"ranks", std::to_string(n)},
                  {"command", MetaText(o.command)}};
   // The parameters a communicator of this job would take from the file.
-  collectives::CostParams params = collectives::DefaultCostParams(kind);
-  collectives::ApplyTuning(tuning, kind, &params, DataType::kFloat32, ReduceOp::kSum,
-                           nhosts > 1 ? collectives::TuningLevel::kBetweenHosts : collectives::TuningLevel::kOneMachine);
-  params.chunk_bytes = transport::LinkOptions::FromConfig(base).ok() ? transport::LinkOptions::FromConfig(base)->slot_size
-                                                                     : params.chunk_bytes;
-  params.nchannels = base.nchannels;
-  params.radix = base.knomial_radix;
-  params.aggregation = base.pat_aggregation;
-  params.elem_size = 4;
+  const StatusOr<transport::LinkOptions> link = transport::LinkOptions::FromConfig(base);
+  collectives::CostParams params =
+      ModelParams(tuning, kind, base, link.ok() ? link->slot_size : collectives::DefaultCostParams(kind).chunk_bytes,
+                  nhosts > 1 ? collectives::TuningLevel::kBetweenHosts : collectives::TuningLevel::kOneMachine);
   // Two levels only where the pairs inside a host use shm (as CommImpl).
   if (nhosts > 1 && !impl.transport_forced()) {
     collectives::CostParams shm = collectives::DefaultCostParams(BackendKind::kShm);
