@@ -588,21 +588,52 @@ StatusOr<Prediction> PredictSchedules(const std::vector<Schedule>& schedules, co
   return pred;
 }
 
+namespace {
+// Whether n is a power of k (1 included).
+bool IsPowerOf(int n, int k) {
+  if (n < 1 || k < 2) return false;
+  while (n % k == 0) n /= k;
+  return n == 1;
+}
+// q and x added digit by digit in base k, without carries.
+int AddDigits(int q, int x, int k) {
+  long long out = 0, w = 1;
+  for (; q > 0 || x > 0; q /= k, x /= k, w *= k) out += ((q % k + x % k) % k) * w;
+  return static_cast<int>(out);
+}
+// The x with g_q(x) = 0.
+int PreimageOfZero(Symmetry sym, int q, int n) {
+  switch (sym.kind) {
+    case Symmetry::Kind::kTranslation: return Mod(-static_cast<long long>(q), n);
+    case Symmetry::Kind::kXor: return q;
+    case Symmetry::Kind::kSwing: return q % 2 == 0 ? Mod(-static_cast<long long>(q), n) : q;
+    case Symmetry::Kind::kDigits: {
+      long long out = 0, w = 1;
+      for (int r = q; r > 0; r /= sym.radix, w *= sym.radix) out += ((sym.radix - r % sym.radix) % sym.radix) * w;
+      return static_cast<int>(out);
+    }
+  }
+  return q;
+}
+}  // namespace
+
 int SymmetryImage(Symmetry sym, int q, int x, int n) {
-  switch (sym) {
-    case Symmetry::kTranslation: return Mod(static_cast<long long>(x) + q, n);
-    case Symmetry::kXor: return x ^ q;
-    case Symmetry::kSwing:
+  switch (sym.kind) {
+    case Symmetry::Kind::kTranslation: return Mod(static_cast<long long>(x) + q, n);
+    case Symmetry::Kind::kXor: return x ^ q;
+    case Symmetry::Kind::kSwing:
       return q % 2 == 0 ? Mod(static_cast<long long>(x) + q, n) : Mod(static_cast<long long>(q) - x, n);
+    case Symmetry::Kind::kDigits: return AddDigits(q, x, sym.radix);
   }
   return x;
 }
 
 const char* SymmetryName(Symmetry sym) {
-  switch (sym) {
-    case Symmetry::kTranslation: return "translation";
-    case Symmetry::kXor: return "xor";
-    case Symmetry::kSwing: return "swing";
+  switch (sym.kind) {
+    case Symmetry::Kind::kTranslation: return "translation";
+    case Symmetry::Kind::kXor: return "xor";
+    case Symmetry::Kind::kSwing: return "swing";
+    case Symmetry::Kind::kDigits: return "digits";
   }
   return "?";
 }
@@ -612,7 +643,8 @@ bool IsSymmetryImage(const Schedule& s0, const Schedule& sq, Symmetry sym) {
   if (sq.nranks != n || s0.rank != 0 || sq.steps.size() != s0.steps.size() || sq.nchannels != s0.nchannels) {
     return false;
   }
-  if (sym == Symmetry::kXor && (n & (n - 1)) != 0) return false;
+  if (sym == Symmetry::kXor && !IsPowerOf(n, 2)) return false;
+  if (sym.kind == Symmetry::Kind::kDigits && !IsPowerOf(n, sym.radix)) return false;
   if (sym == Symmetry::kSwing && n % 2 != 0) return false;  // parity is not kept mod an odd n
   if (SymmetryImage(sym, q, 0, n) != q) return false;
   for (size_t i = 0; i < s0.steps.size(); ++i) {
@@ -641,11 +673,8 @@ StatusOr<Prediction> PredictSymmetric(const Schedule& rank0, Symmetry sym, const
   // the rank that q's symmetry maps onto 0; it leaves when that one does.
   for (const auto& [k, ids] : recvs) {
     const int q = std::get<0>(k), ch = std::get<2>(k);
-    int pre = -1;  // the rank the image of which, under q's map, is 0
-    for (int x : {Mod(-static_cast<long long>(q), n), q}) {
-      if (SymmetryImage(sym, q, x, n) == 0) pre = x;
-    }
-    if (pre < 0) return InvalidArgumentError("PredictSymmetric: no preimage of rank 0 under rank " + std::to_string(q));
+    const int pre = PreimageOfZero(sym, q, n);  // the rank q's map takes to 0
+    if (pre < 0 || pre >= n || SymmetryImage(sym, q, pre, n) != 0) return InvalidArgumentError("PredictSymmetric: no preimage of rank 0 under rank " + std::to_string(q));
     auto it = sends.find(LinkKey(0, pre, ch));
     const size_t have = it == sends.end() ? 0 : it->second.size();
     if (have != ids.size()) {
@@ -699,13 +728,14 @@ StatusOr<Symmetry> FindSymmetry(Algorithm algorithm, const CollectiveArgs& args)
     CIUIC_ASSIGN_OR_RETURN(Schedule s, MakeSchedule(algorithm, a));
     others.push_back(std::move(s));
   }
-  for (Symmetry sym : {Symmetry::kTranslation, Symmetry::kXor, Symmetry::kSwing}) {
+  const int radix = args.radix == 0 ? kDefaultRadix : args.radix;
+  for (Symmetry sym : {Symmetry::kTranslation, Symmetry::kXor, Symmetry::kSwing, Symmetry::Digits(radix)}) {
     bool all = true;
     for (const Schedule& s : others) all = all && IsSymmetryImage(s0, s, sym);
     if (all) return sym;
   }
   return NotFoundError(std::string(CollectiveName(args.collective)) + "/" + AlgorithmName(algorithm) + " on " +
-                       std::to_string(args.nranks) + " ranks: no rank symmetry (translation, xor, swing) holds");
+                       std::to_string(args.nranks) + " ranks: no rank symmetry (translation, xor, swing, digits) holds");
 }
 
 namespace {

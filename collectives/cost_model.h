@@ -173,8 +173,25 @@ const char* PredictionMethodName(PredictionMethod m);
 // Rank symmetries of schedules: rank q's schedule is rank 0's with every
 // peer x replaced by g_q(x): translation x + q (rings, dissemination),
 // xor x ^ q (recursive doubling, halving, on powers of two), swing x + q for
-// even q and q - x for odd q (Swing; even n only).
-enum class Symmetry : uint8_t { kTranslation, kXor, kSwing };
+// even q and q - x for odd q (Swing; even n only), digits: x + q digit by
+// digit in base `radix` without carries (recursive k-ing, on powers of k;
+// xor is base 2).
+struct Symmetry {
+  enum class Kind : uint8_t { kTranslation, kXor, kSwing, kDigits };
+  Kind kind = Kind::kTranslation;
+  int radix = 2;  // kDigits: the base
+
+  static const Symmetry kTranslation, kXor, kSwing;
+  static constexpr Symmetry Digits(int radix) { return Symmetry{Kind::kDigits, radix}; }
+  friend constexpr bool operator==(const Symmetry& a, const Symmetry& b) {
+    return a.kind == b.kind && (a.kind != Kind::kDigits || a.radix == b.radix);
+  }
+  friend constexpr bool operator!=(const Symmetry& a, const Symmetry& b) { return !(a == b); }
+};
+inline constexpr Symmetry Symmetry::kTranslation{Symmetry::Kind::kTranslation, 2};
+inline constexpr Symmetry Symmetry::kXor{Symmetry::Kind::kXor, 2};
+inline constexpr Symmetry Symmetry::kSwing{Symmetry::Kind::kSwing, 2};
+// "translation", "xor", "swing", "digits".
 const char* SymmetryName(Symmetry sym);
 // g_q(x) among n ranks.
 int SymmetryImage(Symmetry sym, int q, int x, int n);

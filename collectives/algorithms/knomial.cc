@@ -14,11 +14,12 @@
 // r >= p give their input to the proxy r mod p first and get the result
 // back last. In round d = 1, k, k^2, ... the p ranks form groups of k
 // (digits equal but the one of weight d); every member sends its vector to
-// the k-1 others and reduces the k vectors in member order, so every
-// member of a group computes the same bytes and in the end every rank has
-// the same result. Scratch: min(k, n) vectors (receive slots plus the
-// running value). In place: the input is read by the first round (or the proxy's
-// fold) before anything writes the output, as in recursive doubling.
+// the k-1 others (the next digits first) and reduces the k vectors in
+// member order, so every member of a group computes the same bytes and in
+// the end every rank has the same result. Scratch: min(k, n) vectors
+// (receive slots plus the running value). In place: the input is read by
+// the first round (or the proxy's fold) before anything writes the output,
+// as in recursive doubling.
 #include <algorithm>
 #include <vector>
 
@@ -145,12 +146,13 @@ Status AllReduceKnomial(const CollectiveArgs& a, Builder& b) {
         if (s != cur) free_slots.push_back(s);
       }
       std::vector<int> place(static_cast<size_t>(k));
+      place[static_cast<size_t>(my_t)] = cur;
       std::vector<int> round;
-      for (int t = 0, f = 0; t < k; ++t) {
-        if (t == my_t) {
-          place[static_cast<size_t>(t)] = cur;
-          continue;
-        }
+      // Peers by digit my_t + 1, + 2, ... (mod k): no member is every
+      // member's first peer, and every rank's schedule is rank 0's with the
+      // digits of its peers shifted (the cost model's digits symmetry).
+      for (int o = 1, f = 0; o < k; ++o) {
+        const int t = (my_t + o) % k;
         const int peer = static_cast<int>(base + t * d);
         place[static_cast<size_t>(t)] = free_slots[static_cast<size_t>(f++)];
         round.push_back(b.Send(peer, c, R(cur), last, kPerChunk));

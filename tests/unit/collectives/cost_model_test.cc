@@ -355,12 +355,70 @@ TEST(CostModelSymmetryTest, RankZeroAloneEqualsEveryRank) {
   // the trees: beyond kMaxExactRanks they are costed from every rank's
   // schedule (CostParams::max_exact_steps) or estimated.
   for (const char* want : {"allreduce/ring", "allreduce/rabenseifner", "allreduce/swing", "allreduce/recdoubling",
-                           "allgather/ring", "reducescatter/ring", "barrier/dissemination", "allgather/pat",
-                           "reducescatter/pat"}) {
+                           "allreduce/knomial", "allgather/ring", "reducescatter/ring", "barrier/dissemination",
+                           "allgather/pat", "reducescatter/pat"}) {
     EXPECT_EQ(symmetric.count(want), 1u) << want << " found no symmetry";
   }
   EXPECT_EQ(symmetric.count("allreduce/tree"), 0u);
   EXPECT_EQ(symmetric.count("allgather/bruck"), 0u);
+}
+
+// Recursive k-ing on a power of k is symmetric under adding base-k digits
+// (xor is base 2): rank 0's schedule alone costs exactly what every rank's
+// does, at every radix; off the powers of k (extras fold into proxies) no
+// symmetry holds and the scale path estimates.
+TEST(CostModelSymmetryTest, KnomialAllReduceHasTheDigitsSymmetry) {
+  struct Case {
+    int radix, n;
+  };
+  for (const Case& c : {Case{3, 9}, Case{3, 27}, Case{4, 16}, Case{4, 64}, Case{5, 125}, Case{8, 64}, Case{16, 256},
+                        Case{3, 10}, Case{4, 20}}) {
+    for (int nch : {1, 2}) {
+      CostParams p = DefaultCostParams(transport::BackendKind::kVerbs);
+      p.chunk_bytes = 4096;
+      p.nchannels = nch;
+      p.radix = c.radix;
+      CollectiveArgs args;
+      args.collective = Collective::kAllReduce;
+      args.nranks = c.n;
+      args.nchannels = nch;
+      args.radix = c.radix;
+      args.count = static_cast<size_t>(c.n) * 3 * 64 + 5;
+      const std::string what = "radix " + std::to_string(c.radix) + " n=" + std::to_string(c.n) + " ch=" +
+                               std::to_string(nch);
+      StatusOr<Symmetry> sym = FindSymmetry(Algorithm::kKnomial, args);
+      bool power = true;
+      for (int m = c.n; m > 1; m /= c.radix) power = power && m % c.radix == 0;
+      if (!power) {
+        EXPECT_FALSE(sym.ok()) << what << ": extras break the symmetry";
+        continue;
+      }
+      ASSERT_TRUE(sym.ok()) << what << ": " << sym.status().ToString();
+      EXPECT_EQ(sym->kind, c.radix == 2 ? Symmetry::Kind::kXor : Symmetry::Kind::kDigits) << what;
+      std::vector<Schedule> all;
+      for (int r = 0; r < c.n; ++r) {
+        args.rank = r;
+        StatusOr<Schedule> s = MakeSchedule(Algorithm::kKnomial, args);
+        ASSERT_TRUE(s.ok()) << what;
+        if (r > 0) {
+          EXPECT_TRUE(IsSymmetryImage(all[0], *s, *sym)) << what << ": rank " << r;
+        }
+        all.push_back(*std::move(s));
+      }
+      // Another base is not this schedule's symmetry.
+      if (c.n > c.radix) {
+        EXPECT_FALSE(IsSymmetryImage(all[0], all[1], Symmetry::Digits(c.radix + 1))) << what;
+      }
+      StatusOr<Prediction> exact = PredictSchedules(all, p);
+      StatusOr<Prediction> fast = PredictSymmetric(all[0], *sym, p);
+      ASSERT_TRUE(exact.ok() && fast.ok()) << what;
+      const double tol = 1e-9 * exact->seconds;
+      EXPECT_NEAR(fast->seconds, exact->seconds, tol) << what;
+      EXPECT_NEAR(fast->critical_path_s, exact->critical_path_s, tol) << what;
+      EXPECT_NEAR(fast->resource_bound_s, exact->resource_bound_s, tol) << what;
+      EXPECT_EQ(fast->total_bytes_sent, exact->total_bytes_sent) << what;
+    }
+  }
 }
 
 // PAT with bounded aggregation keeps the translation symmetry: rank 0's
