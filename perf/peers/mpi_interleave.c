@@ -174,8 +174,10 @@ int main(int argc, char** argv) {
     const double mpi_med = times[rounds / 2], ci_med = times[rounds + rounds / 2];
     if (rank == 0) {
       char a[64], b[64];
-      snprintf(a, sizeof(a), "%.1f [%.1f-%.1f]", mpi_med * 1e6, times[0] * 1e6, times[rounds - 1] * 1e6);
-      snprintf(b, sizeof(b), "%.1f [%.1f-%.1f]", ci_med * 1e6, times[rounds] * 1e6, times[2 * rounds - 1] * 1e6);
+      // Two decimals below 10 us: the small sizes differ by tenths.
+      const char* fmt = mpi_med < 1e-5 && ci_med < 1e-5 ? "%.2f [%.2f-%.1f]" : "%.1f [%.1f-%.1f]";
+      snprintf(a, sizeof(a), fmt, mpi_med * 1e6, times[0] * 1e6, times[rounds - 1] * 1e6);
+      snprintf(b, sizeof(b), fmt, ci_med * 1e6, times[rounds] * 1e6, times[2 * rounds - 1] * 1e6);
       printf("  %10llu %24s %24s %8.2f %10.1f %8.2f %7lld\n", (unsigned long long)bytes, a, b, mpi_med / ci_med,
              limit * 1e6, ci_med / limit, all_wrong);
       fflush(stdout);
