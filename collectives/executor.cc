@@ -5,9 +5,31 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
 namespace ciuic::collectives {
+
+Status ReduceInOrder(const kernels::Reducer& reducer, void* dst, const void* const* srcs, int n, size_t count,
+                     DataType dtype, ReduceOp op) {
+  if (count == 0) return Status::Ok();
+  for (int j = kernels::kMaxSources; j < n; ++j) {
+    if (srcs[j] == dst) {
+      return InvalidArgumentError("ReduceInOrder: input " + std::to_string(j) + " of " + std::to_string(n) +
+                                  " is the output (folded after the output is written)");
+    }
+  }
+  int first = std::min(n, kernels::kMaxSources);
+  CIUIC_RETURN_IF_ERROR(reducer.Reduce(dst, srcs, first, count, dtype, op));
+  while (first < n) {
+    const void* more[kernels::kMaxSources];
+    more[0] = dst;
+    int m = 1;
+    while (m < kernels::kMaxSources && first < n) more[m++] = srcs[first++];
+    CIUIC_RETURN_IF_ERROR(reducer.Reduce(dst, more, m, count, dtype, op));
+  }
+  return Status::Ok();
+}
 
 namespace {
 
@@ -334,8 +356,9 @@ class ExecutorRun {
       parts_.reducer.Copy(dst, srcs[0], bytes);
       return Status::Ok();
     }
-    return parts_.reducer.Reduce(dst, srcs, static_cast<int>(s.inputs.size()), n, jobs_[f.job].dtype,
-                                 jobs_[f.job].op);
+    // k-nomial rounds of radix above kMaxSources reduce more inputs.
+    return ReduceInOrder(parts_.reducer, dst, srcs, static_cast<int>(s.inputs.size()), n, jobs_[f.job].dtype,
+                         jobs_[f.job].op);
   }
 
   // Whether the dependencies of step i allow its chunk k.

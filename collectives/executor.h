@@ -42,6 +42,12 @@ namespace ciuic::collectives {
 // asked again on every pass, and steps on that link wait for it.
 using LinkSource = std::function<StatusOr<transport::Link*>(int peer, int channel)>;
 
+// dst = op over srcs in order, any number of them: the kernel takes up to
+// kernels::kMaxSources at once, more are folded in left to right, the same
+// on every rank. dst may be srcs[0], no later input.
+Status ReduceInOrder(const kernels::Reducer& reducer, void* dst, const void* const* srcs, int n, size_t count,
+                     DataType dtype, ReduceOp op);
+
 struct ExecBuffers {
   const void* input = nullptr;
   size_t input_count = 0;  // elements

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "collectives/executor.h"
 #include "common/cpu_relax.h"
 
 namespace ciuic::collectives {
@@ -671,26 +672,6 @@ StatusOr<std::unique_ptr<ShmDirect>> ShmDirect::Create(transport::Backend& backe
   if (!s.ok()) return impl->Fail(s);
   return std::unique_ptr<ShmDirect>(new ShmDirect(std::move(impl), options));
 }
-
-namespace {
-// dst = op over srcs in order, any number of them (the kernel takes up to
-// kMaxSources at once; more are folded in left to right, the same on every
-// rank).
-Status ReduceInOrder(const kernels::Reducer& reducer, void* dst, const void* const* srcs, int n,
-                     size_t count, DataType dtype, ReduceOp op) {
-  if (count == 0) return Status::Ok();
-  int first = std::min(n, kernels::kMaxSources);
-  CIUIC_RETURN_IF_ERROR(reducer.Reduce(dst, srcs, first, count, dtype, op));
-  while (first < n) {
-    const void* more[kernels::kMaxSources];
-    more[0] = dst;
-    int m = 1;
-    while (m < kernels::kMaxSources && first < n) more[m++] = srcs[first++];
-    CIUIC_RETURN_IF_ERROR(reducer.Reduce(dst, more, m, count, dtype, op));
-  }
-  return Status::Ok();
-}
-}  // namespace
 
 Status ShmDirect::AllReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                             const kernels::Reducer& cached, const kernels::Reducer* streaming,

@@ -206,6 +206,40 @@ TEST_P(ExecutorTest, EveryStepKindChunkByChunk) {
   }
 }
 
+// A reduce step may take up to 64 inputs (a k-nomial round of radix 64)
+// while the kernel takes 16: the rest are folded in, in order, in chunks,
+// into an output that is also the first input or apart from them all.
+TEST_P(ExecutorTest, AReduceOfMoreInputsThanTheKernelTakes) {
+  ASSERT_NE(store_, nullptr);
+  auto sides = MakePair(GetParam(), *store_, 64, 4);
+  if (!sides.ok() && sides.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << sides.status().ToString();
+  ASSERT_TRUE(sides.ok()) << sides.status().ToString();
+  const size_t n = 7;
+  for (int inputs : {17, 33, 64}) {
+    std::array<Job, 2> jobs;
+    Builder b("test", "wide", 0, 2);
+    std::vector<Range> in;
+    for (int x = 0; x < inputs; ++x) in.push_back(Scr(static_cast<size_t>(x) * n, n));
+    b.Reduce(in, Out(0, n), {}, DepMode::kPerChunk);
+    b.Reduce(in, in[0], {0}, DepMode::kPerChunk);  // in place on the first, after #0 read it
+    jobs[0].schedule = b.Take();
+    jobs[0].in = Iota(n, 0);
+    jobs[0].out.assign(n, -1);
+    jobs[0].scratch.resize(static_cast<size_t>(inputs) * n);
+    for (size_t i = 0; i < jobs[0].scratch.size(); ++i) jobs[0].scratch[i] = static_cast<float>(i % 97);
+    const std::vector<float> scratch = jobs[0].scratch;
+    jobs[0].chunk_bytes = 12;
+    auto st = RunBoth(*sides, jobs, milliseconds(20000), {true, false});
+    ASSERT_TRUE(st[0].ok()) << inputs << " inputs: " << st[0].ToString();
+    for (size_t i = 0; i < n; ++i) {
+      float want = 0;
+      for (int x = 0; x < inputs; ++x) want += scratch[static_cast<size_t>(x) * n + i];
+      EXPECT_EQ(jobs[0].out[i], want) << inputs << " inputs, element " << i;
+      EXPECT_EQ(jobs[0].scratch[i], want) << inputs << " inputs in place, element " << i;
+    }
+  }
+}
+
 // A message of 64 Ki floats through a ring of 2 slots of 4 KiB, cut into
 // 1 KiB chunks: 256 chunks, each slot reused 128 times, so the sender runs
 // on credits the receiver returns; a forwarding step on the way back keeps
