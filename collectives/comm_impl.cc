@@ -8,6 +8,7 @@
 #include <system_error>
 #include <thread>
 
+#include "common/fp_env.h"
 #include "common/log.h"
 
 namespace ciuic::collectives {
@@ -62,9 +63,11 @@ size_t PipelineChunkBytes(const OpDesc& d, int nranks) {
 
 
 // AVG = sum over ranks, then divide once here (the narrow floats through
-// f32: one rounding).
+// f32: one rounding), in the default floating-point environment as the
+// kernels (common/fp_env.h).
 Status DivideInPlace(const kernels::Reducer& reducer, void* buf, size_t count,
                      DataType dtype, int n) {
+  const DefaultFpEnv env;
   if (IsNarrowFloat(dtype)) {
     const size_t es = DataTypeSize(dtype);
     auto* p = static_cast<char*>(buf);

@@ -3,7 +3,6 @@
 #include <unistd.h>
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
-#include <xmmintrin.h>
 #endif
 
 #include <algorithm>
@@ -11,6 +10,7 @@
 #include <string>
 
 #include "ciuic/kernels.h"
+#include "common/fp_env.h"
 #include "common/log.h"
 #include "hwy/highway.h"
 #include "hwy/targets.h"
@@ -175,33 +175,6 @@ int BestSlot() {
   return kNumSlots - 1;
 }
 
-// Kernels run in the default SSE environment (round to nearest even, every
-// exception masked, subnormals kept), whatever the calling thread set: a rank
-// whose program changed the rounding mode or set FTZ/DAZ (torch's
-// set_flush_denormal) would otherwise compute other bits than its peers, and
-// one that unmasked exceptions (feenableexcept) would take SIGFPE on an
-// overflowing sum. The caller's MXCSR, flags included, is restored on return;
-// in the default environment this costs one stmxcsr.
-class DefaultFpEnv {
- public:
-#if defined(__x86_64__) && defined(__GNUC__)
-  DefaultFpEnv() : saved_(_mm_getcsr()) {
-    if ((saved_ & ~kFlags) != kDefault) _mm_setcsr(kDefault);
-  }
-  ~DefaultFpEnv() {
-    if ((saved_ & ~kFlags) != kDefault) _mm_setcsr(saved_);
-  }
-  DefaultFpEnv(const DefaultFpEnv&) = delete;
-  DefaultFpEnv& operator=(const DefaultFpEnv&) = delete;
-
- private:
-  static constexpr unsigned kFlags = 0x3F;      // sticky exception flags
-  static constexpr unsigned kDefault = 0x1F80;  // all masked, RNE, no FTZ/DAZ
-  const unsigned saved_;
-#else
-  DefaultFpEnv() {}  // other architectures: not yet handled (FPCR on arm64)
-#endif
-};
 }  // namespace
 
 void CopyBytes(void* dst, const void* src, size_t bytes, bool streaming) {

@@ -13,6 +13,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <xmmintrin.h>
+#endif
+
 #include "ciuic/collectives.h"
 #include "ciuic/kernels.h"
 #include "collectives/algorithms.h"
@@ -260,6 +264,49 @@ TEST(Numerics, WireRoundingPerHopExceedsTheF32Bound) {
   }, milliseconds(240000));
   for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
 }
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// A rank whose program rounds upward and flushes subnormals (MXCSR, which
+// its progress thread inherits) computes the same bytes as one in the
+// default environment: sums with subnormals and rounding, and AVG's
+// division by 3 (the kernels and the division run in the default one).
+TEST(Numerics, ResultsIgnoreTheCallersFloatingPointEnvironment) {
+  for (const char* transport : {"shm", "tcp"}) {
+    auto results = RunRanks(3, [&](int rank, transport::Store& store) -> Status {
+      const unsigned saved = _mm_getcsr();
+      _mm_setcsr(0xDFC0);  // upward, FTZ, DAZ
+      StatusOr<std::unique_ptr<Communicator>> odd = MakeComm(rank, 3, store, transport, "auto", "f32");
+      _mm_setcsr(saved);
+      CIUIC_RETURN_IF_ERROR(odd.status());
+      CIUIC_ASSIGN_OR_RETURN(auto plain, MakeComm(rank, 3, store, transport, "auto", "f32"));
+      const size_t count = 5003;
+      std::mt19937 rng(static_cast<unsigned>(rank) + 11);
+      std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+      std::vector<float> in(count);
+      for (size_t i = 0; i < count; ++i) in[i] = std::ldexp(unit(rng), i % 5 == 0 ? -130 : static_cast<int>(i % 40) - 20);
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+        for (DataType dt : {DataType::kFloat32, DataType::kBFloat16}) {
+          std::vector<uint16_t> narrow(count);
+          for (size_t i = 0; i < count; ++i) narrow[i] = kernels::ref::F32ToBF16(in[i]);
+          const void* src = dt == DataType::kFloat32 ? static_cast<const void*>(in.data()) : narrow.data();
+          std::vector<char> a(count * 4), b(count * 4);
+          _mm_setcsr(0xDFC0);
+          const Status sa = (*odd)->AllReduce(src, a.data(), count, dt, op);
+          _mm_setcsr(saved);
+          CIUIC_RETURN_IF_ERROR(sa);
+          CIUIC_RETURN_IF_ERROR(plain->AllReduce(src, b.data(), count, dt, op));
+          if (std::memcmp(a.data(), b.data(), count * DataTypeSize(dt)) != 0) {
+            return InternalError(std::string(DataTypeName(dt)) + " " + ReduceOpName(op) + " over " + transport +
+                                 ": other bytes under upward rounding with FTZ/DAZ");
+          }
+        }
+      }
+      return Status::Ok();
+    }, milliseconds(120000));
+    for (const auto& r : results) EXPECT_TRUE(r.ok()) << transport << "\n" << ResultsText(results);
+  }
+}
+#endif
 
 TEST(Numerics, EveryRankMustUseTheSameAccumulation) {
   auto results = RunRanks(2, [&](int rank, transport::Store& store) -> Status {
