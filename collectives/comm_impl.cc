@@ -297,6 +297,10 @@ StatusOr<const CallPlan*> CommImpl::PlanFor(const OpDesc& d) {
   PlanKey key{d.coll, d.send, d.recv, d.count, d.counts, d.dtype, d.op, d.root};
   auto it = plans_.find(key);
   if (it == plans_.end()) {
+    // The cost model in the default environment too: a rank rounding
+    // otherwise could break a near tie the other way and choose another
+    // algorithm than its peers.
+    const DefaultFpEnv env;
     CIUIC_ASSIGN_OR_RETURN(CallPlan plan, PlanCall(d, rank_, size_, selection_, &selections_));
     // Said once per distinct call, not per call.
     CIUIC_LOG(kInfo, "%s count=%zu: %s", CollectiveName(d.coll), d.count, plan.why.c_str());
