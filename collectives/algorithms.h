@@ -135,6 +135,10 @@ inline constexpr int TagChannel(int tag) { return tag == 0 ? 0 : 2 * kMaxChannel
 // 0 and 0. Send/recv ignore in_place. Errors: those of CheckArgs.
 StatusOr<BufferLayout> LayoutFor(const CollectiveArgs& args, bool in_place);
 
+// The radix the k-nomial algorithms use for `args` (CollectiveArgs::radix,
+// 0 meaning kDefaultRadix).
+inline int RadixOf(const CollectiveArgs& args) { return args.radix == 0 ? kDefaultRadix : args.radix; }
+
 // kInvalidArgument naming the problem unless: nranks >= 1, rank in [0,
 // nranks), nchannels in [1, kMaxChannels], root (broadcast, reduce, gather,
 // scatter) and peer (send, recv: another rank) in range, a tag in [0,

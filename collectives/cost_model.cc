@@ -595,8 +595,10 @@ bool IsPowerOf(int n, int k) {
   while (n % k == 0) n /= k;
   return n == 1;
 }
-// q and x added digit by digit in base k, without carries.
+// q and x added digit by digit in base k, without carries; -1 for a base
+// below 2.
 int AddDigits(int q, int x, int k) {
+  if (k < 2) return -1;
   long long out = 0, w = 1;
   for (; q > 0 || x > 0; q /= k, x /= k, w *= k) out += ((q % k + x % k) % k) * w;
   return static_cast<int>(out);
@@ -608,6 +610,7 @@ int PreimageOfZero(Symmetry sym, int q, int n) {
     case Symmetry::Kind::kXor: return q;
     case Symmetry::Kind::kSwing: return q % 2 == 0 ? Mod(-static_cast<long long>(q), n) : q;
     case Symmetry::Kind::kDigits: {
+      if (sym.radix < 2) return -1;
       long long out = 0, w = 1;
       for (int r = q; r > 0; r /= sym.radix, w *= sym.radix) out += ((sym.radix - r % sym.radix) % sym.radix) * w;
       return static_cast<int>(out);
@@ -662,6 +665,10 @@ bool IsSymmetryImage(const Schedule& s0, const Schedule& sq, Symmetry sym) {
 
 StatusOr<Prediction> PredictSymmetric(const Schedule& rank0, Symmetry sym, const CostParams& params) {
   const int n = rank0.nranks;
+  if (sym.kind == Symmetry::Kind::kDigits && sym.radix < 2) {
+    return InvalidArgumentError("PredictSymmetric: the digits symmetry needs a base >= 2, not " +
+                                std::to_string(sym.radix));
+  }
   const CostParams p = WithHostMapFor(params, static_cast<size_t>(n));
   if (!p.host_of.empty() || HasTopology(p)) {
     return InvalidArgumentError("PredictSymmetric: a host map or a topology breaks the symmetry between ranks");
@@ -674,7 +681,9 @@ StatusOr<Prediction> PredictSymmetric(const Schedule& rank0, Symmetry sym, const
   for (const auto& [k, ids] : recvs) {
     const int q = std::get<0>(k), ch = std::get<2>(k);
     const int pre = PreimageOfZero(sym, q, n);  // the rank q's map takes to 0
-    if (pre < 0 || pre >= n || SymmetryImage(sym, q, pre, n) != 0) return InvalidArgumentError("PredictSymmetric: no preimage of rank 0 under rank " + std::to_string(q));
+    if (pre < 0 || pre >= n || SymmetryImage(sym, q, pre, n) != 0) {
+      return InvalidArgumentError("PredictSymmetric: no preimage of rank 0 under rank " + std::to_string(q));
+    }
     auto it = sends.find(LinkKey(0, pre, ch));
     const size_t have = it == sends.end() ? 0 : it->second.size();
     if (have != ids.size()) {
@@ -728,8 +737,7 @@ StatusOr<Symmetry> FindSymmetry(Algorithm algorithm, const CollectiveArgs& args)
     CIUIC_ASSIGN_OR_RETURN(Schedule s, MakeSchedule(algorithm, a));
     others.push_back(std::move(s));
   }
-  const int radix = args.radix == 0 ? kDefaultRadix : args.radix;
-  for (Symmetry sym : {Symmetry::kTranslation, Symmetry::kXor, Symmetry::kSwing, Symmetry::Digits(radix)}) {
+  for (Symmetry sym : {Symmetry::kTranslation, Symmetry::kXor, Symmetry::kSwing, Symmetry::Digits(RadixOf(args))}) {
     bool all = true;
     for (const Schedule& s : others) all = all && IsSymmetryImage(s0, s, sym);
     if (all) return sym;

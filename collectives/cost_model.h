@@ -193,7 +193,7 @@ inline constexpr Symmetry Symmetry::kXor{Symmetry::Kind::kXor, 2};
 inline constexpr Symmetry Symmetry::kSwing{Symmetry::Kind::kSwing, 2};
 // "translation", "xor", "swing", "digits".
 const char* SymmetryName(Symmetry sym);
-// g_q(x) among n ranks.
+// g_q(x) among n ranks (-1 for digits in a base below 2).
 int SymmetryImage(Symmetry sym, int q, int x, int n);
 // Whether `sq` is `s0`'s image (s0.rank == 0) under g_{sq.rank}: the same
 // steps, ops, counts, channels and deps, with peers mapped.

@@ -78,9 +78,6 @@ struct TreeLinks {
   std::vector<int> children;
 };
 
-// The radix the k-nomial generators use for `a` (CollectiveArgs::radix).
-inline int RadixOf(const CollectiveArgs& a) { return a.radix == 0 ? kDefaultRadix : a.radix; }
-
 }  // namespace ciuic::collectives::generators
 
 #endif  // CIUIC_COLLECTIVES_ALGORITHMS_GENERATORS_H_

@@ -371,8 +371,8 @@ TEST(CostModelSymmetryTest, KnomialAllReduceHasTheDigitsSymmetry) {
   struct Case {
     int radix, n;
   };
-  for (const Case& c : {Case{3, 9}, Case{3, 27}, Case{4, 16}, Case{4, 64}, Case{5, 125}, Case{8, 64}, Case{16, 256},
-                        Case{3, 10}, Case{4, 20}}) {
+  for (const Case& c : {Case{2, 32}, Case{3, 9}, Case{3, 27}, Case{4, 16}, Case{4, 64}, Case{5, 125}, Case{8, 64},
+                        Case{16, 256}, Case{3, 10}, Case{4, 20}}) {
     for (int nch : {1, 2}) {
       CostParams p = DefaultCostParams(transport::BackendKind::kVerbs);
       p.chunk_bytes = 4096;
@@ -394,7 +394,8 @@ TEST(CostModelSymmetryTest, KnomialAllReduceHasTheDigitsSymmetry) {
         continue;
       }
       ASSERT_TRUE(sym.ok()) << what << ": " << sym.status().ToString();
-      EXPECT_EQ(sym->kind, c.radix == 2 ? Symmetry::Kind::kXor : Symmetry::Kind::kDigits) << what;
+      // Radix 2 is recursive doubling: xor, found first.
+      EXPECT_EQ(*sym, c.radix == 2 ? Symmetry::kXor : Symmetry::Digits(c.radix)) << what;
       std::vector<Schedule> all;
       for (int r = 0; r < c.n; ++r) {
         args.rank = r;
@@ -405,9 +406,15 @@ TEST(CostModelSymmetryTest, KnomialAllReduceHasTheDigitsSymmetry) {
         }
         all.push_back(*std::move(s));
       }
-      // Another base is not this schedule's symmetry.
-      if (c.n > c.radix) {
-        EXPECT_FALSE(IsSymmetryImage(all[0], all[1], Symmetry::Digits(c.radix + 1))) << what;
+      // Another base n is a power of is not this schedule's symmetry: some
+      // rank is not rank 0's image under it.
+      for (int base : {2, 4, 8, 16}) {
+        bool power = true;
+        for (int m = c.n; m > 1; m /= base) power = power && m % base == 0;
+        if (base == c.radix || !power) continue;
+        bool all_images = true;
+        for (int r = 1; r < c.n; ++r) all_images = all_images && IsSymmetryImage(all[0], all[r], Symmetry::Digits(base));
+        EXPECT_FALSE(all_images) << what << " is also base-" << base << " symmetric";
       }
       StatusOr<Prediction> exact = PredictSchedules(all, p);
       StatusOr<Prediction> fast = PredictSymmetric(all[0], *sym, p);
@@ -419,6 +426,24 @@ TEST(CostModelSymmetryTest, KnomialAllReduceHasTheDigitsSymmetry) {
       EXPECT_EQ(fast->total_bytes_sent, exact->total_bytes_sent) << what;
     }
   }
+}
+
+// A base below 2 is refused, not looped on.
+TEST(CostModelSymmetryTest, DigitsBelowBaseTwoAreRefused) {
+  EXPECT_EQ(SymmetryImage(Symmetry::Digits(1), 3, 1, 8), -1);
+  EXPECT_EQ(SymmetryImage(Symmetry::Digits(0), 3, 1, 8), -1);
+  CollectiveArgs args;
+  args.nranks = 8;
+  args.count = 64;
+  StatusOr<Schedule> s0 = MakeSchedule(Algorithm::kRecursiveDoubling, args);
+  ASSERT_TRUE(s0.ok());
+  args.rank = 3;
+  StatusOr<Schedule> s3 = MakeSchedule(Algorithm::kRecursiveDoubling, args);
+  ASSERT_TRUE(s3.ok());
+  EXPECT_FALSE(IsSymmetryImage(*s0, *s3, Symmetry::Digits(1)));
+  EXPECT_TRUE(IsSymmetryImage(*s0, *s3, Symmetry::Digits(2)));  // xor
+  StatusOr<Prediction> p = PredictSymmetric(*s0, Symmetry::Digits(1), DefaultCostParams(transport::BackendKind::kVerbs));
+  EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument) << p.status().ToString();
 }
 
 // PAT with bounded aggregation keeps the translation symmetry: rank 0's
