@@ -5,7 +5,7 @@
 // set_flush_denormal) would otherwise compute other bits than its peers,
 // and one that unmasked exceptions (feenableexcept) would take SIGFPE on
 // an overflowing sum. On leaving, the caller's MXCSR is back as it was,
-// exception flags included. Costs one stmxcsr in the default environment
+// exception flags included. Costs two stmxcsr in the default environment
 // (and an ldmxcsr where the work raised flags). Other architectures: not
 // handled yet (arm64 would save and set FPCR).
 #ifndef CIUIC_COMMON_FP_ENV_H_
