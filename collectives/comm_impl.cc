@@ -63,11 +63,9 @@ size_t PipelineChunkBytes(const OpDesc& d, int nranks) {
 
 
 // AVG = sum over ranks, then divide once here (the narrow floats through
-// f32: one rounding), in the default floating-point environment as the
-// kernels (common/fp_env.h).
+// f32: one rounding).
 Status DivideInPlace(const kernels::Reducer& reducer, void* buf, size_t count,
                      DataType dtype, int n) {
-  const DefaultFpEnv env;
   if (IsNarrowFloat(dtype)) {
     const size_t es = DataTypeSize(dtype);
     auto* p = static_cast<char*>(buf);
@@ -140,6 +138,9 @@ CommImpl::~CommImpl() {
 }
 
 Status CommImpl::Init() {
+  // The tuning file's numbers (strtod rounds as the environment says) and
+  // the parameters derived from them, alike on every rank.
+  const DefaultFpEnv env;
   const auto timeout = std::chrono::milliseconds(config_.timeout_ms);
   CIUIC_ASSIGN_OR_RETURN(selection_.algo, AlgoKnob::Parse(config_.algo));
   CIUIC_ASSIGN_OR_RETURN(link_options_, transport::LinkOptions::FromConfig(config_));
@@ -297,10 +298,6 @@ StatusOr<const CallPlan*> CommImpl::PlanFor(const OpDesc& d) {
   PlanKey key{d.coll, d.send, d.recv, d.count, d.counts, d.dtype, d.op, d.root};
   auto it = plans_.find(key);
   if (it == plans_.end()) {
-    // The cost model in the default environment too: a rank rounding
-    // otherwise could break a near tie the other way and choose another
-    // algorithm than its peers.
-    const DefaultFpEnv env;
     CIUIC_ASSIGN_OR_RETURN(CallPlan plan, PlanCall(d, rank_, size_, selection_, &selections_));
     // Said once per distinct call, not per call.
     CIUIC_LOG(kInfo, "%s count=%zu: %s", CollectiveName(d.coll), d.count, plan.why.c_str());
@@ -719,6 +716,12 @@ Status CommImpl::NameInOrigin(const Status& s) const {
 
 template <typename F>
 Status CommImpl::Guarded(F&& body) {
+  // Every operation in the default floating-point environment
+  // (common/fp_env.h): AVG's division, the widening decision and the cost
+  // model's choices too, not only the kernels; a rank rounding otherwise
+  // could compute other bytes, or break a near tie the other way and pick
+  // another algorithm than its peers.
+  const DefaultFpEnv env;
   std::lock_guard<std::mutex> lock(exec_mu_);
   if (aborted_.load()) return AbortedError("communicator aborted");
   if (!error_.ok()) return Status(error_.code(), "communicator failed earlier: " + error_.message());

@@ -44,7 +44,8 @@ using LinkSource = std::function<StatusOr<transport::Link*>(int peer, int channe
 
 // dst = op over srcs in order, any number of them: the kernel takes up to
 // kernels::kMaxSources at once, more are folded in left to right, the same
-// on every rank. dst may be srcs[0], no later input.
+// on every rank. dst may be one of the first kMaxSources inputs (the
+// kernel allows an input identical to its output), none after them.
 Status ReduceInOrder(const kernels::Reducer& reducer, void* dst, const void* const* srcs, int n, size_t count,
                      DataType dtype, ReduceOp op);
 

@@ -35,7 +35,6 @@ constexpr size_t kSliceAlign = 64;                  // two-shot slice boundaries
 constexpr auto kYieldFor = std::chrono::microseconds(60);
 constexpr auto kSleepStep = std::chrono::milliseconds(1);
 constexpr auto kLivenessEvery = std::chrono::milliseconds(1);
-constexpr int kPollsPerLook = 16;  // Stall::Wait's polls of the word between checks
 
 struct alignas(64) Counter {
   std::atomic<uint64_t> v{0};
@@ -395,14 +394,6 @@ class Stall {
   // counter, named in the timeout error, unless `counts_chunks` is false).
   Status Wait(int peer, const std::atomic<uint64_t>* word, uint64_t target, const char* what,
               bool counts_chunks = true) {
-    // The awaited word alone first: a hand-off takes ~100 ns, about what
-    // one round of the checks below costs (the clock read alone is ~25 ns).
-    // Not where ranks outnumber the CPUs (no spinning there, spin_for 0):
-    // the poller would hold the core its peer needs.
-    for (int i = 0; impl_.spin_for.count() > 0 && i < kPollsPerLook; ++i) {
-      if (word->load(std::memory_order_acquire) >= target) return Status::Ok();
-      CpuRelax();
-    }
     const Clock::time_point now = Clock::now();
     if (!stalled_) {
       stalled_ = true;
@@ -793,7 +784,10 @@ Status ShmDirect::AllReduce(const void* send, void* recv, size_t count, DataType
         };
         Status s;
         if (one_shot) {
-          for (int q = 0; q < n; ++q) src_list[q] = q == me ? in_base + off : peer_chunk(q);
+          // This rank's input too from its published copy: in place with
+          // more ranks than the kernel takes, the output would be a later
+          // input, folded in after the first pass has overwritten it.
+          for (int q = 0; q < n; ++q) src_list[q] = peer_chunk(q);
           s = ReduceInOrder(reducer, out_base + off, src_list, n, len, dtype, op);
         } else {
           const size_t a = bound(len, me), b = bound(len, me + 1);

@@ -670,6 +670,33 @@ TEST(CollectivesDirect, BroadcastMismatchesAndADeadRootAreErrors) {
 // size (last_algorithm says so), every op including AVG, roots and in-place
 // forms, many calls in a row so the four slots wrap, on 2-9 ranks (9 share
 // 2 cores here); larger inputs go to the schedules.
+// More ranks than the reduction kernel takes at once (16): the one-shot
+// all-reduce folds the rest in, in place too (a rank's output then being
+// its own input, past the first 16 for ranks 16 and up).
+TEST(CollectivesDirect, InPlaceAllReduceOnMoreRanksThanTheKernelTakes) {
+  const int n = 18;
+  auto results = RunRanks(n, [&](int rank, transport::Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, n, store, "shm", "direct"));
+    int salt = 0;
+    for (size_t count : {size_t{3}, size_t{700}}) {  // inline in the header line, and a slot
+      for (bool in_place : {true, false}) {
+        ++salt;
+        std::vector<float> in(count), out(count, -1);
+        Fill(&in, rank, salt);
+        float* dst = in_place ? in.data() : out.data();
+        CIUIC_RETURN_IF_ERROR(comm->AllReduce(in.data(), dst, count, DataType::kFloat32, ReduceOp::kSum));
+        for (size_t i = 0; i < count; ++i) {
+          EXPECT_OR_FAIL(dst[i] == Expected<float>(ReduceOp::kSum, n, i, salt),
+                         std::string(in_place ? "in place" : "out of place") + ", count " + std::to_string(count) +
+                             ", element " + std::to_string(i));
+        }
+      }
+    }
+    return Status::Ok();
+  }, milliseconds(120000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+}
+
 TEST(CollectivesDirect, SmallCollectivesInOneExchange) {
   for (int n : {2, 3, 4, 9}) {
     auto results = RunRanks(n, [&](int rank, transport::Store& store) -> Status {

@@ -266,15 +266,17 @@ TEST(Numerics, WireRoundingPerHopExceedsTheF32Bound) {
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-// A rank whose program rounds upward and flushes subnormals (MXCSR, which
-// its progress thread inherits) computes the same bytes as one in the
-// default environment: sums with subnormals and rounding, and AVG's
-// division by 3 (the kernels and the division run in the default one).
+// Ranks whose programs round upward and flush subnormals (MXCSR, which
+// the progress thread inherits; ranks 0 and 2 here, rank 1 in the default
+// environment) compute the same bytes as ranks all in the default one:
+// sums with subnormals and rounding, and AVG's division by 3 (kernels,
+// division and selection run in the default environment).
 TEST(Numerics, ResultsIgnoreTheCallersFloatingPointEnvironment) {
   for (const char* transport : {"shm", "tcp"}) {
     auto results = RunRanks(3, [&](int rank, transport::Store& store) -> Status {
       const unsigned saved = _mm_getcsr();
-      _mm_setcsr(0xDFC0);  // upward, FTZ, DAZ
+      const unsigned odd_csr = rank % 2 == 0 ? 0xDFC0 : saved;  // upward, FTZ, DAZ
+      _mm_setcsr(odd_csr);
       StatusOr<std::unique_ptr<Communicator>> odd = MakeComm(rank, 3, store, transport, "auto", "f32");
       _mm_setcsr(saved);
       CIUIC_RETURN_IF_ERROR(odd.status());
@@ -290,7 +292,7 @@ TEST(Numerics, ResultsIgnoreTheCallersFloatingPointEnvironment) {
           for (size_t i = 0; i < count; ++i) narrow[i] = kernels::ref::F32ToBF16(in[i]);
           const void* src = dt == DataType::kFloat32 ? static_cast<const void*>(in.data()) : narrow.data();
           std::vector<char> a(count * 4), b(count * 4);
-          _mm_setcsr(0xDFC0);
+          _mm_setcsr(odd_csr);
           const Status sa = (*odd)->AllReduce(src, a.data(), count, dt, op);
           _mm_setcsr(saved);
           CIUIC_RETURN_IF_ERROR(sa);
@@ -305,6 +307,11 @@ TEST(Numerics, ResultsIgnoreTheCallersFloatingPointEnvironment) {
     }, milliseconds(120000));
     for (const auto& r : results) EXPECT_TRUE(r.ok()) << transport << "\n" << ResultsText(results);
   }
+}
+#else
+TEST(Numerics, ResultsIgnoreTheCallersFloatingPointEnvironment) {
+  GTEST_SKIP() << "only x86 runs collectives in the default floating-point environment (MXCSR); arm64's FPCR is "
+                  "not handled yet";
 }
 #endif
 
