@@ -52,6 +52,17 @@ Status ParseSimdTarget(const std::string& text, Config* c) {
   return InvalidArgumentError("expected auto, avx3, avx2, sse4, ssse3, neon, sve, sve2, emu128 or scalar");
 }
 
+Status ParseFp8Pairs(const std::string& text, Config* c) {
+  const std::string v = Lower(text);
+  for (const char* n : {"auto", "avx512fp16", "f16c", "f32"}) {
+    if (v == n) {
+      c->fp8_pairs = v;
+      return Status::Ok();
+    }
+  }
+  return InvalidArgumentError("expected auto, avx512fp16, f16c or f32");
+}
+
 Status ParseTile(const std::string& text, Config* c) {
   if (text == "auto") {
     c->kernel_tile_bytes = 0;
@@ -254,6 +265,10 @@ const Knob kKnobs[] = {
     {"CIUIC_SIMD_TARGET", "auto",
      "highest SIMD target for the kernels: auto, avx3, avx2, sse4, ssse3, scalar, ...",
      ParseSimdTarget, [](const Config& c) { return c.simd_target; }},
+    {"CIUIC_FP8_PAIRS", "auto",
+     "kernel for two-input fp8 sum/avg: auto, avx512fp16, f16c or f32 (the target's widening one); "
+     "every one gives the same bytes",
+     ParseFp8Pairs, [](const Config& c) { return c.fp8_pairs; }},
     {"CIUIC_KERNEL_TILE", "0", "L1 tile in bytes for reductions of more than 4 inputs (0 = auto)",
      ParseTile, [](const Config& c) { return std::to_string(c.kernel_tile_bytes); }},
     {"CIUIC_KERNEL_NT_THRESHOLD", "auto",

@@ -53,6 +53,24 @@ bool CpuHasAvx512Fp16() {
 #endif
 }
 
+// AVX2 (leaf 7 EBX bit 5) and F16C (leaf 1 ECX bit 29), and the OS saving
+// the YMM registers (XCR0 bits 1, 2).
+bool CpuHasAvx2F16c() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_max(0, nullptr) < 7) return false;
+  __cpuid_count(1, 0, eax, ebx, ecx, edx);
+  if ((ecx & (1u << 27)) == 0 || (ecx & (1u << 29)) == 0) return false;  // OSXSAVE, F16C
+  unsigned xlo = 0, xhi = 0;
+  __asm__("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+  if ((xlo & 0x6u) != 0x6u) return false;
+  __cpuid_count(7, 0, eax, ebx, ecx, edx);
+  return (ebx & (1u << 5)) != 0;
+#else
+  return false;
+#endif
+}
+
 }  // namespace internal
 
 namespace {
@@ -134,7 +152,24 @@ StatusOr<Reducer> Reducer::Create(const Config& config, const CacheSizes& caches
   r.slot_ = chosen;
   const int64_t target = internal::SlotTarget(chosen);
   static const bool fp16 = internal::kFp8PairFp16Compiled && internal::CpuHasAvx512Fp16();
-  r.fp8_pairs_in_f16_ = (target == HWY_AVX3 || target == HWY_AVX3_DL) && fp16;
+  static const bool f16c = internal::kFp8PairF16cCompiled && internal::CpuHasAvx2F16c();
+  const bool avx3 = target == HWY_AVX3 || target == HWY_AVX3_DL;
+  const std::string& pairs = config.fp8_pairs;
+  if (pairs == "avx512fp16" && !fp16) {
+    return InvalidArgumentError(std::string("CIUIC_FP8_PAIRS=avx512fp16: ") +
+                                (internal::kFp8PairFp16Compiled ? "this CPU has no AVX512-FP16"
+                                                                : "this build has no AVX512-FP16 kernel (compiler)"));
+  }
+  if (pairs == "f16c" && !f16c) {
+    return InvalidArgumentError(std::string("CIUIC_FP8_PAIRS=f16c: ") +
+                                (internal::kFp8PairF16cCompiled ? "this CPU has no AVX2 and F16C"
+                                                                : "this build has no F16C kernel (not x86-64)"));
+  }
+  if (pairs == "avx512fp16" || (pairs == "auto" && avx3 && fp16)) {
+    r.fp8_pairs_ = Fp8PairKernel::kAvx512Fp16;
+  } else if (pairs == "f16c" || (pairs == "auto" && (avx3 || target == HWY_AVX2) && f16c)) {
+    r.fp8_pairs_ = Fp8PairKernel::kF16c;
+  }
   // Tile for >4 inputs: a quarter of L1d holds the scratch tile while the
   // streaming inputs pass through the rest (kernel_perf -n 8,16 measures
   // the choice).
@@ -253,8 +288,8 @@ Status Reducer::Reduce(void* dst, const void* const* srcs, int nsrcs, size_t cou
     case DataType::kBFloat16: internal::kReduceHalf[slot_](a); break;
     case DataType::kFloat8E4M3:
     case DataType::kFloat8E5M2:
-      if (fp8_pairs_in_f16_ && nsrcs == 2 && (op == ReduceOp::kSum || op == ReduceOp::kAvg)) {
-        internal::ReduceFp8PairFp16(a);
+      if (fp8_pairs_ != Fp8PairKernel::kWidened && nsrcs == 2 && (op == ReduceOp::kSum || op == ReduceOp::kAvg)) {
+        fp8_pairs_ == Fp8PairKernel::kAvx512Fp16 ? internal::ReduceFp8PairFp16(a) : internal::ReduceFp8PairF16c(a);
       } else {
         internal::kReduceFp8[slot_](a);
       }

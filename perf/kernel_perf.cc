@@ -449,7 +449,7 @@ int Main(int argc, char** argv) {
                           CpuModel().c_str(), caches.l1d, caches.l2, caches.llc,
                           r.nt_threshold_bytes());
               std::printf("# simd: %s chosen; compiled: %s; two-input fp8 sum/avg: %s\n", r.target_name(),
-                          compiled.c_str(), r.fp8_pairs_in_f16() ? "AVX512-FP16 kernel" : "via f32");
+                          compiled.c_str(), Reducer::Fp8PairKernelName(r.fp8_pair_kernel()));
               std::printf("# knobs: %s\n", knobs.empty() ? "(all defaults)" : knobs.c_str());
               std::printf("# GB/s = (inputs + output bytes) / time; hand = hand-written AVX-512 "
                           "loop; scalar = loop built without vectorisation\n");

@@ -142,9 +142,11 @@ int InfoMain(int argc, char** argv) {
     std::printf("]},\n  \"caches\": {\"l1d\": %zu, \"l2\": %zu, \"llc\": %zu, \"source\": %s},\n",
                 kc.l1d, kc.l2, kc.llc, Json(cache_source).c_str());
     std::printf("  \"kernels\": {\"tile_bytes\": %zu, \"tile_large_bytes\": %zu, "
-                "\"nt_threshold_bytes\": %s, \"prefetch_bytes\": %zu, \"prefetch_from_bytes\": %zu},\n",
+                "\"nt_threshold_bytes\": %s, \"prefetch_bytes\": %zu, \"prefetch_from_bytes\": %zu, "
+                "\"fp8_pairs\": %s},\n",
                 r->tile_bytes(), r->tile_large_bytes(), nt == SIZE_MAX ? "null" : std::to_string(nt).c_str(),
-                r->prefetch_bytes(), r->prefetch_min_bytes());
+                r->prefetch_bytes(), r->prefetch_min_bytes(),
+                Json(ciuic::kernels::Reducer::Fp8PairKernelName(r->fp8_pair_kernel())).c_str());
     std::printf("  \"gpu\": {\"cuda_driver\": %s, \"cuda_driver_text\": %s, \"nccl\": %s, \"nccl_text\": %s, "
                 "\"route\": %s},\n",
                 gpu.driver ? "true" : "false", Json(gpu.driver_text).c_str(), gpu.nccl ? "true" : "false",
@@ -181,9 +183,10 @@ int InfoMain(int argc, char** argv) {
   std::printf("\ncaches:  l1d=%zu l2=%zu llc=%zu (from %s)\n", kc.l1d, kc.l2, kc.llc,
               cache_source.c_str());
   std::printf("kernels: tile=%zu B for >4 inputs (%zu B beyond L2); non-temporal stores from %s; "
-              "prefetch %zu B ahead for working sets > %zu B\n",
+              "prefetch %zu B ahead for working sets > %zu B; two-input fp8 sum/avg: %s\n",
               r->tile_bytes(), r->tile_large_bytes(), nt == SIZE_MAX ? "never" : (std::to_string(nt) + " B").c_str(),
-              r->prefetch_bytes(), r->prefetch_min_bytes());
+              r->prefetch_bytes(), r->prefetch_min_bytes(),
+              ciuic::kernels::Reducer::Fp8PairKernelName(r->fp8_pair_kernel()));
   if (gpu.looked) {
     std::printf("gpu:     CUDA driver: %s; NCCL: %s\n", gpu.driver_text.c_str(), gpu.nccl_text.c_str());
   }

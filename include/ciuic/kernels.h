@@ -213,9 +213,15 @@ class Reducer {
   size_t nt_threshold_bytes() const { return nt_threshold_; }
   size_t prefetch_bytes() const { return prefetch_bytes_; }
   size_t prefetch_min_bytes() const { return prefetch_min_bytes_; }
-  // Whether two-input fp8 sum and avg run on the AVX512-FP16 kernel (the
-  // AVX3 targets on CPUs that have it) instead of widening to f32.
-  bool fp8_pairs_in_f16() const { return fp8_pairs_in_f16_; }
+  // Which kernel runs two-input fp8 sum and avg: the AVX512-FP16 one (the
+  // AVX3 targets on CPUs that have it), the AVX2 + F16C one (the AVX2 and
+  // AVX3 targets on other x86 CPUs), or the target's own, which widens
+  // every element to f32.
+  enum class Fp8PairKernel : uint8_t { kWidened, kAvx512Fp16, kF16c };
+  Fp8PairKernel fp8_pair_kernel() const { return fp8_pairs_; }
+  static const char* Fp8PairKernelName(Fp8PairKernel k) {
+    return k == Fp8PairKernel::kAvx512Fp16 ? "AVX512-FP16 kernel" : k == Fp8PairKernel::kF16c ? "F16C kernel" : "via f32";
+  }
 
  private:
   Reducer() = default;
@@ -225,7 +231,7 @@ class Reducer {
   size_t nt_threshold_ = 0;
   size_t prefetch_bytes_ = 0;
   size_t prefetch_min_bytes_ = 0;
-  bool fp8_pairs_in_f16_ = false;
+  Fp8PairKernel fp8_pairs_ = Fp8PairKernel::kWidened;
 };
 
 }  // namespace kernels

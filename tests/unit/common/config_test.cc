@@ -34,15 +34,17 @@ TEST(ConfigTest, ReadsValuesAndRecordsSource) {
   auto c = FromMap({{"CIUIC_DEBUG", "info"},
                     {"CIUIC_SIMD_TARGET", "AVX2"},
                     {"CIUIC_KERNEL_NT_THRESHOLD", "8M"},
-                    {"CIUIC_KERNEL_PREFETCH", "0"}});
+                    {"CIUIC_KERNEL_PREFETCH", "0"},
+                    {"CIUIC_FP8_PAIRS", "F16C"}});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->debug, LogLevel::kInfo);
   EXPECT_EQ(c->simd_target, "avx2");
+  EXPECT_EQ(c->fp8_pairs, "f16c");
   EXPECT_EQ(c->kernel_nt_threshold, 8 << 20);
   EXPECT_EQ(c->kernel_prefetch_bytes, 0u);
   int from_env = 0;
   for (const KnobDescription& k : DescribeKnobs(*c)) from_env += k.source == "env";
-  EXPECT_EQ(from_env, 4);
+  EXPECT_EQ(from_env, 5);
 }
 
 TEST(ConfigTest, BadValueNamesTheVariable) {
@@ -57,6 +59,10 @@ TEST(ConfigTest, BadValueNamesTheVariable) {
   auto s = FromMap({{"CIUIC_SIMD_TARGET", "avx9000"}});
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("CIUIC_SIMD_TARGET"), std::string::npos);
+  auto p = FromMap({{"CIUIC_FP8_PAIRS", "fp16"}});
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("CIUIC_FP8_PAIRS='fp16'"), std::string::npos) << p.status().message();
+  EXPECT_NE(p.status().message().find("auto, avx512fp16, f16c or f32"), std::string::npos) << p.status().message();
 }
 
 TEST(ConfigTest, SetByNameAndUnknownName) {

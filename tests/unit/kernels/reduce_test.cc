@@ -315,6 +315,24 @@ TEST_P(ReduceTest, PremulSumScalesEachInputBeforeTheSum) {
 
 // Every pair of fp8 codes (256 x 256, NaN, zeros, subnormals, the largest
 // values) under every float op, against the scalar reference.
+// This target's Reducer under every two-input fp8 kernel this CPU and
+// build can run (CIUIC_FP8_PAIRS): the target's own widening one, the
+// AVX2 + F16C one, the AVX512-FP16 one.
+std::vector<Reducer> EveryFp8PairKernel(const std::string& target, int64_t nt_threshold = -1,
+                                        size_t prefetch = 1024, const CacheSizes& caches = CacheSizes{}) {
+  std::vector<Reducer> out;
+  for (const char* k : {"f32", "f16c", "avx512fp16"}) {
+    Config c;
+    c.simd_target = target;
+    c.fp8_pairs = k;
+    c.kernel_nt_threshold = nt_threshold;
+    c.kernel_prefetch_bytes = prefetch;
+    StatusOr<Reducer> r = Reducer::Create(c, caches);
+    if (r.ok()) out.push_back(*r);
+  }
+  return out;
+}
+
 TEST_P(ReduceTest, Fp8EveryPairOfCodes) {
   std::vector<uint8_t> a(65536), b(65536), out(65536), want(65536);
   for (size_t i = 0; i < a.size(); ++i) {
@@ -322,50 +340,51 @@ TEST_P(ReduceTest, Fp8EveryPairOfCodes) {
     b[i] = static_cast<uint8_t>(i & 0xFF);
   }
   const void* srcs[2] = {a.data(), b.data()};
-  for (DataType dt : {DataType::kFloat8E4M3, DataType::kFloat8E5M2}) {
-    for (ReduceOp op : kFloatOps) {
-      for (double factor : {1.0, 0.125, 3.0}) {
-        if (op != ReduceOp::kPremulSum && factor != 1.0) continue;
-        ASSERT_TRUE(r_.Reduce(out.data(), srcs, 2, out.size(), dt, op, factor).ok());
-        ref::Reduce(want.data(), srcs, 2, want.size(), dt, op, factor);
-        size_t wrong = 0;
-        for (size_t i = 0; i < out.size(); ++i) {
-          if (!ref::SameElement(out.data(), want.data(), i, dt) && wrong++ < 3) {
-            ADD_FAILURE() << DataTypeName(dt) << " " << ReduceOpName(op) << " x" << factor << " codes 0x"
-                          << std::hex << int{a[i]} << ", 0x" << int{b[i]} << ": got 0x" << int{out[i]}
-                          << " want 0x" << int{want[i]};
-          }
+  for (const Reducer& r : EveryFp8PairKernel(GetParam())) {
+    const char* kernel = Reducer::Fp8PairKernelName(r.fp8_pair_kernel());
+    for (DataType dt : {DataType::kFloat8E4M3, DataType::kFloat8E5M2}) {
+      for (ReduceOp op : kFloatOps) {
+        // The pair kernels take sum and avg only: the others ran once.
+        if (r.fp8_pair_kernel() != Reducer::Fp8PairKernel::kWidened && op != ReduceOp::kSum &&
+            op != ReduceOp::kAvg) {
+          continue;
         }
-        EXPECT_EQ(wrong, 0u) << DataTypeName(dt) << " " << ReduceOpName(op);
+        for (double factor : {1.0, 0.125, 3.0}) {
+          if (op != ReduceOp::kPremulSum && factor != 1.0) continue;
+          ASSERT_TRUE(r.Reduce(out.data(), srcs, 2, out.size(), dt, op, factor).ok());
+          ref::Reduce(want.data(), srcs, 2, want.size(), dt, op, factor);
+          size_t wrong = 0;
+          for (size_t i = 0; i < out.size(); ++i) {
+            if (!ref::SameElement(out.data(), want.data(), i, dt) && wrong++ < 3) {
+              ADD_FAILURE() << kernel << " " << DataTypeName(dt) << " " << ReduceOpName(op) << " x" << factor
+                            << " codes 0x" << std::hex << int{a[i]} << ", 0x" << int{b[i]} << ": got 0x"
+                            << int{out[i]} << " want 0x" << int{want[i]};
+            }
+          }
+          EXPECT_EQ(wrong, 0u) << kernel << " " << DataTypeName(dt) << " " << ReduceOpName(op);
+        }
       }
     }
   }
 }
 
-// Two-input fp8 sum/avg (the AVX512-FP16 kernel on the AVX3 targets where
-// the CPU has it): random codes at lengths around its 64-byte step,
-// misaligned, in place, streamed and regular stores, each with prefetch
-// (a 4 KiB "L2" turns it on from 1366 elements).
+// Two-input fp8 sum/avg under every pair kernel: random codes at lengths
+// around their 32- and 64-byte steps, misaligned, in place, streamed and
+// regular stores, each with prefetch (a 4 KiB "L2" turns it on from 1366
+// elements).
 TEST_P(ReduceTest, Fp8PairsAtEveryLengthAlignmentAndStorePath) {
-  auto make = [&](int64_t nt_threshold) {
-    Config c;
-    c.simd_target = GetParam();
-    c.kernel_nt_threshold = nt_threshold;
-    c.kernel_prefetch_bytes = 256;
-    CacheSizes small;
-    small.l2 = 4096;
-    StatusOr<Reducer> r = Reducer::Create(c, small);
-    if (!r.ok()) std::abort();
-    return *r;
-  };
-  const Reducer streamed = make(1);
-  const Reducer regular = make(0);
+  CacheSizes small;
+  small.l2 = 4096;
+  std::vector<Reducer> all = EveryFp8PairKernel(GetParam());
+  for (int64_t nt : {1, 0}) {
+    for (const Reducer& r : EveryFp8PairKernel(GetParam(), nt, 256, small)) all.push_back(r);
+  }
   std::mt19937_64 rng(7);
-  const Reducer* reducers[] = {&r_, &streamed, &regular};
-  for (const Reducer* r : reducers) {
+  for (const Reducer& rr : all) {
+    const Reducer* r = &rr;
     for (DataType dt : {DataType::kFloat8E4M3, DataType::kFloat8E5M2}) {
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
-        for (size_t count : {1, 63, 64, 65, 129, 1000, 70001}) {
+        for (size_t count : {1, 31, 32, 33, 63, 64, 65, 95, 96, 129, 1000, 70001}) {
           for (size_t mis : {0, 1, 63}) {
             for (int alias : {-1, 0, 1}) {
               const size_t bytes = count + mis + 64;
@@ -384,7 +403,8 @@ TEST_P(ReduceTest, Fp8PairsAtEveryLengthAlignmentAndStorePath) {
               for (size_t i = 0; i < count; ++i) wrong += !ref::SameElement(dst, want.data(), i, dt);
               ASSERT_EQ(wrong, 0u) << DataTypeName(dt) << " " << ReduceOpName(op) << " count " << count
                                    << " misalign " << mis << " alias " << alias << " nt from "
-                                   << r->nt_threshold_bytes();
+                                   << r->nt_threshold_bytes() << " "
+                                   << Reducer::Fp8PairKernelName(r->fp8_pair_kernel());
               ASSERT_EQ(0, std::memcmp(guard.data(), dst + count, 32)) << "wrote past the end";
               ASSERT_TRUE(std::equal(before.begin(), before.end(), dst - mis)) << "wrote before the start";
             }
@@ -398,26 +418,45 @@ TEST_P(ReduceTest, Fp8PairsAtEveryLengthAlignmentAndStorePath) {
 INSTANTIATE_TEST_SUITE_P(AllTargets, ReduceTest, ::testing::ValuesIn(testing::RunnableTargets()),
                          [](const auto& info) { return info.param; });
 
-// The AVX3 targets take the AVX512-FP16 kernel for two-input fp8 sum/avg
-// where the CPU has it; other targets never do.
-TEST(ReducerTest, Fp8PairsRunInF16WhereTheCpuHasAvx512Fp16) {
+// Two-input fp8 sum/avg take the AVX512-FP16 kernel on the AVX3 targets
+// where the CPU has it, the F16C kernel on the other AVX2 and AVX3 ones,
+// the target's own elsewhere; CIUIC_FP8_PAIRS names one or refuses it.
+TEST(ReducerTest, Fp8PairsTakeTheBestKernelTheCpuHas) {
   std::ifstream info("/proc/cpuinfo");
   std::string line;
-  bool fp16 = false;
+  bool fp16 = false, f16c = false;
   while (std::getline(info, line)) {
     if (line.rfind("flags", 0) == 0) {
       fp16 = line.find(" avx512_fp16") != std::string::npos;
+      f16c = line.find(" f16c") != std::string::npos && line.find(" avx2") != std::string::npos;
       break;
     }
   }
-  const bool built = internal::kFp8PairFp16Compiled;
-  const auto targets = testing::RunnableTargets();
-  for (const std::string& t : targets) {
+  fp16 = fp16 && internal::kFp8PairFp16Compiled;
+  f16c = f16c && internal::kFp8PairF16cCompiled;
+  using K = Reducer::Fp8PairKernel;
+  for (const std::string& t : testing::RunnableTargets()) {
     const bool avx3 = t == "avx3" || t == "avx3_dl";
-    EXPECT_EQ(MakeReducer(t).fp8_pairs_in_f16(), avx3 && fp16 && built) << t;
+    const K want = avx3 && fp16 ? K::kAvx512Fp16 : (avx3 || t == "avx2") && f16c ? K::kF16c : K::kWidened;
+    EXPECT_EQ(MakeReducer(t).fp8_pair_kernel(), want) << t;
+    for (const char* k : {"f32", "f16c", "avx512fp16"}) {
+      Config c;
+      c.simd_target = t;
+      c.fp8_pairs = k;
+      StatusOr<Reducer> r = Reducer::Create(c, CacheSizes{});
+      const bool can = k == std::string("f32") || (k == std::string("f16c") ? f16c : fp16);
+      ASSERT_EQ(r.ok(), can) << t << " " << k << ": " << r.status().ToString();
+      if (can) {
+        EXPECT_EQ(r->fp8_pair_kernel(), k == std::string("f32") ? K::kWidened
+                                        : k == std::string("f16c") ? K::kF16c : K::kAvx512Fp16);
+      } else {
+        EXPECT_NE(r.status().message().find(std::string("CIUIC_FP8_PAIRS=") + k), std::string::npos)
+            << r.status().ToString();
+      }
+    }
   }
-  if (!built) GTEST_SKIP() << "this compiler cannot build the AVX512-FP16 kernel (CIUIC_CXX_HAS_AVX512FP16 off)";
-  if (!fp16) GTEST_SKIP() << "this CPU has no AVX512-FP16 (no avx512_fp16 in /proc/cpuinfo): only the f32 path ran";
+  if (!f16c) GTEST_SKIP() << "this CPU or build has no AVX2 + F16C kernel: only the f32 path ran";
+  if (!fp16) GTEST_SKIP() << "this CPU (no avx512_fp16 in /proc/cpuinfo) or build has no AVX512-FP16 kernel";
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -434,7 +473,8 @@ unsigned UnderMxcsr(unsigned csr, F&& f) {
   return after;
 }
 
-// Every target, the AVX512-FP16 fp8 kernel included, computes the same bits
+// Every target, the AVX512-FP16 and F16C fp8 kernels included (the AVX3 and
+// AVX2 targets take them by default), computes the same bits
 // whatever floating-point environment the calling thread set: a rank whose
 // program rounds upward or flushes subnormals (torch.set_flush_denormal)
 // must not disagree with its peers, and one that unmasked exceptions must
