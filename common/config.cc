@@ -54,13 +54,13 @@ Status ParseSimdTarget(const std::string& text, Config* c) {
 
 Status ParseFp8Pairs(const std::string& text, Config* c) {
   const std::string v = Lower(text);
-  for (const char* n : {"auto", "avx512fp16", "f16c", "f32"}) {
+  for (const char* n : {"auto", "avx512fp16", "avx512", "f16c", "f32"}) {
     if (v == n) {
       c->fp8_pairs = v;
       return Status::Ok();
     }
   }
-  return InvalidArgumentError("expected auto, avx512fp16, f16c or f32");
+  return InvalidArgumentError("expected auto, avx512fp16, avx512, f16c or f32");
 }
 
 Status ParseTile(const std::string& text, Config* c) {
@@ -266,7 +266,7 @@ const Knob kKnobs[] = {
      "highest SIMD target for the kernels: auto, avx3, avx2, sse4, ssse3, scalar, ...",
      ParseSimdTarget, [](const Config& c) { return c.simd_target; }},
     {"CIUIC_FP8_PAIRS", "auto",
-     "kernel for two-input fp8 sum/avg: auto, avx512fp16, f16c or f32 (the target's widening one); "
+     "kernel for two-input fp8 sum/avg: auto, avx512fp16, avx512, f16c or f32 (the target's widening one); "
      "every one gives the same bytes",
      ParseFp8Pairs, [](const Config& c) { return c.fp8_pairs; }},
     {"CIUIC_KERNEL_TILE", "0", "L1 tile in bytes for reductions of more than 4 inputs (0 = auto)",

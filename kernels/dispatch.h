@@ -57,8 +57,13 @@ extern const CopyFn kCopy[kNumSlots];
 extern const bool kFp8PairFp16Compiled;
 void ReduceFp8PairFp16(const ReduceArgs& args);
 bool CpuHasAvx512Fp16();
+// The same in f32 on AVX-512 F + BW (fp8_pair_avx512.cc), for AVX-512 CPUs
+// without FP16; call only where CpuHasAvx512Bw.
+extern const bool kFp8PairAvx512Compiled;
+void ReduceFp8PairAvx512(const ReduceArgs& args);
+bool CpuHasAvx512Bw();
 // The same on AVX2 + F16C (fp8_pair_f16c.cc), for x86 CPUs without
-// AVX512-FP16; call only where CpuHasAvx2F16c.
+// AVX-512; call only where CpuHasAvx2F16c.
 extern const bool kFp8PairF16cCompiled;
 void ReduceFp8PairF16c(const ReduceArgs& args);
 bool CpuHasAvx2F16c();

@@ -53,6 +53,24 @@ bool CpuHasAvx512Fp16() {
 #endif
 }
 
+// AVX512 F and BW (leaf 7 EBX bits 16, 30) with BMI2 (bit 8), and the OS
+// saving the AVX-512 registers (XCR0 bits 1, 2, 5, 6, 7).
+bool CpuHasAvx512Bw() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_max(0, nullptr) < 7) return false;
+  __cpuid_count(1, 0, eax, ebx, ecx, edx);
+  if ((ecx & (1u << 27)) == 0) return false;  // OSXSAVE
+  unsigned xlo = 0, xhi = 0;
+  __asm__("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+  if ((xlo & 0xE6u) != 0xE6u) return false;
+  __cpuid_count(7, 0, eax, ebx, ecx, edx);
+  return (ebx & (1u << 16)) != 0 && (ebx & (1u << 30)) != 0 && (ebx & (1u << 8)) != 0;
+#else
+  return false;
+#endif
+}
+
 // AVX2 (leaf 7 EBX bit 5) and F16C (leaf 1 ECX bit 29), and the OS saving
 // the YMM registers (XCR0 bits 1, 2).
 bool CpuHasAvx2F16c() {
@@ -152,21 +170,22 @@ StatusOr<Reducer> Reducer::Create(const Config& config, const CacheSizes& caches
   r.slot_ = chosen;
   const int64_t target = internal::SlotTarget(chosen);
   static const bool fp16 = internal::kFp8PairFp16Compiled && internal::CpuHasAvx512Fp16();
+  static const bool avx512 = internal::kFp8PairAvx512Compiled && internal::CpuHasAvx512Bw();
   static const bool f16c = internal::kFp8PairF16cCompiled && internal::CpuHasAvx2F16c();
   const bool avx3 = target == HWY_AVX3 || target == HWY_AVX3_DL;
   const std::string& pairs = config.fp8_pairs;
-  if (pairs == "avx512fp16" && !fp16) {
-    return InvalidArgumentError(std::string("CIUIC_FP8_PAIRS=avx512fp16: ") +
-                                (internal::kFp8PairFp16Compiled ? "this CPU has no AVX512-FP16"
-                                                                : "this build has no AVX512-FP16 kernel (compiler)"));
-  }
-  if (pairs == "f16c" && !f16c) {
-    return InvalidArgumentError(std::string("CIUIC_FP8_PAIRS=f16c: ") +
-                                (internal::kFp8PairF16cCompiled ? "this CPU has no AVX2 and F16C"
-                                                                : "this build has no F16C kernel (not x86-64)"));
-  }
+  auto refuse = [&](bool compiled, const char* cpu_lacks) {
+    return InvalidArgumentError("CIUIC_FP8_PAIRS=" + pairs + ": " +
+                                (compiled ? std::string("this CPU has no ") + cpu_lacks
+                                          : std::string("this build has no such kernel (the compiler or not x86-64)")));
+  };
+  if (pairs == "avx512fp16" && !fp16) return refuse(internal::kFp8PairFp16Compiled, "AVX512-FP16");
+  if (pairs == "avx512" && !avx512) return refuse(internal::kFp8PairAvx512Compiled, "AVX-512 BW");
+  if (pairs == "f16c" && !f16c) return refuse(internal::kFp8PairF16cCompiled, "AVX2 and F16C");
   if (pairs == "avx512fp16" || (pairs == "auto" && avx3 && fp16)) {
     r.fp8_pairs_ = Fp8PairKernel::kAvx512Fp16;
+  } else if (pairs == "avx512" || (pairs == "auto" && avx3 && avx512)) {
+    r.fp8_pairs_ = Fp8PairKernel::kAvx512;
   } else if (pairs == "f16c" || (pairs == "auto" && (avx3 || target == HWY_AVX2) && f16c)) {
     r.fp8_pairs_ = Fp8PairKernel::kF16c;
   }
@@ -289,7 +308,11 @@ Status Reducer::Reduce(void* dst, const void* const* srcs, int nsrcs, size_t cou
     case DataType::kFloat8E4M3:
     case DataType::kFloat8E5M2:
       if (fp8_pairs_ != Fp8PairKernel::kWidened && nsrcs == 2 && (op == ReduceOp::kSum || op == ReduceOp::kAvg)) {
-        fp8_pairs_ == Fp8PairKernel::kAvx512Fp16 ? internal::ReduceFp8PairFp16(a) : internal::ReduceFp8PairF16c(a);
+        switch (fp8_pairs_) {
+          case Fp8PairKernel::kAvx512Fp16: internal::ReduceFp8PairFp16(a); break;
+          case Fp8PairKernel::kAvx512: internal::ReduceFp8PairAvx512(a); break;
+          default: internal::ReduceFp8PairF16c(a); break;
+        }
       } else {
         internal::kReduceFp8[slot_](a);
       }

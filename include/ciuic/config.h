@@ -28,9 +28,9 @@ struct Config {
   // CIUIC_SIMD_TARGET: highest SIMD target the kernels may use
   // (auto = the best this CPU supports; e.g. avx3, avx2, sse4, scalar).
   std::string simd_target = "auto";
-  // CIUIC_FP8_PAIRS: the kernel for two-input fp8 sum and avg: auto (the
-  // AVX512-FP16 one where the CPU has it and the target is AVX3, else the
-  // AVX2 + F16C one on AVX2 and AVX3 targets, else f32), avx512fp16, f16c,
+  // CIUIC_FP8_PAIRS: the kernel for two-input fp8 sum and avg: auto (on
+  // the AVX3 targets the AVX512-FP16 one where the CPU has it, else the
+  // AVX-512 one; on AVX2 the F16C one; else f32), avx512fp16, avx512, f16c,
   // or f32 (the target's own, widening to f32). All round alike.
   std::string fp8_pairs = "auto";
   // CIUIC_KERNEL_TILE: bytes of the L1-resident tile used for n-ary

@@ -214,13 +214,19 @@ class Reducer {
   size_t prefetch_bytes() const { return prefetch_bytes_; }
   size_t prefetch_min_bytes() const { return prefetch_min_bytes_; }
   // Which kernel runs two-input fp8 sum and avg: the AVX512-FP16 one (the
-  // AVX3 targets on CPUs that have it), the AVX2 + F16C one (the AVX2 and
-  // AVX3 targets on other x86 CPUs), or the target's own, which widens
-  // every element to f32.
-  enum class Fp8PairKernel : uint8_t { kWidened, kAvx512Fp16, kF16c };
+  // AVX3 targets on CPUs that have it; the sum in f16), the AVX-512 one
+  // (the AVX3 targets on other CPUs; in f32), the AVX2 + F16C one (the
+  // AVX2 target; in f32), or the target's own, which widens every element
+  // to f32 through the target's vector code.
+  enum class Fp8PairKernel : uint8_t { kWidened, kAvx512Fp16, kAvx512, kF16c };
   Fp8PairKernel fp8_pair_kernel() const { return fp8_pairs_; }
   static const char* Fp8PairKernelName(Fp8PairKernel k) {
-    return k == Fp8PairKernel::kAvx512Fp16 ? "AVX512-FP16 kernel" : k == Fp8PairKernel::kF16c ? "F16C kernel" : "via f32";
+    switch (k) {
+      case Fp8PairKernel::kAvx512Fp16: return "AVX512-FP16 kernel";
+      case Fp8PairKernel::kAvx512: return "AVX-512 kernel";
+      case Fp8PairKernel::kF16c: return "F16C kernel";
+      default: return "via f32";
+    }
   }
 
  private:

@@ -321,7 +321,7 @@ TEST_P(ReduceTest, PremulSumScalesEachInputBeforeTheSum) {
 std::vector<Reducer> EveryFp8PairKernel(const std::string& target, int64_t nt_threshold = -1,
                                         size_t prefetch = 1024, const CacheSizes& caches = CacheSizes{}) {
   std::vector<Reducer> out;
-  for (const char* k : {"f32", "f16c", "avx512fp16"}) {
+  for (const char* k : {"f32", "f16c", "avx512", "avx512fp16"}) {
     Config c;
     c.simd_target = target;
     c.fp8_pairs = k;
@@ -419,44 +419,60 @@ INSTANTIATE_TEST_SUITE_P(AllTargets, ReduceTest, ::testing::ValuesIn(testing::Ru
                          [](const auto& info) { return info.param; });
 
 // Two-input fp8 sum/avg take the AVX512-FP16 kernel on the AVX3 targets
-// where the CPU has it, the F16C kernel on the other AVX2 and AVX3 ones,
-// the target's own elsewhere; CIUIC_FP8_PAIRS names one or refuses it.
+// where the CPU has it, else the AVX-512 one there, the F16C kernel on
+// AVX2, the target's own elsewhere; CIUIC_FP8_PAIRS names one or refuses
+// it, naming the knob.
 TEST(ReducerTest, Fp8PairsTakeTheBestKernelTheCpuHas) {
   std::ifstream info("/proc/cpuinfo");
   std::string line;
-  bool fp16 = false, f16c = false;
+  bool fp16 = false, avx512 = false, f16c = false;
   while (std::getline(info, line)) {
     if (line.rfind("flags", 0) == 0) {
-      fp16 = line.find(" avx512_fp16") != std::string::npos;
-      f16c = line.find(" f16c") != std::string::npos && line.find(" avx2") != std::string::npos;
+      line += " ";
+      auto has = [&](const char* flag) { return line.find(std::string(" ") + flag + " ") != std::string::npos; };
+      fp16 = has("avx512_fp16") && has("avx512bw") && has("bmi2");
+      avx512 = has("avx512f") && has("avx512bw") && has("bmi2");
+      f16c = has("f16c") && has("avx2");
       break;
     }
   }
   fp16 = fp16 && internal::kFp8PairFp16Compiled;
+  avx512 = avx512 && internal::kFp8PairAvx512Compiled;
   f16c = f16c && internal::kFp8PairF16cCompiled;
   using K = Reducer::Fp8PairKernel;
+  struct Choice {
+    const char* knob;
+    bool can;
+    K kernel;
+  };
+  const Choice choices[] = {{"f32", true, K::kWidened},
+                            {"f16c", f16c, K::kF16c},
+                            {"avx512", avx512, K::kAvx512},
+                            {"avx512fp16", fp16, K::kAvx512Fp16}};
   for (const std::string& t : testing::RunnableTargets()) {
     const bool avx3 = t == "avx3" || t == "avx3_dl";
-    const K want = avx3 && fp16 ? K::kAvx512Fp16 : (avx3 || t == "avx2") && f16c ? K::kF16c : K::kWidened;
+    const K want = avx3 && fp16     ? K::kAvx512Fp16
+                   : avx3 && avx512 ? K::kAvx512
+                   : (avx3 || t == "avx2") && f16c ? K::kF16c
+                                                  : K::kWidened;
     EXPECT_EQ(MakeReducer(t).fp8_pair_kernel(), want) << t;
-    for (const char* k : {"f32", "f16c", "avx512fp16"}) {
+    for (const Choice& k : choices) {
       Config c;
       c.simd_target = t;
-      c.fp8_pairs = k;
+      c.fp8_pairs = k.knob;
       StatusOr<Reducer> r = Reducer::Create(c, CacheSizes{});
-      const bool can = k == std::string("f32") || (k == std::string("f16c") ? f16c : fp16);
-      ASSERT_EQ(r.ok(), can) << t << " " << k << ": " << r.status().ToString();
-      if (can) {
-        EXPECT_EQ(r->fp8_pair_kernel(), k == std::string("f32") ? K::kWidened
-                                        : k == std::string("f16c") ? K::kF16c : K::kAvx512Fp16);
+      ASSERT_EQ(r.ok(), k.can) << t << " " << k.knob << ": " << r.status().ToString();
+      if (k.can) {
+        EXPECT_EQ(r->fp8_pair_kernel(), k.kernel) << t << " " << k.knob;
       } else {
-        EXPECT_NE(r.status().message().find(std::string("CIUIC_FP8_PAIRS=") + k), std::string::npos)
+        EXPECT_NE(r.status().message().find(std::string("CIUIC_FP8_PAIRS=") + k.knob), std::string::npos)
             << r.status().ToString();
       }
     }
   }
-  if (!f16c) GTEST_SKIP() << "this CPU or build has no AVX2 + F16C kernel: only the f32 path ran";
-  if (!fp16) GTEST_SKIP() << "this CPU (no avx512_fp16 in /proc/cpuinfo) or build has no AVX512-FP16 kernel";
+  for (const Choice& k : choices) {
+    if (!k.can) GTEST_SKIP() << "this CPU (/proc/cpuinfo) or build has no " << k.knob << " kernel: not run here";
+  }
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
