@@ -71,14 +71,15 @@ bool CpuHasAvx512Bw() {
 #endif
 }
 
-// AVX2 (leaf 7 EBX bit 5) and F16C (leaf 1 ECX bit 29), and the OS saving
+// AVX2 (leaf 7 EBX bit 5), AVX and F16C (leaf 1 ECX bits 28, 29), and the OS saving
 // the YMM registers (XCR0 bits 1, 2).
 bool CpuHasAvx2F16c() {
 #if defined(__x86_64__) && defined(__GNUC__)
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (__get_cpuid_max(0, nullptr) < 7) return false;
   __cpuid_count(1, 0, eax, ebx, ecx, edx);
-  if ((ecx & (1u << 27)) == 0 || (ecx & (1u << 29)) == 0) return false;  // OSXSAVE, F16C
+  // OSXSAVE, AVX, F16C
+  if ((ecx & (1u << 27)) == 0 || (ecx & (1u << 28)) == 0 || (ecx & (1u << 29)) == 0) return false;
   unsigned xlo = 0, xhi = 0;
   __asm__("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
   if ((xlo & 0x6u) != 0x6u) return false;
@@ -179,6 +180,9 @@ StatusOr<Reducer> Reducer::Create(const Config& config, const CacheSizes& caches
                                 (compiled ? std::string("this CPU has no ") + cpu_lacks
                                           : std::string("this build has no such kernel (the compiler or not x86-64)")));
   };
+  if (pairs != "auto" && pairs != "avx512fp16" && pairs != "avx512" && pairs != "f16c" && pairs != "f32") {
+    return InvalidArgumentError("CIUIC_FP8_PAIRS='" + pairs + "': expected auto, avx512fp16, avx512, f16c or f32");
+  }
   if (pairs == "avx512fp16" && !fp16) return refuse(internal::kFp8PairFp16Compiled, "AVX512-FP16");
   if (pairs == "avx512" && !avx512) return refuse(internal::kFp8PairAvx512Compiled, "AVX-512 BW");
   if (pairs == "f16c" && !f16c) return refuse(internal::kFp8PairF16cCompiled, "AVX2 and F16C");
