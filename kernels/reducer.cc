@@ -33,61 +33,59 @@ int64_t SlotTarget(int slot) {
   return slot >= 0 && slot < kNumSlots ? kTargets[slot] : 0;
 }
 
-// AVX512-FP16 (CPUID leaf 7 EDX bit 23) with F, BW, VL and BMI2, and the OS
-// saving the AVX-512 registers (XCR0 bits 1, 2, 5, 6, 7).
-bool CpuHasAvx512Fp16() {
+namespace {
+
+// What the fp8 pair kernels ask of the CPU: CPUID leaf 1 ECX, leaf 7 EBX
+// and EDX, and XCR0 (the register state the OS saves); zeros off x86.
+struct CpuBits {
+  unsigned leaf1_ecx = 0, leaf7_ebx = 0, leaf7_edx = 0, xcr0 = 0;
+  bool Has(unsigned word, int bit) const { return (word & (1u << bit)) != 0; }
+};
+
+const CpuBits& Cpu() {
+  static const CpuBits bits = [] {
+    CpuBits b;
 #if defined(__x86_64__) && defined(__GNUC__)
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid_max(0, nullptr) < 7) return false;
-  __cpuid_count(1, 0, eax, ebx, ecx, edx);
-  if ((ecx & (1u << 27)) == 0) return false;  // OSXSAVE
-  unsigned xlo = 0, xhi = 0;
-  __asm__("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
-  if ((xlo & 0xE6u) != 0xE6u) return false;
-  __cpuid_count(7, 0, eax, ebx, ecx, edx);
-  const bool f = (ebx & (1u << 16)) != 0, bw = (ebx & (1u << 30)) != 0;
-  const bool vl = (ebx & (1u << 31)) != 0, bmi2 = (ebx & (1u << 8)) != 0;
-  return f && bw && vl && bmi2 && (edx & (1u << 23)) != 0;
-#else
-  return false;
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid_max(0, nullptr) < 7) return b;
+    __cpuid_count(1, 0, eax, ebx, ecx, edx);
+    b.leaf1_ecx = ecx;
+    if (b.Has(ecx, 27)) {  // OSXSAVE: xgetbv may run
+      unsigned xhi = 0;
+      __asm__("xgetbv" : "=a"(b.xcr0), "=d"(xhi) : "c"(0));
+    }
+    __cpuid_count(7, 0, eax, ebx, ecx, edx);
+    b.leaf7_ebx = ebx;
+    b.leaf7_edx = edx;
 #endif
+    return b;
+  }();
+  return bits;
 }
 
-// AVX512 F and BW (leaf 7 EBX bits 16, 30) with BMI2 (bit 8), and the OS
-// saving the AVX-512 registers (XCR0 bits 1, 2, 5, 6, 7).
+// The OS saves the YMM registers (XCR0 bits 1, 2), and the AVX-512 ones
+// too (bits 5, 6, 7).
+bool OsSavesYmm(const CpuBits& c) { return (c.xcr0 & 0x6u) == 0x6u; }
+bool OsSavesZmm(const CpuBits& c) { return (c.xcr0 & 0xE6u) == 0xE6u; }
+
+}  // namespace
+
+// AVX512 F and BW (leaf 7 EBX bits 16, 30) with BMI2 (bit 8).
 bool CpuHasAvx512Bw() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid_max(0, nullptr) < 7) return false;
-  __cpuid_count(1, 0, eax, ebx, ecx, edx);
-  if ((ecx & (1u << 27)) == 0) return false;  // OSXSAVE
-  unsigned xlo = 0, xhi = 0;
-  __asm__("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
-  if ((xlo & 0xE6u) != 0xE6u) return false;
-  __cpuid_count(7, 0, eax, ebx, ecx, edx);
-  return (ebx & (1u << 16)) != 0 && (ebx & (1u << 30)) != 0 && (ebx & (1u << 8)) != 0;
-#else
-  return false;
-#endif
+  const CpuBits& c = Cpu();
+  return OsSavesZmm(c) && c.Has(c.leaf7_ebx, 16) && c.Has(c.leaf7_ebx, 30) && c.Has(c.leaf7_ebx, 8);
 }
 
-// AVX2 (leaf 7 EBX bit 5), AVX and F16C (leaf 1 ECX bits 28, 29), and the OS saving
-// the YMM registers (XCR0 bits 1, 2).
+// AVX512-FP16 (leaf 7 EDX bit 23) with F, BW, VL (EBX bit 31) and BMI2.
+bool CpuHasAvx512Fp16() {
+  const CpuBits& c = Cpu();
+  return CpuHasAvx512Bw() && c.Has(c.leaf7_ebx, 31) && c.Has(c.leaf7_edx, 23);
+}
+
+// AVX2 (leaf 7 EBX bit 5), AVX and F16C (leaf 1 ECX bits 28, 29).
 bool CpuHasAvx2F16c() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid_max(0, nullptr) < 7) return false;
-  __cpuid_count(1, 0, eax, ebx, ecx, edx);
-  // OSXSAVE, AVX, F16C
-  if ((ecx & (1u << 27)) == 0 || (ecx & (1u << 28)) == 0 || (ecx & (1u << 29)) == 0) return false;
-  unsigned xlo = 0, xhi = 0;
-  __asm__("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
-  if ((xlo & 0x6u) != 0x6u) return false;
-  __cpuid_count(7, 0, eax, ebx, ecx, edx);
-  return (ebx & (1u << 5)) != 0;
-#else
-  return false;
-#endif
+  const CpuBits& c = Cpu();
+  return OsSavesYmm(c) && c.Has(c.leaf1_ecx, 28) && c.Has(c.leaf1_ecx, 29) && c.Has(c.leaf7_ebx, 5);
 }
 
 }  // namespace internal
