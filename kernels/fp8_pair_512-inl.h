@@ -69,23 +69,37 @@ inline __m512i Pair64(__m512i a, __m512i b) {
 }
 
 // Whole 64-byte blocks from i on, prefetching pf bytes ahead where asked;
-// returns where they stop.
+// returns where they stop. Steps of two adjacent lines, both computed before
+// either is stored: at DRAM sizes this ran 5-8% faster than line by line
+// (the pairs reach memory together; perf/RESULTS.md).
 template <template <bool, bool> class Sum, bool kE4M3, bool kAvg, bool kStream>
 size_t Blocks64(uint8_t* d, const uint8_t* a, const uint8_t* b, size_t i, size_t n, size_t pf) {
-  auto block = [&](size_t at) {
-    const __m512i r = Pair64<Sum, kE4M3, kAvg>(_mm512_loadu_si512(a + at), _mm512_loadu_si512(b + at));
+  auto put = [&](size_t at, __m512i r) {
     if constexpr (kStream) {
       _mm512_stream_si512(reinterpret_cast<__m512i*>(d + at), r);
     } else {
       _mm512_storeu_si512(d + at, r);
     }
   };
-  for (; pf != 0 && i + 64 + pf <= n; i += 64) {
+  auto pair = [&](size_t at) {
+    const __m512i r0 = Pair64<Sum, kE4M3, kAvg>(_mm512_loadu_si512(a + at), _mm512_loadu_si512(b + at));
+    const __m512i r1 =
+        Pair64<Sum, kE4M3, kAvg>(_mm512_loadu_si512(a + at + 64), _mm512_loadu_si512(b + at + 64));
+    put(at, r0);
+    put(at + 64, r1);
+  };
+  for (; pf != 0 && i + 128 + pf <= n; i += 128) {
     _mm_prefetch(reinterpret_cast<const char*>(a + i + pf), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(a + i + pf + 64), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(b + i + pf), _MM_HINT_T0);
-    block(i);
+    _mm_prefetch(reinterpret_cast<const char*>(b + i + pf + 64), _MM_HINT_T0);
+    pair(i);
   }
-  for (; i + 64 <= n; i += 64) block(i);
+  for (; i + 128 <= n; i += 128) pair(i);
+  if (i + 64 <= n) {
+    put(i, Pair64<Sum, kE4M3, kAvg>(_mm512_loadu_si512(a + i), _mm512_loadu_si512(b + i)));
+    i += 64;
+  }
   return i;
 }
 

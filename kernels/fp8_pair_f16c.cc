@@ -100,27 +100,41 @@ inline __m256i Pair32(__m256i a, __m256i b) {
 }
 
 // Whole 64-byte lines from i on (two registers each), prefetching pf bytes
-// ahead where asked; returns where they stop.
+// ahead where asked; returns where they stop. Steps of two adjacent lines,
+// all four halves computed before any is stored, as in fp8_pair_512-inl.h.
 template <bool kE4M3, bool kAvg, bool kStream>
 size_t Lines(uint8_t* d, const uint8_t* a, const uint8_t* b, size_t i, size_t n, size_t pf) {
   auto half = [&](size_t at) {
-    const __m256i r = Pair32<kE4M3, kAvg>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + at)),
-                                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + at)));
+    return Pair32<kE4M3, kAvg>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + at)),
+                               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + at)));
+  };
+  auto put = [&](size_t at, __m256i r) {
     if constexpr (kStream) {
       _mm256_stream_si256(reinterpret_cast<__m256i*>(d + at), r);
     } else {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + at), r);
     }
   };
-  for (; pf != 0 && i + 64 + pf <= n; i += 64) {
+  auto two_lines = [&](size_t at) {
+    const __m256i r0 = half(at), r1 = half(at + 32), r2 = half(at + 64), r3 = half(at + 96);
+    put(at, r0);
+    put(at + 32, r1);
+    put(at + 64, r2);
+    put(at + 96, r3);
+  };
+  for (; pf != 0 && i + 128 + pf <= n; i += 128) {
     _mm_prefetch(reinterpret_cast<const char*>(a + i + pf), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(a + i + pf + 64), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(b + i + pf), _MM_HINT_T0);
-    half(i);
-    half(i + 32);
+    _mm_prefetch(reinterpret_cast<const char*>(b + i + pf + 64), _MM_HINT_T0);
+    two_lines(i);
   }
-  for (; i + 64 <= n; i += 64) {
-    half(i);
-    half(i + 32);
+  for (; i + 128 <= n; i += 128) two_lines(i);
+  if (i + 64 <= n) {
+    const __m256i r0 = half(i), r1 = half(i + 32);
+    put(i, r0);
+    put(i + 32, r1);
+    i += 64;
   }
   return i;
 }
@@ -150,10 +164,17 @@ void Run(const ReduceArgs& args) {
   };
   size_t i = 0;
   if (args.nt) {
-    // Streaming stores need 32-byte alignment: the head goes through a copy.
-    const size_t head = (32 - (reinterpret_cast<uintptr_t>(d) & 31)) & 31;
+    // Streaming stores need 32-byte alignment, and the line pairs want the
+    // output's lines: the head (to a 64-byte boundary) goes through a copy
+    // and one plain store.
+    const size_t head = (64 - (reinterpret_cast<uintptr_t>(d) & 63)) & 63;
     i = head < n ? head : n;
-    if (i != 0) partial(0, i);
+    if (i > 32) {
+      partial(0, i - 32);
+      whole(i - 32);
+    } else if (i != 0) {
+      partial(0, i);
+    }
     i = Lines<kE4M3, kAvg, true>(d, a, b, i, n, args.prefetch_bytes);
     _mm_sfence();
   } else {

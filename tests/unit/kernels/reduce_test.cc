@@ -383,8 +383,8 @@ TEST_P(ReduceTest, Fp8EveryPairOfCodes) {
 }
 
 // Two-input fp8 sum/avg under every pair kernel: random codes (zeros of
-// either sign among them) at lengths around the kernels' 32- and 64-byte
-// steps; the output at several offsets from a 64-byte boundary (the
+// either sign among them) at lengths around the kernels' 32-, 64- and
+// 128-byte steps; the output at several offsets from a 64-byte boundary (the
 // streaming heads), the inputs at the same or another offset, or in place;
 // streamed and regular stores, each with prefetch (a 4 KiB "L2" turns it on
 // from 1366 elements); 64 guard bytes on both sides; the bits compared.
@@ -401,7 +401,7 @@ TEST_P(ReduceTest, Fp8PairsAtEveryLengthAlignmentAndStorePath) {
     const char* kernel = Reducer::Fp8PairKernelName(r.fp8_pair_kernel());
     for (DataType dt : {DataType::kFloat8E4M3, DataType::kFloat8E5M2}) {
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
-        for (size_t count : {1, 31, 32, 33, 63, 64, 65, 95, 96, 129, 1000, 70001}) {
+        for (size_t count : {1, 31, 32, 33, 63, 64, 65, 95, 96, 127, 128, 129, 191, 192, 193, 255, 1000, 70001}) {
           for (size_t out_off : {0, 1, 32, 63}) {
             for (int alias : {-1, 0, 1}) {
               // Inputs 7 bytes off the output's offset, or at it (in place).
