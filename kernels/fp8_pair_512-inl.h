@@ -70,8 +70,8 @@ inline __m512i Pair64(__m512i a, __m512i b) {
 
 // Whole 64-byte blocks from i on, prefetching pf bytes ahead where asked;
 // returns where they stop. Steps of two adjacent lines, both computed before
-// either is stored: at DRAM sizes this ran 5-8% faster than line by line
-// (the pairs reach memory together; perf/RESULTS.md).
+// either is stored: faster than line by line at DRAM sizes, as the pairs
+// reach memory together (perf/RESULTS.md, "Numerics").
 template <template <bool, bool> class Sum, bool kE4M3, bool kAvg, bool kStream>
 size_t Blocks64(uint8_t* d, const uint8_t* a, const uint8_t* b, size_t i, size_t n, size_t pf) {
   auto put = [&](size_t at, __m512i r) {

@@ -310,9 +310,9 @@ Status Reducer::Reduce(void* dst, const void* const* srcs, int nsrcs, size_t cou
     case DataType::kFloat8E4M3:
     case DataType::kFloat8E5M2:
       if (fp8_pairs_ != Fp8PairKernel::kWidened && nsrcs == 2 && (op == ReduceOp::kSum || op == ReduceOp::kAvg)) {
-        // Three times as far ahead: about 35 operations a line (e4m3) leave
-        // the out-of-order window fewer lines in flight than a plain sum's
-        // (at 64 MiB e4m3 ran 0.92 of the f32 sum against 0.89; RESULTS.md).
+        // Three times as far ahead: their many operations a line leave the
+        // out-of-order window fewer lines in flight than a plain sum's
+        // (perf/RESULTS.md, "Numerics").
         a.prefetch_bytes *= 3;
         switch (fp8_pairs_) {
           case Fp8PairKernel::kAvx512Fp16: internal::ReduceFp8PairFp16(a); break;
