@@ -405,6 +405,9 @@ ShmDirectOptions CommImpl::DirectOptions() const {
   // last-level cache, at most 16 MiB; CIUIC_KERNEL_NT_THRESHOLD).
   o.stream_output_min_bytes = reducer_->nt_threshold_bytes();
   if (wait_spin_.count() == 0) o.spin = std::chrono::microseconds(0);
+  o.cma = config_.shm_cma != "off";
+  o.cma_min_bytes = config_.shm_cma_min;
+  o.cma_max_bytes = config_.shm_cma_max;
   return o;
 }
 
@@ -416,6 +419,7 @@ Status CommImpl::RunDirect(const OpDesc& d, Clock::time_point deadline) {
     }
     CIUIC_ASSIGN_OR_RETURN(direct_, ShmDirect::Create(*shm, *store_, prefix_, rank_, size_, DirectOptions(),
                                                      std::chrono::milliseconds(config_.timeout_ms), links_->peer_check()));
+    CIUIC_LOG(kInfo, "direct shm: %s", direct_->cma_note().c_str());
   }
   const ReduceOp op = d.op == ReduceOp::kAvg ? ReduceOp::kSum : d.op;
   switch (d.coll) {

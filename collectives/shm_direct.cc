@@ -4,12 +4,16 @@
 #include <linux/futex.h>
 #include <sched.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <random>
 
 #include "collectives/executor.h"
 #include "common/cpu_relax.h"
@@ -23,10 +27,11 @@ using Clock = std::chrono::steady_clock;
 constexpr uint64_t kMagic = 0x3152446369756963ull;  // "ciuicDR1"
 // 2: the small ring (its layout fields, its `out` counter) and `started`.
 // 3: `attached` (Create returns once every rank has mapped every region).
-constexpr uint32_t kVersion = 3;
+// 4: the single-copy fields (pid, self_addr, cookie, cma_*).
+constexpr uint32_t kVersion = 4;
 constexpr uint32_t kConnectionTag = 0x44495200;    // "DIR\0": apart from channel tags
 constexpr size_t kHeaderBytes = 64;                 // per slot
-constexpr size_t kControlBytes = 1024;
+constexpr size_t kControlBytes = 2048;
 constexpr size_t kSliceAlign = 64;                  // two-shot slice boundaries, bytes
 
 // Waiting: spin (ShmDirectOptions::spin), then yield until kYieldFor, then sleep on the
@@ -56,6 +61,27 @@ struct Control {  // NOLINT(clang-analyzer-optin.performance.Padding)
   // outlives it only in the mappings made while it lived, so no rank
   // leaves Create (and may publish, return and exit) before all are set.
   std::atomic<uint64_t> attached;
+  // Single-copy all-reduce (CmaAllReduce). Layout: the owner's pid, the
+  // address it maps this region at and a random word a peer reads there
+  // with process_vm_readv to prove it reaches this very process; whether
+  // the owner wants the path and its size limits (every rank's must
+  // agree); set before `attached`: 1 when the owner can read every peer,
+  // 2 when not.
+  alignas(64) int64_t pid;
+  uint64_t self_addr;
+  uint64_t cookie;
+  uint64_t cma_wanted;
+  uint64_t cma_min;
+  uint64_t cma_max;
+  std::atomic<uint32_t> cma_ok;
+  // Per call (sequence + 1 in each counter): the owner's buffers, then
+  // `cma_posted`; `cma_reduced` once its slice of its recv holds the
+  // result; `cma_done` once it has read every peer's slice.
+  alignas(64) std::atomic<uint64_t> cma_send;
+  std::atomic<uint64_t> cma_recv;
+  Counter cma_posted;
+  Counter cma_reduced;
+  Counter cma_done;
   alignas(64) Counter reduced;  // large ring (two-shot)
   Counter out;                  // large ring
   Counter small_out;            // small ring
@@ -103,7 +129,8 @@ constexpr uint32_t kAllGatherOp = 0x20000000u;
 constexpr uint32_t kReduceScatterOp = 0x10000000u;
 constexpr uint32_t kAllToAllOp = 0x08000000u;
 constexpr uint32_t kBarrierOp = 0x04000000u;
-constexpr uint32_t kKindMask = 0xfc000000u;
+constexpr uint32_t kCmaAllReduceOp = 0x02000000u;
+constexpr uint32_t kKindMask = 0xfe000000u;
 uint32_t OpCode(uint32_t kind, int root, ReduceOp op) {
   return kind | (static_cast<uint32_t>(root) & 0xffffu) << 8 | static_cast<uint32_t>(op);
 }
@@ -169,6 +196,13 @@ struct ShmDirect::Impl {
   Ring& RingFor(size_t bytes) { return small.nslots > 0 && bytes <= small.slot_bytes ? small : large; }
 
   uint64_t seq = 0;         // operations run (with count > 0)
+  // Single-copy: on (every rank can read every other), or why not; the
+  // peers' pids; scratch for the peers' pieces (CmaAllReduce).
+  bool cma = false;
+  std::string cma_note = "off";
+  std::vector<int64_t> pids;
+  std::unique_ptr<char, decltype(&std::free)> cma_scratch{nullptr, &std::free};
+  size_t cma_scratch_bytes = 0;
   Status error;             // sticky
   std::chrono::microseconds spin_for{0};  // ShmDirectOptions::spin
 
@@ -310,6 +344,30 @@ struct ShmDirect::Impl {
   // The word rank `r` publishes `which` in (for Stall).
   std::atomic<uint64_t>* Word(int r, Counter Control::*which) const { return &(ctrl[r]->*which).v; }
 
+  // "" when this process reads rank p's memory with process_vm_readv (its
+  // cookie, read through its own address space, matches the mapped one),
+  // else why not.
+  std::string ProbeCma(int p) const {
+    const Control* pc = ctrl[p];
+    uint64_t got = 0;
+    const auto cookie_at = pc->self_addr + static_cast<uint64_t>(reinterpret_cast<const char*>(&pc->cookie) -
+                                                                  reinterpret_cast<const char*>(pc));
+    iovec local{&got, sizeof(got)};
+    iovec remote{reinterpret_cast<void*>(cookie_at), sizeof(got)};
+    const ssize_t n = process_vm_readv(static_cast<pid_t>(pc->pid), &local, 1, &remote, 1, 0);
+    const std::string who = "rank " + std::to_string(p) + " (pid " + std::to_string(pc->pid) + ")";
+    if (n < 0) {
+      const int e = errno;
+      return "process_vm_readv of " + who + ": " + std::strerror(e) +
+             (e == EPERM ? " (another user, Yama's ptrace_scope, or a seccomp filter)"
+                         : e == ENOSYS ? " (not in this kernel, or blocked by seccomp)" : "");
+    }
+    if (n != static_cast<ssize_t>(sizeof(got)) || got != pc->cookie) {
+      return who + " is not the process behind its region here (another pid namespace?)";
+    }
+    return "";
+  }
+
   // Publishes that this rank has mapped every peer's region and waits
   // until every peer has (Control::attached).
   Status AwaitAttached(Clock::time_point deadline);
@@ -357,6 +415,7 @@ struct ShmDirect::Impl {
       case kReduceScatterOp: return std::string("reduce_scatter ") + op;
       case kAllToAllOp: return "alltoall";
       case kBarrierOp: return "barrier";
+      case kCmaAllReduceOp: return std::string("single-copy allreduce ") + op;
     }
     return "operation " + std::to_string(code);
   }
@@ -543,6 +602,137 @@ Status Exchange(ShmDirect::Impl& m, const void* in, size_t in_bytes, uint32_t co
   m.seq = seq + 1;
   return Status::Ok();
 }
+
+// Reads `bytes` at `remote` in rank r's address space into `local`.
+Status ReadPeer(const ShmDirect::Impl& m, int r, void* local, uint64_t remote, size_t bytes, const char* what) {
+  auto* dst = static_cast<char*>(local);
+  while (bytes > 0) {
+    iovec l{dst, bytes};
+    iovec rv{reinterpret_cast<void*>(remote), bytes};
+    const ssize_t got = process_vm_readv(static_cast<pid_t>(m.pids[r]), &l, 1, &rv, 1, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      const int e = got < 0 ? errno : EFAULT;
+      return UnavailableError("direct shm single-copy: reading rank " + std::to_string(r) + "'s " + what + " (pid " +
+                              std::to_string(m.pids[r]) + ", " + std::to_string(bytes) + " B): " + std::strerror(e) +
+                              (e == ESRCH    ? " (the rank is gone)"
+                               : e == EFAULT ? " (its buffer is shorter than the count, or was freed during the call)"
+                                             : ""));
+    }
+    dst += got;
+    remote += static_cast<uint64_t>(got);
+    bytes -= static_cast<size_t>(got);
+  }
+  return Status::Ok();
+}
+
+// The single-copy all-reduce (ShmDirect::AllReduce): announce the buffers;
+// reduce slice `me` of every rank's send (the peers' read in pieces into
+// scratch) into recv; read every peer's reduced slice from its recv; wait
+// until every peer has read this rank's. Slices as the two-shot's: each
+// element reduced once, in rank order, so every rank ends with the same
+// bytes. In place (send == recv) is safe: a rank overwrites slice q of its
+// buffer only after rank q has published slice q's result, that is after
+// every read of slice q.
+Status CmaAllReduce(ShmDirect::Impl& m, const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                    const kernels::Reducer& reducer, Clock::time_point deadline, const std::atomic<bool>* abort) {
+  const int n = m.size;
+  const int me = m.rank;
+  const size_t es = DataTypeSize(dtype);
+  const uint64_t seq = m.seq;
+  Control* mine = m.ctrl[me];
+  m.Begin(m.large, count, dtype, kCmaAllReduceOp | static_cast<uint32_t>(op));
+  mine->cma_send.store(reinterpret_cast<uintptr_t>(send), std::memory_order_relaxed);
+  mine->cma_recv.store(reinterpret_cast<uintptr_t>(recv), std::memory_order_relaxed);
+  m.Publish(mine->cma_posted.v, seq + 1);
+
+  Stall stall(m, deadline, abort);
+  auto await = [&](int r, Counter Control::*which, const char* what) -> Status {
+    const std::atomic<uint64_t>* w = m.Word(r, which);
+    while (w->load(std::memory_order_acquire) < seq + 1) {
+      CIUIC_RETURN_IF_ERROR(stall.Wait(r, w, seq + 1, what, false));
+    }
+    stall.Reset();
+    return Status::Ok();
+  };
+  const size_t align_elems = std::max<size_t>(1, kSliceAlign / es);
+  auto bound = [&](int q) -> size_t {
+    if (q >= n) return count;
+    return count * static_cast<size_t>(q) / static_cast<size_t>(n) / align_elems * align_elems;
+  };
+  // Pieces small enough that all n of them stay in L2 between the read and
+  // the reduction.
+  const size_t piece_bytes = std::clamp<size_t>((512u << 10) / static_cast<size_t>(n), 16u << 10, 128u << 10);
+  const size_t piece = std::max<size_t>(1, piece_bytes / es / align_elems) * align_elems;
+  if (m.cma_scratch_bytes < piece * es * static_cast<size_t>(n)) {
+    m.cma_scratch_bytes = piece * es * static_cast<size_t>(n);
+    m.cma_scratch.reset(static_cast<char*>(std::aligned_alloc(4096, (m.cma_scratch_bytes + 4095) / 4096 * 4096)));
+    if (m.cma_scratch == nullptr) {
+      m.cma_scratch_bytes = 0;
+      return m.Fail(ResourceExhaustedError("direct shm single-copy: no memory for scratch"));
+    }
+  }
+  std::vector<uint64_t> sends(static_cast<size_t>(n)), recvs(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    if (r == me) continue;
+    Status s = await(r, &Control::cma_posted, "its buffers");
+    if (s.ok()) s = m.CheckStarted(r);
+    if (!s.ok()) return m.Fail(s);
+    sends[r] = m.ctrl[r]->cma_send.load(std::memory_order_relaxed);
+    recvs[r] = m.ctrl[r]->cma_recv.load(std::memory_order_relaxed);
+  }
+
+  // 1. Slice `me` of every input, reduced into recv.
+  const auto* in = static_cast<const char*>(send);
+  auto* out = static_cast<char*>(recv);
+  const bool in_place = send == recv;
+  const void* stack[64];
+  std::vector<const void*> heap;
+  const void** srcs = stack;
+  if (n > 64) {
+    heap.resize(static_cast<size_t>(n));
+    srcs = heap.data();
+  }
+  for (size_t at = bound(me), end = bound(me + 1); at < end; at += piece) {
+    const size_t len = std::min(piece, end - at);
+    for (int q = 0; q < n; ++q) {
+      char* scratch = m.cma_scratch.get() + static_cast<size_t>(q) * piece * es;
+      if (q != me) {
+        Status s = ReadPeer(m, q, scratch, sends[q] + at * es, len * es, "input");
+        if (!s.ok()) return m.Fail(s);
+        srcs[q] = scratch;
+      } else if (in_place && q >= kernels::kMaxSources) {
+        // ReduceInOrder folds inputs past the kernel's arity in after
+        // writing the output: this one would be gone.
+        std::memcpy(scratch, in + at * es, len * es);
+        srcs[q] = scratch;
+      } else {
+        srcs[q] = in + at * es;
+      }
+    }
+    Status s = ReduceInOrder(reducer, out + at * es, srcs, n, len, dtype, op);
+    if (!s.ok()) return m.Fail(s);
+  }
+  m.Publish(mine->cma_reduced.v, seq + 1);
+
+  // 2. Every peer's reduced slice, from its recv straight into this one.
+  for (int k = 1; k < n; ++k) {
+    const int q = (me + k) % n;
+    Status s = await(q, &Control::cma_reduced, "its reduced slice");
+    const size_t a = bound(q), b = bound(q + 1);
+    if (s.ok()) s = ReadPeer(m, q, out + a * es, recvs[q] + a * es, (b - a) * es, "reduced slice");
+    if (!s.ok()) return m.Fail(s);
+  }
+  m.Publish(mine->cma_done.v, seq + 1);
+  // 3. The peers read this rank's recv until they say done.
+  for (int r = 0; r < n; ++r) {
+    if (r == me) continue;
+    Status s = await(r, &Control::cma_done, "its read of this rank's result");
+    if (!s.ok()) return m.Fail(s);
+  }
+  m.seq = seq + 1;
+  return Status::Ok();
+}
 }  // namespace
 
 ShmDirect::ShmDirect(std::unique_ptr<Impl> impl, const ShmDirectOptions& options)
@@ -594,6 +784,13 @@ StatusOr<std::unique_ptr<ShmDirect>> ShmDirect::Create(transport::Backend& backe
   me->slot_bytes = large.slot_bytes;
   me->small_nslots = small.nslots;
   me->small_slot_bytes = small.slot_bytes;
+  me->pid = static_cast<int64_t>(getpid());
+  me->self_addr = reinterpret_cast<uintptr_t>(base);
+  me->cookie = std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32) ^ 0x5bd1e995u;
+  me->cma_wanted = options.cma && size > 1 && options.cma_min_bytes <= options.cma_max_bytes ? 1 : 0;
+  me->cma_min = options.cma_min_bytes;
+  me->cma_max = options.cma_max_bytes;
+  impl->pids.assign(size, 0);
   impl->ctrl.assign(size, nullptr);
   impl->conns.resize(size);
   for (Impl::Ring* ring : {&large, &small}) {
@@ -652,12 +849,46 @@ StatusOr<std::unique_ptr<ShmDirect>> ShmDirect::Create(transport::Backend& backe
                                     std::to_string(remote.size) + " bytes, this rank's " + std::to_string(bytes) +
                                     layout_hint);
       }
+      if (me->cma_wanted != 0 && pc->cma_wanted != 0 && (pc->cma_min != me->cma_min || pc->cma_max != me->cma_max)) {
+        return InvalidArgumentError("direct shm all-reduce: rank " + std::to_string(p) +
+                                    " takes single-copy all-reduces of " + std::to_string(pc->cma_min) + " to " +
+                                    std::to_string(pc->cma_max) + " bytes, this rank " + std::to_string(me->cma_min) +
+                                    " to " + std::to_string(me->cma_max) +
+                                    " (CIUIC_SHM_CMA_MIN / CIUIC_SHM_CMA_MAX differ between ranks?)");
+      }
+      impl->pids[p] = pc->pid;
       place(p, pb);
     }
     return Status::Ok();
   };
   Status s = map_peers();
-  if (s.ok()) s = impl->AwaitAttached(deadline);
+  if (s.ok()) {
+    // Single-copy needs every rank to read every other's memory: each
+    // probes its peers and says so before `attached`; after it, all ranks
+    // see the same answers and so take the same path.
+    std::string why;
+    if (me->cma_wanted == 0) why = size > 1 ? "off on rank " + std::to_string(rank) + " (CIUIC_SHM_CMA)" : "one rank";
+    for (int p = 0; p < size && why.empty(); ++p) {
+      if (p != rank) why = impl->ProbeCma(p);
+    }
+    me->cma_ok.store(why.empty() ? 1 : 2, std::memory_order_relaxed);
+    s = impl->AwaitAttached(deadline);
+    if (s.ok()) {
+      for (int p = 0; p < size && why.empty(); ++p) {
+        const Control* pc = impl->ctrl[p];
+        if (pc->cma_wanted == 0) {
+          why = "off on rank " + std::to_string(p) + " (CIUIC_SHM_CMA)";
+        } else if (pc->cma_ok.load(std::memory_order_relaxed) != 1) {
+          why = "rank " + std::to_string(p) + " cannot read every peer's memory";
+        }
+      }
+      impl->cma = why.empty();
+      impl->cma_note = why.empty() ? "single-copy (process_vm_readv) all-reduces of " +
+                                         std::to_string(options.cma_min_bytes) + " to " +
+                                         std::to_string(options.cma_max_bytes) + " B"
+                                   : "no single-copy all-reduce: " + why;
+    }
+  }
   // Peers that mapped this region see why this rank left instead of
   // waiting for it to attach until the timeout.
   if (!s.ok()) return impl->Fail(s);
@@ -672,6 +903,12 @@ Status ShmDirect::AllReduce(const void* send, void* recv, size_t count, DataType
   if (op == ReduceOp::kAvg) return InvalidArgumentError("direct shm all-reduce: AVG is the caller's (sum, then scale)");
   if (count == 0) return Status::Ok();
   const size_t es = DataTypeSize(dtype);
+  if (m.cma && count * es >= options_.cma_min_bytes && count * es <= options_.cma_max_bytes &&
+      !OneShot(count * es, options_)) {
+    const kernels::Reducer& r =
+        streaming != nullptr && count * es >= options_.stream_output_min_bytes ? *streaming : cached;
+    return CmaAllReduce(m, send, recv, count, dtype, op, r, deadline, abort);
+  }
   Impl::Ring& ring = m.RingFor(count * es);
   const size_t chunk_elems = ring.slot_bytes / es;
   if (chunk_elems == 0) return InvalidArgumentError("direct shm all-reduce: slot smaller than one element");
@@ -981,5 +1218,8 @@ Status ShmDirect::Barrier(Clock::time_point deadline, const std::atomic<bool>* a
   return Exchange(*impl_, nullptr, 0, OpCode(kBarrierOp, 0, ReduceOp::kSum), 0, DataType::kUint8, true,
                   [](const void**) { return Status::Ok(); }, deadline, abort);
 }
+
+bool ShmDirect::cma() const { return impl_->cma; }
+const std::string& ShmDirect::cma_note() const { return impl_->cma_note; }
 
 }  // namespace ciuic::collectives

@@ -88,6 +88,12 @@ struct ShmDirectOptions {
   // outnumber the CPUs they share, where a spinner holds the core the
   // awaited rank needs (Open MPI's yield_when_idle).
   std::chrono::microseconds spin{4};
+  // All-reduces of cma_min_bytes to cma_max_bytes run single-copy (see
+  // ShmDirect::AllReduce) when `cma` and every rank can read every other's
+  // memory with process_vm_readv (probed in Create). CIUIC_SHM_CMA*.
+  bool cma = true;
+  size_t cma_min_bytes = 256u << 10;
+  size_t cma_max_bytes = 64u << 20;
 };
 
 class ShmDirect {
@@ -118,6 +124,16 @@ class ShmDirect {
   // kDeadlineExceeded / kUnavailable naming the rank waited for, kAborted,
   // kDataLoss (a peer's operation differs: mismatched count, type or op).
   // After an error the object is unusable.
+  //
+  // Single-copy (cross-memory attach, as Open MPI's vader/smsc uses): when
+  // the size is in [cma_min_bytes, cma_max_bytes] and every rank can read
+  // the others' memory, each rank announces its send and recv addresses,
+  // reduces its slice of every rank's input, reading the peers' slices
+  // with process_vm_readv in L2-sized pieces, straight into its recv, then
+  // reads every peer's reduced slice from the peer's recv into its own,
+  // and returns once every peer has read its slice. Each byte crosses
+  // between processes once (the slot path copies it in, then out), and no
+  // rank reads lines another core has just written.
   Status AllReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                    const kernels::Reducer& cached, const kernels::Reducer* streaming,
                    std::chrono::steady_clock::time_point deadline, const std::atomic<bool>* abort);
@@ -160,6 +176,10 @@ class ShmDirect {
   static bool OneShot(size_t bytes, const ShmDirectOptions& options) {
     return std::min(bytes, options.slot_bytes) <= options.one_shot_max_bytes;
   }
+
+  // Whether the single-copy path is on, or why not (for the log).
+  bool cma() const;
+  const std::string& cma_note() const;
 
   struct Impl;  // shm_direct.cc's
 

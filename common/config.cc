@@ -396,6 +396,19 @@ const Knob kKnobs[] = {
        return Status::Ok();
      },
      [](const Config& c) { return c.accumulate; }},
+    {"CIUIC_SHM_CMA", "auto",
+     "single-copy direct shm all-reduce (process_vm_readv from the peers' buffers): auto (when every rank can read every other's memory) or off; every rank the same",
+     [](const std::string& t, Config* c) {
+       const std::string v = Lower(t);
+       if (v != "auto" && v != "off") return InvalidArgumentError("expected auto or off");
+       c->shm_cma = v;
+       return Status::Ok();
+     },
+     [](const Config& c) { return c.shm_cma; }},
+    {"CIUIC_SHM_CMA_MIN", "262144", "smallest all-reduce (bytes) the single-copy shm path takes; every rank the same",
+     ParseSizeIn<&Config::shm_cma_min, 0, (1ull << 40)>, PrintSize<&Config::shm_cma_min>},
+    {"CIUIC_SHM_CMA_MAX", "67108864", "largest all-reduce (bytes) the single-copy shm path takes; every rank the same",
+     ParseSizeIn<&Config::shm_cma_max, 0, (1ull << 40)>, PrintSize<&Config::shm_cma_max>},
     {"CIUIC_HOST_ID", "",
      "splits this machine into hosts for the transport choice: ranks with different ids talk as if on different machines (tcp/verbs, not shm); letters, digits, '-', '_', '.', at most 64",
      [](const std::string& t, Config* c) {

@@ -133,6 +133,15 @@ struct Config {
   // shared-memory family rounds once in either mode. Every rank must set
   // the same.
   std::string accumulate = "wire";
+  // CIUIC_SHM_CMA: auto (the direct shared-memory all-reduce moves messages
+  // of CIUIC_SHM_CMA_MIN to CIUIC_SHM_CMA_MAX bytes with one copy, reading
+  // the peers' buffers with process_vm_readv, when every rank can read
+  // every other's memory: same user, no Yama ptrace restriction, not
+  // blocked by seccomp) or off (always through the shared slots). Every
+  // rank must set the same of each.
+  std::string shm_cma = "auto";
+  size_t shm_cma_min = 256u << 10;
+  size_t shm_cma_max = 64u << 20;
   // CIUIC_HOST_ID: appended to what identifies this rank's host (boot id,
   // pid namespace, host name), so ranks of one machine that set different
   // ids count as different hosts (tcp or verbs between them, as between

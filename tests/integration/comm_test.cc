@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #include <cstdio>
 
@@ -541,6 +542,8 @@ TEST(CollectivesVerbs, RemappedBufferIsSentFresh) {
 TEST(CollectivesDirect, StoreModesGiveIdenticalBytes) {
   for (int n : {2, 3}) {
     auto results = RunRanks(n, [&](int rank, transport::Store& store) -> Status {
+      // Through the slots (this size would run single-copy); a forked rank.
+      setenv("CIUIC_SHM_CMA", "off", 1);
       CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, n, store, "shm", "direct"));
       const size_t count = (1u << 18) + 5;  // 1 MiB of floats and a bit: two-shot, many chunks
       std::vector<float> in(count), first(count), out(count);
@@ -1600,6 +1603,7 @@ TEST(CollectivesDirect, LargeOutputsWrittenWithStreamingStoresAreExact) {
     CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
     config.transport = "shm";
     config.timeout_ms = 60000;  // default slots; "auto" runs the direct all-reduce
+    config.shm_cma = "off";     // through the slots (these sizes would run single-copy)
     std::shared_ptr<transport::Store> st(&store, [](transport::Store*) {});
     CIUIC_ASSIGN_OR_RETURN(auto comm, Communicator::CreateWithStore(rank, 2, st, config));
     // The communicator's threshold: its kernels' (half the LLC, <= 16 MiB).
@@ -1882,6 +1886,117 @@ TEST(CollectivesErrors, KilledRankNamedBySurvivors) {
     EXPECT_TRUE(results[1].ok()) << t << "\n" << ResultsText(results);
     EXPECT_EQ(results[2].signal, SIGKILL) << ResultsText(results);
   }
+}
+
+// Whether this process may use process_vm_readv at all (a seccomp filter,
+// as in some containers, refuses even a read of itself).
+bool CmaAllowed() {
+  uint64_t x = 42, y = 0;
+  iovec l{&y, sizeof(y)}, r{&x, sizeof(x)};
+  return process_vm_readv(getpid(), &l, 1, &r, 1, 0) == static_cast<ssize_t>(sizeof(y)) && y == 42;
+}
+
+// The single-copy direct all-reduce (process_vm_readv from the peers'
+// buffers): on 2, 3 and 5 ranks (5 share 2 cores), sizes from just past the
+// one-shot limit to past the streaming-output threshold, odd counts (the
+// last slice shorter), in place and not, four dtypes and ops; and every
+// rank ends with the same bytes for non-integer floats (rank 0's digest
+// through the store).
+TEST(CollectivesDirect, SingleCopyAllReduceExactOnEveryRank) {
+  if (!CmaAllowed()) GTEST_SKIP() << "process_vm_readv is refused here (seccomp?): the single-copy path cannot run";
+  const size_t nt = kernels::CacheSizes::FromSystem().llc / 2;
+  for (int n : {2, 3, 5}) {
+    auto results = RunRanks(n, [&](int rank, transport::Store& store) -> Status {
+      CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
+      config.transport = "shm";
+      config.algo = "direct";
+      config.timeout_ms = 60000;
+      config.shm_cma_min = 0;  // everything past one-shot
+      std::shared_ptr<transport::Store> st(&store, [](transport::Store*) {});
+      CIUIC_ASSIGN_OR_RETURN(auto comm, Communicator::CreateWithStore(rank, n, st, config));
+      int salt = 0;
+      std::vector<size_t> counts = {4100, 65537, (size_t{1} << 18) + 5};
+      if (n == 2) counts.push_back(std::min<size_t>(nt, 16u << 20) / 4 + 3);
+      for (size_t count : counts) {
+        for (bool in_place : {false, true}) {
+          CIUIC_RETURN_IF_ERROR(CheckAllReduce<float>(*comm, count, ReduceOp::kSum, in_place, ++salt));
+          CIUIC_RETURN_IF_ERROR(CheckAllReduce<int32_t>(*comm, count, ReduceOp::kMax, in_place, ++salt));
+          CIUIC_RETURN_IF_ERROR(CheckAllReduce<double>(*comm, count / 2 + 1, ReduceOp::kMin, in_place, ++salt));
+          CIUIC_RETURN_IF_ERROR(CheckAllReduce<uint8_t>(*comm, count * 3 + 1, ReduceOp::kMax, in_place, ++salt));
+        }
+      }
+      // Non-integer floats: the sum depends on the order of additions.
+      const size_t count = (1u << 18) + 5;
+      std::vector<float> in(count), out(count);
+      for (size_t i = 0; i < count; ++i) in[i] = std::sin(0.01f * i + rank) * 100.0f / (rank + 1);
+      CIUIC_RETURN_IF_ERROR(comm->AllReduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum));
+      uint64_t h = 1469598103934665603ull;
+      const auto* b = reinterpret_cast<const unsigned char*>(out.data());
+      for (size_t i = 0; i < count * sizeof(float); ++i) h = (h ^ b[i]) * 1099511628211ull;
+      if (rank == 0) CIUIC_RETURN_IF_ERROR(store.Set("digest", std::to_string(h)));
+      CIUIC_ASSIGN_OR_RETURN(std::string want, store.Get("digest", milliseconds(30000)));
+      if (want != std::to_string(h)) return DataLossError("rank " + std::to_string(rank) + "'s bytes differ from rank 0's");
+      return Status::Ok();
+    }, milliseconds(120000));
+    for (const auto& r : results) EXPECT_TRUE(r.ok()) << n << " ranks\n" << ResultsText(results);
+  }
+}
+
+// Single-copy failures: ranks that call with other counts get an error
+// naming the peer and its single-copy all-reduce; ranks whose size limits
+// differ fail at the first direct call naming the knobs; a rank killed
+// between calls is named by the survivors well before the timeout.
+TEST(CollectivesDirect, SingleCopyMismatchesAndADeadRankAreNamed) {
+  if (!CmaAllowed()) GTEST_SKIP() << "process_vm_readv is refused here (seccomp?): the single-copy path cannot run";
+  auto results = RunRanks(2, [&](int rank, transport::Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(auto comm, MakeDefaultComm(rank, 2, store, "shm", "direct", 5000));
+    std::vector<float> x(rank == 0 ? (1u << 18) : (1u << 18) + 64, 1.0f);
+    Status s = comm->AllReduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
+    if (s.ok()) return InternalError("an all-reduce of another count was accepted");
+    if (s.message().find(rank == 0 ? "rank 1" : "rank 0") == std::string::npos ||
+        s.message().find("single-copy allreduce") == std::string::npos) {
+      return InternalError("the error does not name the peer's single-copy all-reduce: " + s.ToString());
+    }
+    return LeaveTogether(store, "mismatched", 2);
+  }, milliseconds(60000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+
+  results = RunRanks(2, [&](int rank, transport::Store& store) -> Status {
+    if (rank == 1) setenv("CIUIC_SHM_CMA_MIN", "1M", 1);
+    CIUIC_ASSIGN_OR_RETURN(auto comm, MakeDefaultComm(rank, 2, store, "shm", "direct", 5000));
+    std::vector<float> x(1u << 18, 1.0f);
+    Status s = comm->AllReduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
+    if (s.ok()) return InternalError("different CIUIC_SHM_CMA_MIN accepted");
+    // The first rank to see it fails at once, and its peer may then see
+    // only that (its region gone): one of the two names the knob.
+    const bool named = s.message().find("CIUIC_SHM_CMA_MIN") != std::string::npos;
+    CIUIC_RETURN_IF_ERROR(store.Add("named", named ? 1 : 0).status());
+    CIUIC_RETURN_IF_ERROR(LeaveTogether(store, "limits", 2));
+    CIUIC_ASSIGN_OR_RETURN(int64_t k, store.Add("named", 0));
+    if (k < 1) return InternalError("no rank named CIUIC_SHM_CMA_MIN; this one said: " + s.ToString());
+    return Status::Ok();
+  }, milliseconds(60000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+
+  results = RunRanks(3, [&](int rank, transport::Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(auto comm, MakeDefaultComm(rank, 3, store, "shm", "direct", 20000));
+    std::vector<float> x(1 << 20, 1.0f);
+    CIUIC_RETURN_IF_ERROR(comm->AllReduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum));
+    if (rank == 2) kill(getpid(), SIGKILL);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 1000; ++i) {
+      Status s = comm->AllReduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
+      if (!s.ok()) {
+        if (s.message().find("rank 2") == std::string::npos) return InternalError("error does not name rank 2: " + s.ToString());
+        if (std::chrono::steady_clock::now() - t0 > milliseconds(15000)) return InternalError("noticed only at the timeout");
+        return LeaveTogether(store, "survived", 2);
+      }
+    }
+    return InternalError("no error although rank 2 was killed");
+  }, milliseconds(60000));
+  EXPECT_TRUE(results[0].ok()) << ResultsText(results);
+  EXPECT_TRUE(results[1].ok()) << ResultsText(results);
+  EXPECT_EQ(results[2].signal, SIGKILL) << ResultsText(results);
 }
 
 // A rank killed after the communicator is made but before its first

@@ -42,6 +42,11 @@ for c in "${order[@]}"; do
   ((${#a[@]} > rounds)) && rounds=${#a[@]}
 done
 
+# The library's own deadline (bootstrap and every collective) well inside
+# the script's, so a stall ends with the ranks naming the peer and step
+# instead of timeout's SIGTERM.
+export CIUIC_TIMEOUT_MS=${CIUIC_TIMEOUT_MS:-60000}
+
 # ciuic-run under a time limit, its output in $log; 77 when it needs root.
 launch() {
   timeout 240 "$run" -n "$n" --hosts "$hosts" -- "$@" >"$log" 2>&1
@@ -66,7 +71,9 @@ for ((i = 0; i < rounds; ++i)); do
   rc=$?
   ok=$(grep -c 'c api: ok' "$log")
   if [[ $rc -ne 0 || $ok -ne $n ]]; then
-    grep -v ' INFO ' "$log" | tail -40
+    # Every rank's last lines: which one stalled, and where.
+    grep -v ' INFO ' "$log" | tail -60
+    grep ' INFO ' "$log" | tail -30
     echo "FAIL: round $i ($knob): exit $rc, $ok of $n ranks said ok"
     fail=1
     continue
