@@ -405,7 +405,7 @@ ShmDirectOptions CommImpl::DirectOptions() const {
   // last-level cache, at most 16 MiB; CIUIC_KERNEL_NT_THRESHOLD).
   o.stream_output_min_bytes = reducer_->nt_threshold_bytes();
   if (wait_spin_.count() == 0) o.spin = std::chrono::microseconds(0);
-  o.cma = config_.shm_cma != "off";
+  o.cma = config_.shm_cma == "off" ? 0 : config_.shm_cma == "on" ? 2 : 1;
   o.cma_min_bytes = config_.shm_cma_min;
   o.cma_max_bytes = config_.shm_cma_max;
   return o;

@@ -105,9 +105,10 @@ struct Control {  // NOLINT(clang-analyzer-optin.performance.Padding)
   // that times out follows these to where the chain of waits ends.
   alignas(64) std::atomic<uint32_t> waiting_on;
   std::atomic<int64_t> looked_ns;
-  // Rank 0's measured better stores per size class (log2 of the bytes):
-  // 0 cached, 1 streaming (see Impl::streaming).
-  alignas(64) std::atomic<uint8_t> best_stores[64];
+  // Rank 0's plan per size class (log2 of the bytes; see Impl::ModeFor):
+  // from call `from` of the class on, mode `next`, before it `prev`;
+  // (from << 8) | (prev << 4) | next.
+  alignas(64) std::atomic<uint64_t> mode_plan[64];
 };
 static_assert(sizeof(Control) <= kControlBytes, "control block");
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared atomics must be lock-free");
@@ -117,8 +118,8 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared atomics must b
 // kInlineBytes travel in the line itself, so a small all-reduce costs one
 // cache-line transfer per peer.
 constexpr size_t kInlineBytes = 32;
-// Rank 0 runs the store mode it measured slower once every this many calls
-// of a size class, so a change of the machine's state is noticed.
+// Every this many calls of a size class run a mode other than the plan's
+// (Impl::ModeFor), so a change of the machine's state is noticed.
 constexpr uint64_t kExploreEvery = 32;
 // SlotHeader::op of the operations other than all-reduce (whose op is its
 // ReduceOp, a small number): a bit per collective, with the root (bits
@@ -199,6 +200,7 @@ struct ShmDirect::Impl {
   // Single-copy: on (every rank can read every other), or why not; the
   // peers' pids; scratch for the peers' pieces (CmaAllReduce).
   bool cma = false;
+  bool cma_always = false;  // CIUIC_SHM_CMA=on: not measured against the slots
   std::string cma_note = "off";
   std::vector<int64_t> pids;
   std::unique_ptr<char, decltype(&std::free)> cma_scratch{nullptr, &std::free};
@@ -273,21 +275,28 @@ struct ShmDirect::Impl {
     return Mismatch(r, seq, op, count, dtype, seq, cur_op, cur_count, static_cast<DataType>(cur_dtype));
   }
 
-  // Which stores write what peers read (the slots): cached or streaming
-  // (non-temporal, to memory). This VM switches, every few seconds to
-  // minutes, between a state where a core reads lines another core just
-  // wrote at full speed and one where that costs 3-4x; streaming stores
-  // avoid the cache-to-cache path (the peer reads from memory) but cost
-  // 1.2-1.6x in the fast state. Every rank counts the calls of each size
-  // class (the same sequence on all ranks): calls 1-6 alternate the modes,
-  // later ones run rank 0's better mode except every kExploreEvery-th,
-  // which runs the other; rank 0 times every call (its time covers every
-  // rank's part) and publishes the better mode in its control block.
-  bool streaming = false;  // this rank's mode in the current operation
+  // How a two-shot all-reduce moves its bytes, chosen by measurement per
+  // size class: kSlotsCached / kSlotsStreaming, through the slots with
+  // cached or streaming (non-temporal) stores into what peers read, or
+  // kSingleCopy (CmaAllReduce). The best differs between machines and
+  // over time: this VM switches, every few seconds to minutes, between a
+  // state where a core reads lines another core just wrote at full speed
+  // and one where that costs 3-4x (streaming stores avoid that path but
+  // cost 1.2-1.6x in the fast state), and its process_vm_readv copies at a
+  // third of memcpy's speed. Every rank counts the calls of each size
+  // class (the same sequence on all ranks): the first two rounds cycle
+  // through the available modes, later calls run rank 0's plan except every
+  // kExploreEvery-th, which runs another mode; rank 0 times every call (its
+  // time covers every rank's part). The plan a call follows is the same on
+  // every rank (the modes need not interoperate): rank 0 changes it at the
+  // end of call k for calls k + 2 on, and no rank starts call k + 2 before
+  // it has seen rank 0 in call k + 1.
+  static constexpr int kSlotsCached = 0, kSlotsStreaming = 1, kSingleCopy = 2, kModes = 3;
+  bool streaming = false;  // this rank's stores in the current operation
   struct ModeStats {
-    double recent[2][4] = {};  // rank 0: the last 4 call times per mode (s)
-    uint64_t tries[2] = {0, 0};
-    uint64_t calls = 0;        // every rank
+    double recent[kModes][4] = {};  // rank 0: the last 4 call times per mode (s)
+    uint64_t tries[kModes] = {};
+    uint64_t calls = 0;             // every rank
     // The best of the last (up to) 4 times: robust to a slow call, and a
     // mode that got slower shows it within 4 calls of it.
     double Estimate(int k) const {
@@ -297,6 +306,49 @@ struct ShmDirect::Impl {
     }
   };
   ModeStats modes[64];  // by log2 of the operation's bytes
+
+  static int PlanMode(uint64_t plan, uint64_t k) {
+    return static_cast<int>(k >= (plan >> 8) ? plan & 0xf : (plan >> 4) & 0xf);
+  }
+  // The mode of call k (from 1) of `bucket`, among `avail` (bit i: mode i).
+  int ModeFor(int bucket, uint64_t k, uint32_t avail) const {
+    int list[kModes];
+    int cnt = 0;
+    for (int i = 0; i < kModes; ++i) {
+      if ((avail >> i & 1) != 0) list[cnt++] = i;
+    }
+    if (k <= 2u * static_cast<uint64_t>(cnt)) return list[(k - 1) % static_cast<uint64_t>(cnt)];
+    const int best = PlanMode(ctrl[0]->mode_plan[bucket].load(std::memory_order_relaxed), k);
+    if (k % kExploreEvery == 0) {
+      size_t i = static_cast<size_t>(k / kExploreEvery % static_cast<uint64_t>(cnt));
+      if (list[i] == best) i = (i + 1) % static_cast<size_t>(cnt);
+      return list[i];
+    }
+    // A class whose sizes straddle a CIUIC_SHM_CMA_* limit.
+    return (avail >> best & 1) != 0 ? best : list[0];
+  }
+  // Rank 0, after call k of `bucket` ran `mode` in `t` seconds: calls from
+  // k + 2 on run the mode with the best recent time.
+  void Record(int bucket, uint64_t k, int mode, double t, uint32_t avail) {
+    ModeStats& st = modes[bucket];
+    st.recent[mode][st.tries[mode] % 4] = t;
+    ++st.tries[mode];
+    int best = -1;
+    double best_t = 1e30;
+    for (int i = 0; i < kModes; ++i) {
+      if ((avail >> i & 1) == 0) continue;
+      if (st.tries[i] == 0) return;
+      if (st.Estimate(i) < best_t) {
+        best_t = st.Estimate(i);
+        best = i;
+      }
+    }
+    std::atomic<uint64_t>& plan = ctrl[0]->mode_plan[bucket];
+    const uint64_t cur = plan.load(std::memory_order_relaxed);
+    if (best < 0 || PlanMode(cur, k + 2) == best) return;
+    plan.store((k + 2) << 8 | static_cast<uint64_t>(PlanMode(cur, k + 1)) << 4 | static_cast<uint64_t>(best),
+               std::memory_order_relaxed);
+  }
 
   // Publishes `v` in this rank's `word` (a counter or a stamp) and wakes
   // peers asleep on this rank's bell.
@@ -787,7 +839,7 @@ StatusOr<std::unique_ptr<ShmDirect>> ShmDirect::Create(transport::Backend& backe
   me->pid = static_cast<int64_t>(getpid());
   me->self_addr = reinterpret_cast<uintptr_t>(base);
   me->cookie = std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32) ^ 0x5bd1e995u;
-  me->cma_wanted = options.cma && size > 1 && options.cma_min_bytes <= options.cma_max_bytes ? 1 : 0;
+  me->cma_wanted = size > 1 ? static_cast<uint64_t>(std::clamp(options.cma, 0, 2)) : 0;
   me->cma_min = options.cma_min_bytes;
   me->cma_max = options.cma_max_bytes;
   impl->pids.assign(size, 0);
@@ -849,7 +901,13 @@ StatusOr<std::unique_ptr<ShmDirect>> ShmDirect::Create(transport::Backend& backe
                                     std::to_string(remote.size) + " bytes, this rank's " + std::to_string(bytes) +
                                     layout_hint);
       }
-      if (me->cma_wanted != 0 && pc->cma_wanted != 0 && (pc->cma_min != me->cma_min || pc->cma_max != me->cma_max)) {
+      if (pc->cma_wanted != me->cma_wanted) {
+        const char* names[] = {"off", "auto", "on"};
+        return InvalidArgumentError("direct shm all-reduce: rank " + std::to_string(p) + " has CIUIC_SHM_CMA=" +
+                                    names[std::min<uint64_t>(pc->cma_wanted, 2)] + ", this rank " +
+                                    names[me->cma_wanted] + ": every rank must set the same");
+      }
+      if (me->cma_wanted != 0 && (pc->cma_min != me->cma_min || pc->cma_max != me->cma_max)) {
         return InvalidArgumentError("direct shm all-reduce: rank " + std::to_string(p) +
                                     " takes single-copy all-reduces of " + std::to_string(pc->cma_min) + " to " +
                                     std::to_string(pc->cma_max) + " bytes, this rank " + std::to_string(me->cma_min) +
@@ -867,7 +925,7 @@ StatusOr<std::unique_ptr<ShmDirect>> ShmDirect::Create(transport::Backend& backe
     // probes its peers and says so before `attached`; after it, all ranks
     // see the same answers and so take the same path.
     std::string why;
-    if (me->cma_wanted == 0) why = size > 1 ? "off on rank " + std::to_string(rank) + " (CIUIC_SHM_CMA)" : "one rank";
+    if (me->cma_wanted == 0) why = size > 1 ? "CIUIC_SHM_CMA=off" : "one rank";
     for (int p = 0; p < size && why.empty(); ++p) {
       if (p != rank) why = impl->ProbeCma(p);
     }
@@ -875,18 +933,21 @@ StatusOr<std::unique_ptr<ShmDirect>> ShmDirect::Create(transport::Backend& backe
     s = impl->AwaitAttached(deadline);
     if (s.ok()) {
       for (int p = 0; p < size && why.empty(); ++p) {
-        const Control* pc = impl->ctrl[p];
-        if (pc->cma_wanted == 0) {
-          why = "off on rank " + std::to_string(p) + " (CIUIC_SHM_CMA)";
-        } else if (pc->cma_ok.load(std::memory_order_relaxed) != 1) {
+        if (p != rank && impl->ctrl[p]->cma_ok.load(std::memory_order_relaxed) != 1) {
           why = "rank " + std::to_string(p) + " cannot read every peer's memory";
         }
       }
       impl->cma = why.empty();
-      impl->cma_note = why.empty() ? "single-copy (process_vm_readv) all-reduces of " +
+      impl->cma_always = impl->cma && me->cma_wanted == 2;
+      impl->cma_note = why.empty() ? std::string("single-copy (process_vm_readv) all-reduces of ") +
                                          std::to_string(options.cma_min_bytes) + " to " +
-                                         std::to_string(options.cma_max_bytes) + " B"
+                                         std::to_string(options.cma_max_bytes) + " B" +
+                                         (impl->cma_always ? " (always: CIUIC_SHM_CMA=on)"
+                                                           : " where measured faster than the slots")
                                    : "no single-copy all-reduce: " + why;
+      if (me->cma_wanted == 2 && !impl->cma) {
+        s = UnavailableError("direct shm all-reduce: CIUIC_SHM_CMA=on, but " + why);
+      }
     }
   }
   // Peers that mapped this region see why this rank left instead of
@@ -903,41 +964,52 @@ Status ShmDirect::AllReduce(const void* send, void* recv, size_t count, DataType
   if (op == ReduceOp::kAvg) return InvalidArgumentError("direct shm all-reduce: AVG is the caller's (sum, then scale)");
   if (count == 0) return Status::Ok();
   const size_t es = DataTypeSize(dtype);
-  if (m.cma && count * es >= options_.cma_min_bytes && count * es <= options_.cma_max_bytes &&
-      !OneShot(count * es, options_)) {
+  const int n = m.size;
+  const int me = m.rank;
+  // One-shot for every chunk when the (first) chunk is small.
+  const bool one_shot = OneShot(count * es, options_);
+  // Two-shot: the modes to choose from (Impl::ModeFor).
+  uint32_t avail = 0;
+  if (!one_shot && n > 1) {
+    avail = 1u << Impl::kSlotsCached;
+    if (streaming != nullptr) avail |= 1u << Impl::kSlotsStreaming;
+    if (m.cma && count * es >= options_.cma_min_bytes && count * es <= options_.cma_max_bytes) {
+      avail = m.cma_always ? 0 : avail;
+      avail |= 1u << Impl::kSingleCopy;
+    }
+  }
+  const bool adapt = __builtin_popcount(avail) > 1;
+  int bucket = 0;  // log2 of the bytes (adapt only)
+  uint64_t call = 0;
+  int mode = avail == 1u << Impl::kSingleCopy ? Impl::kSingleCopy : Impl::kSlotsCached;
+  Clock::time_point t_start;
+  if (adapt) {
+    bucket = 63 - __builtin_clzll(static_cast<unsigned long long>(count) * es);
+    call = ++m.modes[bucket].calls;
+    mode = m.ModeFor(bucket, call, avail);
+    if (me == 0) t_start = Clock::now();
+  }
+  auto record = [&]() {
+    if (adapt && me == 0) m.Record(bucket, call, mode, std::chrono::duration<double>(Clock::now() - t_start).count(), avail);
+  };
+  if (mode == Impl::kSingleCopy) {
     const kernels::Reducer& r =
         streaming != nullptr && count * es >= options_.stream_output_min_bytes ? *streaming : cached;
-    return CmaAllReduce(m, send, recv, count, dtype, op, r, deadline, abort);
+    CIUIC_RETURN_IF_ERROR(CmaAllReduce(m, send, recv, count, dtype, op, r, deadline, abort));
+    record();
+    return Status::Ok();
   }
+  m.streaming = mode == Impl::kSlotsStreaming;
   Impl::Ring& ring = m.RingFor(count * es);
   const size_t chunk_elems = ring.slot_bytes / es;
   if (chunk_elems == 0) return InvalidArgumentError("direct shm all-reduce: slot smaller than one element");
   const size_t nchunks = (count + chunk_elems - 1) / chunk_elems;
   const uint64_t g0 = ring.next_chunk;
   const uint64_t seq = m.seq;
-  const int n = m.size;
-  const int me = m.rank;
   const auto* in_base = static_cast<const char*>(send);
   auto* out_base = static_cast<char*>(recv);
-  // One-shot for every chunk when the (first) chunk is small.
-  const bool one_shot = OneShot(count * es, options_);
   m.Begin(ring, count, dtype, static_cast<uint32_t>(op));
-  // Two-shot: cached or streaming stores into the slots (see Impl::streaming).
-  const bool adapt = !one_shot && streaming != nullptr && n > 1;
-  int bucket = 0;  // log2 of the bytes (adapt only)
-  Clock::time_point t_start;
-  if (adapt) {
-    bucket = 63 - __builtin_clzll(static_cast<unsigned long long>(count) * es);
-    Impl::ModeStats& st = m.modes[bucket];
-    ++st.calls;
-    const bool best = m.ctrl[0]->best_stores[bucket].load(std::memory_order_relaxed) != 0;
-    // Calls 1-6 alternate the modes (the first calls are cold), then the
-    // better one runs except every kExploreEvery-th call.
-    m.streaming = st.calls <= 6 ? st.calls % 2 == 0
-                                : (st.calls % kExploreEvery == 0 ? !best : best);
-    if (me == 0) t_start = Clock::now();
-  }
-  const kernels::Reducer& reducer = adapt && m.streaming ? *streaming : cached;
+  const kernels::Reducer& reducer = m.streaming ? *streaming : cached;
   // The copy into the caller's output (two-shot): streaming when the output
   // is large (ShmDirectOptions::stream_output_min_bytes).
   const kernels::Reducer& out_copier =
@@ -1073,16 +1145,7 @@ Status ShmDirect::AllReduce(const void* send, void* recv, size_t count, DataType
   }
   ring.next_chunk = g0 + nchunks;
   m.seq = seq + 1;
-  if (adapt && me == 0) {
-    Impl::ModeStats& st = m.modes[bucket];
-    const int k = m.streaming ? 1 : 0;
-    const double t = std::chrono::duration<double>(Clock::now() - t_start).count();
-    st.recent[k][st.tries[k] % 4] = t;
-    ++st.tries[k];
-    if (st.tries[0] > 0 && st.tries[1] > 0) {
-      m.ctrl[0]->best_stores[bucket].store(st.Estimate(1) < st.Estimate(0) ? 1 : 0, std::memory_order_relaxed);
-    }
-  }
+  record();
   return Status::Ok();
 }
 

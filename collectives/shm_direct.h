@@ -88,10 +88,12 @@ struct ShmDirectOptions {
   // outnumber the CPUs they share, where a spinner holds the core the
   // awaited rank needs (Open MPI's yield_when_idle).
   std::chrono::microseconds spin{4};
-  // All-reduces of cma_min_bytes to cma_max_bytes run single-copy (see
-  // ShmDirect::AllReduce) when `cma` and every rank can read every other's
-  // memory with process_vm_readv (probed in Create). CIUIC_SHM_CMA*.
-  bool cma = true;
+  // All-reduces of cma_min_bytes to cma_max_bytes may run single-copy
+  // (see ShmDirect::AllReduce) when every rank can read every other's
+  // memory with process_vm_readv (probed in Create); `cma`: 0 never, 1 when
+  // measured faster than the slots, 2 always (Create fails when it
+  // cannot). CIUIC_SHM_CMA=off|auto|on, CIUIC_SHM_CMA_MIN / _MAX.
+  int cma = 1;
   size_t cma_min_bytes = 256u << 10;
   size_t cma_max_bytes = 64u << 20;
 };
@@ -116,18 +118,20 @@ class ShmDirect {
   // recv = op over every rank's send, `count` elements (send == recv: in
   // place; other overlaps are the caller's to avoid). `op` must not be
   // kAvg (sum, then scale). `cached` runs the kernels; `streaming` (may be
-  // null), the same kernels with non-temporal stores: two-shot operations
-  // then store what peers read either way, whichever rank 0 measured faster
-  // for that size lately (cross-core reads of freshly written lines can
-  // turn several times slower for a while; see Impl::streaming), and
-  // large outputs are written with it (stream_output_min_bytes). Errors:
+  // null), the same kernels with non-temporal stores. A two-shot
+  // operation runs one of three modes, whichever rank 0 measured fastest
+  // for that size lately (the same on every rank; see Impl::ModeFor):
+  // through the slots with cached or with streaming stores into what peers
+  // read (cross-core reads of freshly written lines can turn several times
+  // slower for a while), or single-copy (below). Large outputs are
+  // written with streaming stores (stream_output_min_bytes). Errors:
   // kDeadlineExceeded / kUnavailable naming the rank waited for, kAborted,
   // kDataLoss (a peer's operation differs: mismatched count, type or op).
   // After an error the object is unusable.
   //
-  // Single-copy (cross-memory attach, as Open MPI's vader/smsc uses): when
-  // the size is in [cma_min_bytes, cma_max_bytes] and every rank can read
-  // the others' memory, each rank announces its send and recv addresses,
+  // Single-copy (cross-memory attach, as Open MPI's vader/smsc uses), a
+  // candidate when the size is in [cma_min_bytes, cma_max_bytes] and every
+  // rank can read the others' memory: each rank announces its send and recv addresses,
   // reduces its slice of every rank's input, reading the peers' slices
   // with process_vm_readv in L2-sized pieces, straight into its recv, then
   // reads every peer's reduced slice from the peer's recv into its own,

@@ -397,10 +397,10 @@ const Knob kKnobs[] = {
      },
      [](const Config& c) { return c.accumulate; }},
     {"CIUIC_SHM_CMA", "auto",
-     "single-copy direct shm all-reduce (process_vm_readv from the peers' buffers): auto (when every rank can read every other's memory) or off; every rank the same",
+     "single-copy direct shm all-reduce (process_vm_readv from the peers' buffers): auto (where measured faster than the shared slots, when every rank can read every other's memory), on (always within the limits; an error when it cannot) or off; every rank the same",
      [](const std::string& t, Config* c) {
        const std::string v = Lower(t);
-       if (v != "auto" && v != "off") return InvalidArgumentError("expected auto or off");
+       if (v != "auto" && v != "on" && v != "off") return InvalidArgumentError("expected auto, on or off");
        c->shm_cma = v;
        return Status::Ok();
      },

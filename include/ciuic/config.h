@@ -133,12 +133,13 @@ struct Config {
   // shared-memory family rounds once in either mode. Every rank must set
   // the same.
   std::string accumulate = "wire";
-  // CIUIC_SHM_CMA: auto (the direct shared-memory all-reduce moves messages
-  // of CIUIC_SHM_CMA_MIN to CIUIC_SHM_CMA_MAX bytes with one copy, reading
-  // the peers' buffers with process_vm_readv, when every rank can read
-  // every other's memory: same user, no Yama ptrace restriction, not
-  // blocked by seccomp) or off (always through the shared slots). Every
-  // rank must set the same of each.
+  // CIUIC_SHM_CMA: how the direct shared-memory all-reduce moves messages
+  // of CIUIC_SHM_CMA_MIN to CIUIC_SHM_CMA_MAX bytes: auto (with one copy,
+  // reading the peers' buffers with process_vm_readv, where that measures
+  // faster than the shared slots and every rank can read every other's
+  // memory: same user, no Yama ptrace restriction, not blocked by
+  // seccomp), on (always single-copy; an error when it cannot) or off
+  // (always through the slots). Every rank must set the same of each.
   std::string shm_cma = "auto";
   size_t shm_cma_min = 256u << 10;
   size_t shm_cma_max = 64u << 20;

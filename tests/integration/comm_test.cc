@@ -533,22 +533,23 @@ TEST(CollectivesVerbs, RemappedBufferIsSentFresh) {
   RemappedBufferIsSentFresh("verbs");
 }
 
-// The direct shm all-reduce stores what peers read either cached or
-// streaming (rank 0 measures which is faster; the 2nd call of a size class
-// and every 32nd run the other mode, and ranks may disagree for a call when
-// the choice changes). Every mode must give the same, correct bytes: 70
-// calls of one size with non-integer floats, each compared bitwise with the
-// first call's result, on 2 and 3 ranks.
+// The direct shm all-reduce runs a two-shot size in one of three modes:
+// through the slots with cached or streaming stores, or single-copy (rank
+// 0 measures which is fastest; the first two rounds of a size class cycle
+// through them, and every 32nd call runs another). Every mode must give the
+// same, correct bytes: 70 calls of one size with non-integer floats, each
+// compared bitwise with the first call's result, on 2 and 3 ranks, with
+// single-copy among the modes and without it.
 TEST(CollectivesDirect, StoreModesGiveIdenticalBytes) {
-  for (int n : {2, 3}) {
+  for (int n : {2, 3}) for (const char* cma : {"off", "auto"}) {
     auto results = RunRanks(n, [&](int rank, transport::Store& store) -> Status {
-      // Through the slots (this size would run single-copy); a forked rank.
-      setenv("CIUIC_SHM_CMA", "off", 1);
+      setenv("CIUIC_SHM_CMA", cma, 1);  // a forked rank
       CIUIC_ASSIGN_OR_RETURN(auto comm, MakeComm(rank, n, store, "shm", "direct"));
       const size_t count = (1u << 18) + 5;  // 1 MiB of floats and a bit: two-shot, many chunks
       std::vector<float> in(count), first(count), out(count);
       for (size_t i = 0; i < count; ++i) in[i] = std::sin(0.01f * i + rank) * 100.0f / (rank + 1);
       for (int call = 0; call < 70; ++call) {
+        std::fill(out.begin(), out.end(), -1.0f);  // no stale result passes for a new one
         CIUIC_RETURN_IF_ERROR(comm->AllReduce(in.data(), call == 0 ? first.data() : out.data(), count,
                                               DataType::kFloat32, ReduceOp::kSum));
         if (call == 0) {
@@ -566,7 +567,7 @@ TEST(CollectivesDirect, StoreModesGiveIdenticalBytes) {
       }
       return Status::Ok();
     }, milliseconds(120000));
-    for (const auto& r : results) EXPECT_TRUE(r.ok()) << n << " ranks\n" << ResultsText(results);
+    for (const auto& r : results) EXPECT_TRUE(r.ok()) << n << " ranks, CIUIC_SHM_CMA=" << cma << "\n" << ResultsText(results);
   }
 }
 
@@ -1911,6 +1912,7 @@ TEST(CollectivesDirect, SingleCopyAllReduceExactOnEveryRank) {
       config.transport = "shm";
       config.algo = "direct";
       config.timeout_ms = 60000;
+      config.shm_cma = "on";   // always, not where measured faster
       config.shm_cma_min = 0;  // everything past one-shot
       std::shared_ptr<transport::Store> st(&store, [](transport::Store*) {});
       CIUIC_ASSIGN_OR_RETURN(auto comm, Communicator::CreateWithStore(rank, n, st, config));
@@ -1949,6 +1951,7 @@ TEST(CollectivesDirect, SingleCopyAllReduceExactOnEveryRank) {
 TEST(CollectivesDirect, SingleCopyMismatchesAndADeadRankAreNamed) {
   if (!CmaAllowed()) GTEST_SKIP() << "process_vm_readv is refused here (seccomp?): the single-copy path cannot run";
   auto results = RunRanks(2, [&](int rank, transport::Store& store) -> Status {
+    setenv("CIUIC_SHM_CMA", "on", 1);
     CIUIC_ASSIGN_OR_RETURN(auto comm, MakeDefaultComm(rank, 2, store, "shm", "direct", 5000));
     std::vector<float> x(rank == 0 ? (1u << 18) : (1u << 18) + 64, 1.0f);
     Status s = comm->AllReduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
@@ -1961,24 +1964,28 @@ TEST(CollectivesDirect, SingleCopyMismatchesAndADeadRankAreNamed) {
   }, milliseconds(60000));
   for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
 
-  results = RunRanks(2, [&](int rank, transport::Store& store) -> Status {
-    if (rank == 1) setenv("CIUIC_SHM_CMA_MIN", "1M", 1);
-    CIUIC_ASSIGN_OR_RETURN(auto comm, MakeDefaultComm(rank, 2, store, "shm", "direct", 5000));
-    std::vector<float> x(1u << 18, 1.0f);
-    Status s = comm->AllReduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
-    if (s.ok()) return InternalError("different CIUIC_SHM_CMA_MIN accepted");
-    // The first rank to see it fails at once, and its peer may then see
-    // only that (its region gone): one of the two names the knob.
-    const bool named = s.message().find("CIUIC_SHM_CMA_MIN") != std::string::npos;
-    CIUIC_RETURN_IF_ERROR(store.Add("named", named ? 1 : 0).status());
-    CIUIC_RETURN_IF_ERROR(LeaveTogether(store, "limits", 2));
-    CIUIC_ASSIGN_OR_RETURN(int64_t k, store.Add("named", 0));
-    if (k < 1) return InternalError("no rank named CIUIC_SHM_CMA_MIN; this one said: " + s.ToString());
-    return Status::Ok();
-  }, milliseconds(60000));
-  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+  for (const char* knob : {"CIUIC_SHM_CMA_MIN", "CIUIC_SHM_CMA"}) {
+    results = RunRanks(2, [&](int rank, transport::Store& store) -> Status {
+      if (rank == 1) setenv(knob, std::string(knob) == "CIUIC_SHM_CMA" ? "on" : "1M", 1);
+      CIUIC_ASSIGN_OR_RETURN(auto comm, MakeDefaultComm(rank, 2, store, "shm", "direct", 5000));
+      std::vector<float> x(1u << 18, 1.0f);
+      Status s = comm->AllReduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
+      if (s.ok()) return InternalError(std::string("different ") + knob + " accepted");
+      // The first rank to see it fails at once, and its peer may then see
+      // only that (its region gone): one of the two names the knob.
+      const bool named = s.message().find(std::string(knob) + (std::string(knob) == "CIUIC_SHM_CMA" ? "=" : "")) !=
+                         std::string::npos;
+      CIUIC_RETURN_IF_ERROR(store.Add("named", named ? 1 : 0).status());
+      CIUIC_RETURN_IF_ERROR(LeaveTogether(store, "limits", 2));
+      CIUIC_ASSIGN_OR_RETURN(int64_t k, store.Add("named", 0));
+      if (k < 1) return InternalError(std::string("no rank named ") + knob + "; this one said: " + s.ToString());
+      return Status::Ok();
+    }, milliseconds(60000));
+    for (const auto& r : results) EXPECT_TRUE(r.ok()) << knob << "\n" << ResultsText(results);
+  }
 
   results = RunRanks(3, [&](int rank, transport::Store& store) -> Status {
+    setenv("CIUIC_SHM_CMA", "on", 1);
     CIUIC_ASSIGN_OR_RETURN(auto comm, MakeDefaultComm(rank, 3, store, "shm", "direct", 20000));
     std::vector<float> x(1 << 20, 1.0f);
     CIUIC_RETURN_IF_ERROR(comm->AllReduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum));
