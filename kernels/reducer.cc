@@ -140,6 +140,12 @@ std::vector<TargetInfo> CompiledTargets() {
 }
 
 StatusOr<Reducer> Reducer::Create(const Config& config, const CacheSizes& caches) {
+  // The environment's parser caps it; a value set in code must not reach
+  // the kernels either (the pair kernels prefetch three times as far).
+  if (config.kernel_prefetch_bytes > (64u << 10)) {
+    return InvalidArgumentError("CIUIC_KERNEL_PREFETCH=" + std::to_string(config.kernel_prefetch_bytes) +
+                                ": the prefetch distance must be at most 64K bytes");
+  }
   Reducer r;
   const std::string& want = config.simd_target;
   int chosen = -1;

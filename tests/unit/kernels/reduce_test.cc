@@ -503,6 +503,14 @@ TEST(ReducerTest, Fp8PairsTakeTheBestKernelTheCpuHas) {
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("CIUIC_FP8_PAIRS='F16C'"), std::string::npos)
       << refused.status().ToString();
+  Config far;
+  far.kernel_prefetch_bytes = (64u << 10) + 1;
+  refused = Reducer::Create(far, CacheSizes{});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("CIUIC_KERNEL_PREFETCH=65537"), std::string::npos)
+      << refused.status().ToString();
+  far.kernel_prefetch_bytes = 64u << 10;
+  EXPECT_TRUE(Reducer::Create(far, CacheSizes{}).ok());
   // Every check above ran whatever the CPU has; say which kernels it lacks.
   for (const Choice& k : choices) {
     if (!k.can) std::printf("note: this CPU (/proc/cpuinfo) or build has no %s kernel\n", k.knob);
