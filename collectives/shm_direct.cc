@@ -292,7 +292,6 @@ struct ShmDirect::Impl {
   // end of call k for calls k + 2 on, and no rank starts call k + 2 before
   // it has seen rank 0 in call k + 1.
   static constexpr int kSlotsCached = 0, kSlotsStreaming = 1, kSingleCopy = 2, kModes = 3;
-  bool streaming = false;  // this rank's stores in the current operation
   struct ModeStats {
     double recent[kModes][4] = {};  // rank 0: the last 4 call times per mode (s)
     uint64_t tries[kModes] = {};
@@ -999,7 +998,7 @@ Status ShmDirect::AllReduce(const void* send, void* recv, size_t count, DataType
     record();
     return Status::Ok();
   }
-  m.streaming = mode == Impl::kSlotsStreaming;
+  const bool stream_slots = mode == Impl::kSlotsStreaming && streaming != nullptr;
   Impl::Ring& ring = m.RingFor(count * es);
   const size_t chunk_elems = ring.slot_bytes / es;
   if (chunk_elems == 0) return InvalidArgumentError("direct shm all-reduce: slot smaller than one element");
@@ -1009,7 +1008,7 @@ Status ShmDirect::AllReduce(const void* send, void* recv, size_t count, DataType
   const auto* in_base = static_cast<const char*>(send);
   auto* out_base = static_cast<char*>(recv);
   m.Begin(ring, count, dtype, static_cast<uint32_t>(op));
-  const kernels::Reducer& reducer = m.streaming ? *streaming : cached;
+  const kernels::Reducer& reducer = stream_slots ? *streaming : cached;
   // The copy into the caller's output (two-shot): streaming when the output
   // is large (ShmDirectOptions::stream_output_min_bytes).
   const kernels::Reducer& out_copier =
