@@ -723,14 +723,14 @@ Status CmaAllReduce(ShmDirect::Impl& m, const void* send, void* recv, size_t cou
       return m.Fail(ResourceExhaustedError("direct shm single-copy: no memory for scratch"));
     }
   }
-  std::vector<uint64_t> sends(static_cast<size_t>(n)), recvs(static_cast<size_t>(n));
+  // Peers' buffers: stable until they see this rank's `cma_done`.
+  auto peer_send = [&](int r) { return m.ctrl[r]->cma_send.load(std::memory_order_relaxed); };
+  auto peer_recv = [&](int r) { return m.ctrl[r]->cma_recv.load(std::memory_order_relaxed); };
   for (int r = 0; r < n; ++r) {
     if (r == me) continue;
     Status s = await(r, &Control::cma_posted, "its buffers");
     if (s.ok()) s = m.CheckStarted(r);
     if (!s.ok()) return m.Fail(s);
-    sends[r] = m.ctrl[r]->cma_send.load(std::memory_order_relaxed);
-    recvs[r] = m.ctrl[r]->cma_recv.load(std::memory_order_relaxed);
   }
 
   // 1. Slice `me` of every input, reduced into recv.
@@ -749,7 +749,7 @@ Status CmaAllReduce(ShmDirect::Impl& m, const void* send, void* recv, size_t cou
     for (int q = 0; q < n; ++q) {
       char* scratch = m.cma_scratch.get() + static_cast<size_t>(q) * piece * es;
       if (q != me) {
-        Status s = ReadPeer(m, q, scratch, sends[q] + at * es, len * es, "input");
+        Status s = ReadPeer(m, q, scratch, peer_send(q) + at * es, len * es, "input");
         if (!s.ok()) return m.Fail(s);
         srcs[q] = scratch;
       } else if (in_place && q >= kernels::kMaxSources) {
@@ -771,7 +771,7 @@ Status CmaAllReduce(ShmDirect::Impl& m, const void* send, void* recv, size_t cou
     const int q = (me + k) % n;
     Status s = await(q, &Control::cma_reduced, "its reduced slice");
     const size_t a = bound(q), b = bound(q + 1);
-    if (s.ok()) s = ReadPeer(m, q, out + a * es, recvs[q] + a * es, (b - a) * es, "reduced slice");
+    if (s.ok()) s = ReadPeer(m, q, out + a * es, peer_recv(q) + a * es, (b - a) * es, "reduced slice");
     if (!s.ok()) return m.Fail(s);
   }
   m.Publish(mine->cma_done.v, seq + 1);
