@@ -442,7 +442,7 @@ Status CommImpl::RunDirect(const OpDesc& d, Clock::time_point deadline) {
 }
 
 StatusOr<bool> CommImpl::WidenFor(const OpDesc& d) {
-  if (decision_.accumulate != "f32" || !IsNarrowFloat(d.dtype)) return false;
+  if (!IsNarrowFloat(d.dtype) || decision_.accumulate != "f32") return false;  // the cheap test first: every call asks
   if (d.op == ReduceOp::kMin || d.op == ReduceOp::kMax) return false;  // exact in any type
   // avg divides the rounded sum, premul_sum rounds each scaled input, and
   // beyond kMaxSources ranks the n-ary kernel is called more than once:

@@ -237,6 +237,40 @@ int BestSlot() {
   return kNumSlots - 1;
 }
 
+// Sums and products of at most kTinyBytes: the vector kernel's tail (zeroed
+// stack buffers, copies in and out, a dispatch) costs more than the
+// arithmetic there. Each element folds its inputs left to right, as every
+// lane of the kernel does (no FMA: -ffp-contract=off), so the bytes are the
+// kernel's; integers wrap in their unsigned type, as the kernel's do.
+constexpr size_t kTinyBytes = 64;
+template <typename T, bool kProd>
+void TinyFold(void* dst, const void* const* srcs, int nsrcs, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    T acc;
+    std::memcpy(&acc, static_cast<const char*>(srcs[0]) + i * sizeof(T), sizeof(T));
+    for (int k = 1; k < nsrcs; ++k) {
+      T v;
+      std::memcpy(&v, static_cast<const char*>(srcs[k]) + i * sizeof(T), sizeof(T));
+      acc = kProd ? static_cast<T>(acc * v) : static_cast<T>(acc + v);
+    }
+    // Every input's element i is read before dst's is written: dst may be
+    // one of the inputs (identical, never partly overlapping).
+    std::memcpy(static_cast<char*>(dst) + i * sizeof(T), &acc, sizeof(T));
+  }
+}
+template <bool kProd>
+bool TinyReduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType dtype) {
+  switch (dtype) {
+    case DataType::kFloat32: TinyFold<float, kProd>(dst, srcs, nsrcs, count); return true;
+    case DataType::kFloat64: TinyFold<double, kProd>(dst, srcs, nsrcs, count); return true;
+    case DataType::kInt32:
+    case DataType::kUint32: TinyFold<uint32_t, kProd>(dst, srcs, nsrcs, count); return true;
+    case DataType::kInt64:
+    case DataType::kUint64: TinyFold<uint64_t, kProd>(dst, srcs, nsrcs, count); return true;
+    default: return false;
+  }
+}
+
 }  // namespace
 
 void CopyBytes(void* dst, const void* src, size_t bytes, bool streaming) {
@@ -292,6 +326,13 @@ Status Reducer::Reduce(void* dst, const void* const* srcs, int nsrcs, size_t cou
     } else if (Overlap(srcs[k], bytes, dst, bytes)) {
       return InvalidArgumentError("srcs[" + std::to_string(k) +
                                   "] overlaps dst without being identical to it");
+    }
+  }
+  if (bytes <= kTinyBytes && (op == ReduceOp::kSum || op == ReduceOp::kProd)) {
+    const DefaultFpEnv env;
+    if (op == ReduceOp::kSum ? TinyReduce<false>(dst, srcs, nsrcs, count, dtype)
+                             : TinyReduce<true>(dst, srcs, nsrcs, count, dtype)) {
+      return Status::Ok();
     }
   }
   internal::ReduceArgs a;

@@ -15,9 +15,13 @@
 // between its ranks (as the direct one of 2 ranks does) can go below it.
 //
 //   mpirun -np N mpi_interleave [-b 8] [-e 256M] [-f 8] [-r 11] [-c PASSES]
+//                               [-B mpi|own] [-W WARM]
 //
 // -c: passes of the compute loop over the buffers between calls (1-100,
-// default 1; the first writes the inputs the check expects). Prints the host, the ranks and the libraries; exit status 0 when no
+// default 1; the first writes the inputs the check expects). -B: the
+// barrier before each timed call is MPI's (default) or the timed library's
+// own. -W: untimed calls of the same library right before each timed one
+// (default 0). Prints the host, the ranks and the libraries; exit status 0 when no
 // element was wrong, 1 otherwise, 2 on bad flags.
 #define _GNU_SOURCE
 #include <mpi.h>
@@ -60,16 +64,36 @@ static long long Wrong(const float* recv, size_t count, int n, int salt) {
   return wrong;
 }
 
-// Seconds of the slowest rank for one call of `lib` (0 MPI, 1 ciuic).
-static double TimeCall(int lib, ciuic_comm_t comm, float* send, float* recv, size_t count) {
-  MPI_Barrier(MPI_COMM_WORLD);
-  const double t0 = MonotonicSeconds();
+// How each call is lined up (-B): 0 an MPI_Barrier before either library's
+// call (which leaves MPI's code and lines warm), 1 the timed library's own
+// barrier, so each starts from its own last step.
+static int g_own_barrier = 0;
+// Untimed calls of the same library and size right before the timed one
+// (-W), to tell a cold call's cost from a warm one's.
+static int g_warm_calls = 0;
+
+static void Call(int lib, ciuic_comm_t comm, float* send, float* recv, size_t count) {
   if (lib == 0) {
     MPI_Allreduce(send, recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   } else if (ciuic_allreduce(send, recv, count, CIUIC_FLOAT32, CIUIC_SUM, comm) != CIUIC_SUCCESS) {
     fprintf(stderr, "ciuic_allreduce: %s\n", ciuic_last_error());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+}
+
+// Seconds of the slowest rank for one call of `lib` (0 MPI, 1 ciuic).
+static double TimeCall(int lib, ciuic_comm_t comm, float* send, float* recv, size_t count) {
+  for (int w = 0; w < g_warm_calls; ++w) Call(lib, comm, send, recv, count);
+  if (g_own_barrier && lib == 1) {
+    if (ciuic_barrier(comm) != CIUIC_SUCCESS) {
+      fprintf(stderr, "ciuic_barrier: %s\n", ciuic_last_error());
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+  } else {
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  const double t0 = MonotonicSeconds();
+  Call(lib, comm, send, recv, count);
   double t = MonotonicSeconds() - t0, slowest = 0;
   MPI_Allreduce(&t, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   return slowest;
@@ -104,9 +128,11 @@ int main(int argc, char** argv) {
     else if (!bad && strcmp(argv[i], "-f") == 0) bad = ParseSizeArg(v, &factor) != 0 || factor < 2;
     else if (!bad && strcmp(argv[i], "-r") == 0) bad = (rounds = atoi(v)) < 1 || rounds > 1000;
     else if (!bad && strcmp(argv[i], "-c") == 0) bad = (passes = atoi(v)) < 1 || passes > 100;
+    else if (!bad && strcmp(argv[i], "-B") == 0) bad = !(g_own_barrier = strcmp(v, "own") == 0) && strcmp(v, "mpi") != 0;
+    else if (!bad && strcmp(argv[i], "-W") == 0) bad = (g_warm_calls = atoi(v)) < 0 || g_warm_calls > 100;
     else bad = 1;
     if (bad) {
-      if (rank == 0) fprintf(stderr, "usage: mpi_interleave [-b 8] [-e 256M] [-f 8] [-r 11] [-c 1] (bad '%s')\n", argv[i]);
+      if (rank == 0) fprintf(stderr, "usage: mpi_interleave [-b 8] [-e 256M] [-f 8] [-r 11] [-c 1] [-B mpi|own] [-W 0] (bad '%s')\n", argv[i]);
       MPI_Finalize();
       return 2;
     }
@@ -134,8 +160,10 @@ int main(int argc, char** argv) {
   if (eol) *eol = '\0';
   const char* transport = getenv("CIUIC_TRANSPORT");
   if (rank == 0) {
-    printf("# mpi_interleave: %d ranks on %s; %s; ciuic %s (CIUIC_TRANSPORT=%s); %d rounds per size, compute passes %d\n",
-           n, host, mpi_version, ciuic_version(), transport ? transport : "auto", rounds, passes);
+    printf("# mpi_interleave: %d ranks on %s; %s; ciuic %s (CIUIC_TRANSPORT=%s); %d rounds per size, compute passes %d, "
+           "barrier %s, warm calls %d\n",
+           n, host, mpi_version, ciuic_version(), transport ? transport : "auto", rounds, passes,
+           g_own_barrier ? "own" : "mpi", g_warm_calls);
     printf("# time: the slowest rank's, one call; median [min-max] over the rounds; limit: one copy + one 2-input sum\n");
     printf("# %10s %24s %24s %8s %10s %8s %7s\n", "bytes", "mpi us", "ciuic us", "speedup", "limit us",
            "ci/limit", "#wrong");
