@@ -8,10 +8,18 @@
 # `pip wheel . --no-build-isolation` in a virtual environment that sees
 # PYTHON's torch builds ciuic.torch against it (an isolated build cannot see
 # torch), and the installed wheel runs a one-rank process group on "ciuic".
-# Usage: check_pip.sh SOURCE_DIR PYTHON
+# With BUILD_DIR (a built plain build of the same tree, as ctest passes),
+# both wheels link its SIMD kernels (CIUIC_SIMD_FROM) instead of compiling
+# them a third and fourth time: over 5 of CI's minutes on two cores. Every
+# other step is the user's; CIUIC_PIP_TEST_FULL=1 compiles the kernels too.
+# Usage: check_pip.sh SOURCE_DIR PYTHON [BUILD_DIR]
 set -euo pipefail
 src=$1
 python=$2
+config=()
+if [ -n "${3:-}" ] && [ "${CIUIC_PIP_TEST_FULL:-0}" != 1 ]; then
+  config=(-C "cmake.define.CIUIC_SIMD_FROM=$(cd "$3" && pwd)")
+fi
 work=$(mktemp -d /tmp/ciuic-pip-test.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 git clone -q --no-local "$src" "$work/clone"
@@ -19,7 +27,7 @@ git clone -q --no-local "$src" "$work/clone"
 pip=("$work/venv/bin/python" -m pip --disable-pip-version-check -q)
 # numpy for the test below, at the pin the rest of the project uses.
 "${pip[@]}" install "$(grep '^numpy==' "$work/clone/python/requirements.txt")"
-(cd "$work/clone" && CMAKE_BUILD_PARALLEL_LEVEL=${CIUIC_JOBS:-2} "${pip[@]}" wheel . -w "$work/dist" --no-deps)
+(cd "$work/clone" && CMAKE_BUILD_PARALLEL_LEVEL=${CIUIC_JOBS:-2} "${pip[@]}" wheel . -w "$work/dist" --no-deps ${config[@]+"${config[@]}"})
 "${pip[@]}" install "$work"/dist/ciuic-*.whl
 cd "$work"
 mv "$work/clone" "$work/clone.away"  # the installed package must not need the source tree
@@ -47,7 +55,7 @@ tpip=("$work/venv-torch/bin/python" -m pip --disable-pip-version-check -q)
 # does not install them itself).
 "${tpip[@]}" install $(sed -n 's/^requires = \[\(.*\)\]/\1/p' "$work/clone/pyproject.toml" | tr -d '",')
 (cd "$work/clone" && CMAKE_BUILD_PARALLEL_LEVEL=${CIUIC_JOBS:-2} \
-  "${tpip[@]}" wheel . -w "$work/dist-torch" --no-deps --no-build-isolation)
+  "${tpip[@]}" wheel . -w "$work/dist-torch" --no-deps --no-build-isolation ${config[@]+"${config[@]}"})
 "${tpip[@]}" install --force-reinstall --no-deps "$work"/dist-torch/ciuic-*.whl
 rm -rf "$work/clone"  # the installed package must not need the source tree
 "$work/venv-torch/bin/python" - "$work" <<'PY'
