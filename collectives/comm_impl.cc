@@ -304,6 +304,7 @@ StatusOr<const CallPlan*> CommImpl::PlanFor(const OpDesc& d) {
     if (plans_.size() >= kMaxCachedPlans) {
       plans_.clear();
       last_algorithm_plan_ = nullptr;
+      fast_armed_.store(false, std::memory_order_relaxed);  // its plan is gone
     }
     it = plans_.emplace(std::move(key), std::move(plan)).first;
   }
@@ -757,7 +758,9 @@ Status CommImpl::RunBlocking(OpDesc desc) {
   if (queue_->Empty() && !(IsPointToPoint(desc) && p2p_batch_.load(std::memory_order_acquire))) {
     if (!IsPointToPoint(desc)) {
       return Guarded([&] {
-        return ExecuteCollective(desc, Clock::now() + std::chrono::milliseconds(config_.timeout_ms));
+        Status s = ExecuteCollective(desc, Clock::now() + std::chrono::milliseconds(config_.timeout_ms));
+        if (s.ok()) ArmFast(desc);
+        return s;
       });
     }
     std::shared_ptr<OpState> op = queue_->RunHere(std::move(desc));
@@ -765,6 +768,47 @@ Status CommImpl::RunBlocking(OpDesc desc) {
   }
   std::shared_ptr<OpState> op = queue_->Submit(std::move(desc));
   return queue_->Wait(*op);
+}
+
+void CommImpl::ArmFast(const OpDesc& d) {
+  if (d.coll != Collective::kAllReduce || d.count == 0 || gpu_ != nullptr || direct_ == nullptr) return;
+  // premul_sum's factor belongs to an op id that may be destroyed and reused.
+  if (d.op == ReduceOp::kPremulSum) return;
+  // The plan that ran must be this very call's: a widened call (f32
+  // accumulation) planned its working copy instead.
+  if (last_key_ == nullptr || last_key_->coll != d.coll || last_key_->send != d.send || last_key_->recv != d.recv ||
+      last_key_->count != d.count || last_key_->dtype != d.dtype || last_key_->op != d.op || !last_key_->counts.empty()) {
+    return;
+  }
+  if (last_plan_->algorithm->kind == AlgorithmKind::kSchedule) return;
+  if (!direct_->FitsSmall(d.count * DataTypeSize(d.dtype))) return;
+  fast_ = FastCall{d.send, d.recv, d.count, d.dtype, d.op, last_plan_};
+  fast_armed_.store(true, std::memory_order_relaxed);
+}
+
+bool CommImpl::FastAllReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, Status* out) {
+  if (!fast_armed_.load(std::memory_order_relaxed) || !queue_->Empty()) return false;
+  bool hit = false;
+  Status s = Guarded([&] {
+    // Under exec_mu_: the progress thread may have disarmed or re-armed it.
+    if (!fast_armed_.load(std::memory_order_relaxed) || fast_.send != send || fast_.recv != recv ||
+        fast_.count != count || fast_.dtype != dtype || fast_.op != op || LogEnabled(LogLevel::kInfo)) {
+      return Status::Ok();
+    }
+    hit = true;
+    ++fast_calls_;
+    Ran(*fast_.plan);
+    const bool avg = op == ReduceOp::kAvg;
+    CIUIC_RETURN_IF_ERROR(direct_->AllReduceSmall(send, recv, count, dtype, avg ? ReduceOp::kSum : op, *reducer_,
+                                                  std::chrono::milliseconds(config_.timeout_ms), &aborted_));
+    return avg ? DivideInPlace(*reducer_, recv, count, dtype, size_) : Status::Ok();
+  });
+  // Not run (or refused by Guarded: aborted, failed earlier, which the
+  // general path says again): the general path.
+  if (!hit) return false;
+  if (!s.ok()) fast_armed_.store(false, std::memory_order_relaxed);
+  *out = std::move(s);
+  return true;
 }
 
 }  // namespace ciuic::collectives

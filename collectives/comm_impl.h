@@ -65,6 +65,17 @@ class CommImpl {
   // A blocking call: run here when nothing is queued, else queued behind
   // the rest and waited for.
   Status RunBlocking(OpDesc desc);
+  // A blocking all-reduce with the arguments of the last one that ran the
+  // direct path's small all-reduce (ShmDirect::FitsSmall): runs it without
+  // the checks, plan lookup and dispatch those arguments already passed.
+  // false: not that call (or CIUIC_DEBUG=INFO, something queued, a failed
+  // communicator); the caller takes the general path.
+  bool FastAllReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, Status* out);
+  // Calls FastAllReduce ran (tests).
+  uint64_t fast_calls() const {
+    std::lock_guard<std::mutex> lock(exec_mu_);
+    return fast_calls_;
+  }
   // An async call: queued.
   std::shared_ptr<OpState> Submit(OpDesc desc) { return queue_->Submit(std::move(desc)); }
   Status Wait(OpState& op) { return queue_->Wait(op); }
@@ -210,6 +221,20 @@ class CommImpl {
   // same call pays one key comparison.
   const PlanKey* last_key_ = nullptr;
   const CallPlan* last_plan_ = nullptr;
+  // FastAllReduce's call (exec_mu_; armed read without it first).
+  struct FastCall {
+    const void* send = nullptr;
+    void* recv = nullptr;
+    size_t count = 0;
+    DataType dtype = DataType::kFloat32;
+    ReduceOp op = ReduceOp::kSum;
+    const CallPlan* plan = nullptr;
+  };
+  FastCall fast_;
+  std::atomic<bool> fast_armed_{false};
+  uint64_t fast_calls_ = 0;  // (exec_mu_)
+  // Arms FastAllReduce after blocking call `d` ran fine, when it qualifies.
+  void ArmFast(const OpDesc& d);
 
   // What runs plans.
   std::unique_ptr<ShmDirect> direct_;  // the shared-memory family, made on first use

@@ -599,6 +599,10 @@ StatusOr<OpDesc> Communicator::AllToAllVCall(const void* s, const size_t* sc, co
   return Post(std::move(d_))
 
 Status Communicator::AllReduce(const void* s, void* r, size_t n, DataType t, ReduceOp o) {
+  // A loop of the same small call on shared memory: its checks and plan
+  // passed already (CommImpl::FastAllReduce).
+  Status fast;
+  if (impl_->FastAllReduce(s, r, n, t, o, &fast)) return fast;
   CIUIC_BLOCKING(AllReduceCall(s, r, n, t, o));
 }
 Status Communicator::Broadcast(void* b, size_t n, DataType t, int root) { CIUIC_BLOCKING(BroadcastCall(b, n, t, root)); }

@@ -496,6 +496,10 @@ class Stall {
  public:
   Stall(ShmDirect::Impl& impl, Clock::time_point deadline, const std::atomic<bool>* abort)
       : impl_(impl), deadline_(deadline), abort_(abort) {}
+  // The deadline `timeout` after the first wait (no clock read by a call
+  // that never waits).
+  Stall(ShmDirect::Impl& impl, std::chrono::milliseconds timeout, const std::atomic<bool>* abort)
+      : impl_(impl), abort_(abort), timeout_(timeout), lazy_deadline_(true) {}
   ~Stall() { Reset(); }
   void Reset() {
     if (stalled_) impl_.ctrl[impl_.rank]->waiting_on.store(0, std::memory_order_release);
@@ -511,6 +515,10 @@ class Stall {
       stalled_ = true;
       since_ = now;
       last_liveness_ = now;
+      if (lazy_deadline_) {
+        deadline_ = now + timeout_;
+        lazy_deadline_ = false;
+      }
     }
     Control* me = impl_.ctrl[impl_.rank];
     me->waiting_on.store(static_cast<uint32_t>(peer) + 1, std::memory_order_release);
@@ -573,6 +581,8 @@ class Stall {
   ShmDirect::Impl& impl_;
   Clock::time_point deadline_;
   const std::atomic<bool>* abort_;
+  std::chrono::milliseconds timeout_{0};
+  bool lazy_deadline_ = false;
   bool stalled_ = false;
   Clock::time_point since_;
   Clock::time_point last_liveness_;
@@ -1147,6 +1157,69 @@ Status ShmDirect::AllReduce(const void* send, void* recv, size_t count, DataType
   ring.next_chunk = g0 + nchunks;
   m.seq = seq + 1;
   record();
+  return Status::Ok();
+}
+
+bool ShmDirect::FitsSmall(size_t bytes) const {
+  const Impl& m = *impl_;
+  return m.small.nslots > 0 && bytes > 0 && bytes <= m.small.slot_bytes && OneShot(bytes, options_) && m.size <= 256;
+}
+
+Status ShmDirect::AllReduceSmall(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                                 const kernels::Reducer& reducer, std::chrono::milliseconds timeout,
+                                 const std::atomic<bool>* abort) {
+  Impl& m = *impl_;
+  if (!m.error.ok()) return Status(m.error.code(), "direct shm all-reduce failed earlier: " + m.error.message());
+  const size_t bytes = count * DataTypeSize(dtype);
+  if (op == ReduceOp::kAvg || !FitsSmall(bytes)) {
+    return InvalidArgumentError("direct shm small all-reduce: " + std::to_string(bytes) + " B or " +
+                                ReduceOpName(op) + " is not for it");
+  }
+  const int n = m.size;
+  const int me = m.rank;
+  Impl::Ring& ring = m.small;
+  const uint64_t g = ring.next_chunk;
+  const uint64_t seq = m.seq;
+  m.Begin(ring, count, dtype, static_cast<uint32_t>(op));
+  Stall stall(m, timeout, abort);
+  // The same steps as AllReduce's loop for one one-shot chunk: a free slot,
+  // this rank's input in it, every rank's in, the n-ary reduction, done.
+  uint64_t need = 0;
+  for (int holder; (holder = m.SlotHolder(ring, g, &need)) >= 0;) {
+    Status s = stall.Wait(holder, m.Word(holder, ring.out), need, "freeing a slot");
+    if (!s.ok()) return m.Fail(s);
+  }
+  stall.Reset();
+  const bool inline_chunk = bytes <= kInlineBytes;
+  SlotHeader& h = ring.Header(me, g);
+  if (inline_chunk) {
+    std::memcpy(h.inline_data, send, bytes);
+  } else {
+    reducer.Copy(ring.Slot(me, g), send, bytes);
+  }
+  h.seq = seq;
+  h.count = count;
+  h.dtype = static_cast<uint32_t>(dtype);
+  h.op = static_cast<uint32_t>(op);
+  m.Publish(h.stamp, g + 1);
+  for (int r; (r = m.FirstNotIn(ring, g)) >= 0;) {
+    Status s = stall.Wait(r, &ring.Header(r, g).stamp, g + 1, "its input");
+    if (!s.ok()) return m.Fail(s);
+  }
+  const void* srcs[256];
+  for (int q = 0; q < n; ++q) {
+    if (q != me) {
+      Status bad = m.CheckHeader(ring, q, g, seq, count, dtype, static_cast<uint32_t>(op));
+      if (!bad.ok()) return m.Fail(bad);
+    }
+    // This rank's input too from its published copy (see AllReduce).
+    srcs[q] = inline_chunk ? static_cast<const void*>(ring.Header(q, g).inline_data) : ring.Slot(q, g);
+  }
+  Status s = ReduceInOrder(reducer, recv, srcs, n, count, dtype, op);
+  if (!s.ok()) return m.Fail(s);
+  m.PublishOut(ring, g);
+  ring.next_chunk = g + 1;
+  m.seq = seq + 1;
   return Status::Ok();
 }
 

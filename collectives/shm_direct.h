@@ -142,6 +142,16 @@ class ShmDirect {
                    const kernels::Reducer& cached, const kernels::Reducer* streaming,
                    std::chrono::steady_clock::time_point deadline, const std::atomic<bool>* abort);
 
+  // Whether an all-reduce of `bytes` fits AllReduceSmall (one chunk,
+  // one-shot, on the small ring, at most 256 ranks).
+  bool FitsSmall(size_t bytes) const;
+  // AllReduce for what FitsSmall accepts, with the same bytes, protocol and
+  // errors, without the general loop's set-up: the path of a loop of small
+  // calls (CommImpl's cached entry). `timeout` counts from the first wait.
+  Status AllReduceSmall(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                        const kernels::Reducer& reducer, std::chrono::milliseconds timeout,
+                        const std::atomic<bool>* abort);
+
   // buf of every rank = buf of `root`, `count` elements, through the same
   // slots and counters: the root copies each chunk into its slot (a small
   // one into the slot's header line), every other rank copies it out of the

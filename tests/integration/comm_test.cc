@@ -27,6 +27,7 @@
 #include "ciuic/kernels.h"
 #include "transport/transport.h"
 #include "collectives/bootstrap.h"
+#include "common/log.h"
 #include "collectives/comm_impl.h"
 #include "collectives/device.h"
 #include "collectives/registry.h"
@@ -845,6 +846,186 @@ TEST(CollectivesDirect, SmallCollectivesMismatchNamesThePeer) {
     return Status::Ok();
   }, milliseconds(60000));
   for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+}
+
+// A blocking all-reduce repeated with the same arguments (a training loop's
+// small call) takes CommImpl::FastAllReduce from its second call on: the
+// same bytes as the general path for every type, op, size class and in
+// place, with fresh inputs every round.
+template <typename T>
+Status RepeatAllReduce(Communicator& c, std::vector<T>* in, std::vector<T>* out, size_t count, ReduceOp op,
+                       bool in_place, int salt) {
+  const int rank = c.rank(), n = c.size();
+  Fill(in, rank, salt);
+  T* dst = in_place ? in->data() : out->data();
+  CIUIC_RETURN_IF_ERROR(c.AllReduce(in->data(), dst, count, TypeOf<T>(), op));
+  for (size_t i = 0; i < count; ++i) {
+    const T want = Expected<T>(op, n, i, salt);
+    EXPECT_OR_FAIL(dst[i] == want, "count " + std::to_string(count) + " op " + ReduceOpName(op) +
+                                       (in_place ? " in place" : "") + " salt " + std::to_string(salt) +
+                                       ": element " + std::to_string(i) + " is " +
+                                       std::to_string(static_cast<double>(dst[i])) + ", want " +
+                                       std::to_string(static_cast<double>(want)));
+    if (!in_place) EXPECT_OR_FAIL((*in)[i] == From<T>(Input(rank, i, salt)), "input modified");
+  }
+  return Status::Ok();
+}
+
+template <typename T>
+Status RepeatEveryOp(Communicator& c, int* combos) {
+  std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax};
+  if (std::is_floating_point_v<T>) ops.push_back(ReduceOp::kAvg);
+  for (size_t count : {size_t{1}, size_t{8}, size_t{9}, size_t{100}, size_t{1000}}) {
+    // The same buffers for every op and both placements: only the op or
+    // the output tells these calls apart.
+    std::vector<T> in(count), out(count);
+    for (bool in_place : {false, true}) {
+      for (ReduceOp op : ops) {
+        for (int round = 0; round < 3; ++round) {
+          CIUIC_RETURN_IF_ERROR(RepeatAllReduce<T>(c, &in, &out, count, op, in_place, round * 5 + 1));
+        }
+        ++*combos;
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+TEST(CollectivesDirect, RepeatedSmallAllReducesTakeTheCachedEntryWithExactResults) {
+  for (int n : {2, 4}) {
+    auto results = RunRanks(n, [&](int rank, transport::Store& store) -> Status {
+      CIUIC_ASSIGN_OR_RETURN(auto comm, MakeDefaultComm(rank, n, store, "shm", "auto", 30000));
+      int combos = 0;
+      CIUIC_RETURN_IF_ERROR(RepeatEveryOp<float>(*comm, &combos));
+      CIUIC_RETURN_IF_ERROR(RepeatEveryOp<double>(*comm, &combos));
+      CIUIC_RETURN_IF_ERROR(RepeatEveryOp<int32_t>(*comm, &combos));
+      CIUIC_RETURN_IF_ERROR(RepeatEveryOp<int64_t>(*comm, &combos));
+      CIUIC_RETURN_IF_ERROR(RepeatEveryOp<uint8_t>(*comm, &combos));
+      // Every combination's second and third call (at most 8000 bytes: one
+      // small slot), not its first.
+      const uint64_t fast = collectives::CommImpl::Of(*comm).fast_calls();
+      EXPECT_OR_FAIL(fast == static_cast<uint64_t>(2 * combos),
+                     std::to_string(fast) + " calls took the cached entry, want " + std::to_string(2 * combos));
+      return Status::Ok();
+    }, milliseconds(120000));
+    for (const auto& r : results) EXPECT_TRUE(r.ok()) << n << " ranks\n" << ResultsText(results);
+  }
+}
+
+// Once armed, the entry keeps what the general path guarantees: queued
+// async calls stay ordered, other calls in between, bad arguments named
+// (and the communicator still usable), premul_sum ops with their own
+// factors, last_algorithm().
+TEST(CollectivesDirect, TheCachedAllReduceEntryKeepsOrderChecksAndPremulFactors) {
+  auto results = RunRanks(2, [&](int rank, transport::Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(auto comm, MakeDefaultComm(rank, 2, store, "shm", "auto", 30000));
+    auto& impl = collectives::CommImpl::Of(*comm);
+    std::vector<float> a(8), b(8), c(8);
+    CIUIC_RETURN_IF_ERROR(RepeatAllReduce<float>(*comm, &a, &b, 8, ReduceOp::kSum, false, 1));
+    const std::string slow_algo = comm->last_algorithm();
+    CIUIC_RETURN_IF_ERROR(RepeatAllReduce<float>(*comm, &a, &b, 8, ReduceOp::kSum, false, 2));
+    EXPECT_OR_FAIL(impl.fast_calls() == 1, "the second call did not take the cached entry");
+    EXPECT_OR_FAIL(comm->last_algorithm() == slow_algo, "last_algorithm: " + comm->last_algorithm() + " vs " + slow_algo);
+    // An async call queued ahead of the blocking one finishes first, with
+    // its own result.
+    Fill(&c, rank, 7);
+    CIUIC_ASSIGN_OR_RETURN(Request req, comm->IAllReduce(c.data(), c.data(), 8, DataType::kFloat32, ReduceOp::kMax));
+    CIUIC_RETURN_IF_ERROR(RepeatAllReduce<float>(*comm, &a, &b, 8, ReduceOp::kSum, false, 3));
+    CIUIC_RETURN_IF_ERROR(req.Wait());
+    for (size_t i = 0; i < 8; ++i) EXPECT_OR_FAIL(c[i] == Expected<float>(ReduceOp::kMax, 2, i, 7), "the async max");
+    // Another collective in between.
+    std::vector<int32_t> bc(5, rank == 1 ? 42 : 0);
+    CIUIC_RETURN_IF_ERROR(comm->Broadcast(bc.data(), bc.size(), DataType::kInt32, 1));
+    for (int32_t v : bc) EXPECT_OR_FAIL(v == 42, "broadcast");
+    CIUIC_RETURN_IF_ERROR(RepeatAllReduce<float>(*comm, &a, &b, 8, ReduceOp::kSum, false, 4));
+    // Bad arguments next to the armed call are still named, and leave the
+    // communicator usable.
+    Status bad = comm->AllReduce(a.data(), b.data(), 8, DataType::kFloat32, ReduceOp::kBand);
+    EXPECT_OR_FAIL(bad.code() == StatusCode::kInvalidArgument, "band on float32: " + bad.ToString());
+    bad = comm->AllReduce(nullptr, b.data(), 8, DataType::kFloat32, ReduceOp::kSum);
+    EXPECT_OR_FAIL(bad.code() == StatusCode::kInvalidArgument && bad.message().find("sendbuf") != std::string::npos,
+                   "null sendbuf: " + bad.ToString());
+    const uint64_t before = impl.fast_calls();
+    CIUIC_RETURN_IF_ERROR(RepeatAllReduce<float>(*comm, &a, &b, 8, ReduceOp::kSum, false, 5));
+    EXPECT_OR_FAIL(impl.fast_calls() == before + 1, "the armed call after the bad ones did not take the entry");
+    // premul_sum: every op id with its own factor, also on the same buffers
+    // call after call (never the cached entry: an id can be destroyed and
+    // made again with another factor).
+    for (double factor : {2.0, 3.0, 0.5}) {
+      CIUIC_ASSIGN_OR_RETURN(ReduceOp op, comm->CreatePremulSum(factor));
+      for (int round = 0; round < 2; ++round) {
+        Fill(&a, rank, round);
+        CIUIC_RETURN_IF_ERROR(comm->AllReduce(a.data(), b.data(), 8, DataType::kFloat32, op));
+        for (size_t i = 0; i < 8; ++i) {
+          const float want = static_cast<float>(factor * Input(0, i, round)) + static_cast<float>(factor * Input(1, i, round));
+          EXPECT_OR_FAIL(b[i] == want, "premul_sum " + std::to_string(factor) + ": element " + std::to_string(i) +
+                                           " is " + std::to_string(b[i]) + ", want " + std::to_string(want));
+        }
+      }
+      CIUIC_RETURN_IF_ERROR(comm->DestroyReduceOp(op));
+    }
+    // More distinct calls than the plan cache keeps (it starts over, and
+    // the entry with it), then the armed call again.
+    for (size_t count = 1; count <= 70; ++count) {
+      CIUIC_RETURN_IF_ERROR(CheckAllReduce<float>(*comm, count, ReduceOp::kSum, false, 9));
+    }
+    for (int round = 0; round < 3; ++round) {
+      CIUIC_RETURN_IF_ERROR(RepeatAllReduce<float>(*comm, &a, &b, 8, ReduceOp::kSum, false, 10 + round));
+    }
+    return comm->Barrier();
+  }, milliseconds(60000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+}
+
+// A peer that dies while the survivor repeats its cached call: the
+// survivor's call fails within the timeout naming the peer, the next one
+// says the communicator failed earlier; an aborted communicator's call is
+// kAborted. With CIUIC_DEBUG=INFO every call still logs its time (the
+// entry steps aside).
+TEST(CollectivesDirect, TheCachedAllReduceEntryNamesADeadPeerAndStepsAsideForInfoLogs) {
+  const std::string dir = ::testing::TempDir() + "/fast_entry_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  auto results = RunRanks(2, [&](int rank, transport::Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
+    config.transport = "shm";
+    config.timeout_ms = 3000;
+    config.debug = LogLevel::kInfo;
+    config.debug_file = dir + "/rank" + std::to_string(rank) + ".log";
+    CIUIC_RETURN_IF_ERROR(ConfigureLogging(config, rank));  // the process's log, as CIUIC_DEBUG sets it
+    std::shared_ptr<transport::Store> st(&store, [](transport::Store*) {});
+    CIUIC_ASSIGN_OR_RETURN(auto comm, Communicator::CreateWithStore(rank, 2, st, config));
+    std::vector<float> a(4), b(4);
+    for (int round = 0; round < 4; ++round) {
+      CIUIC_RETURN_IF_ERROR(RepeatAllReduce<float>(*comm, &a, &b, 4, ReduceOp::kSum, false, round));
+    }
+    auto& impl = collectives::CommImpl::Of(*comm);
+    EXPECT_OR_FAIL(impl.fast_calls() == 0, "the cached entry ran at INFO");
+    std::ifstream log(config.debug_file);
+    std::string line;
+    int timed = 0;
+    while (std::getline(log, line)) timed += line.find("allreduce 16 B:") != std::string::npos &&
+                                             line.find("measured") != std::string::npos;
+    EXPECT_OR_FAIL(timed == 4, std::to_string(timed) + " timing lines for 4 calls");
+    CIUIC_RETURN_IF_ERROR(ConfigureLogging(Config(), rank));  // back to warnings
+    for (int round = 0; round < 3; ++round) {
+      CIUIC_RETURN_IF_ERROR(RepeatAllReduce<float>(*comm, &a, &b, 4, ReduceOp::kSum, false, round));
+    }
+    EXPECT_OR_FAIL(impl.fast_calls() >= 2, "no cached calls after INFO was turned off");
+    if (rank == 1) _exit(0);  // dies between calls, without a word
+    const auto t0 = std::chrono::steady_clock::now();
+    Status s = comm->AllReduce(a.data(), b.data(), 4, DataType::kFloat32, ReduceOp::kSum);
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_OR_FAIL(!s.ok() && s.message().find("rank 1") != std::string::npos, "the dead peer: " + s.ToString());
+    EXPECT_OR_FAIL(took < 10.0, "took " + std::to_string(took) + " s with a 3 s timeout");
+    Status again = comm->AllReduce(a.data(), b.data(), 4, DataType::kFloat32, ReduceOp::kSum);
+    EXPECT_OR_FAIL(again.message().find("failed earlier") != std::string::npos, "the next call: " + again.ToString());
+    comm->Abort();
+    Status aborted = comm->AllReduce(a.data(), b.data(), 4, DataType::kFloat32, ReduceOp::kSum);
+    EXPECT_OR_FAIL(aborted.code() == StatusCode::kAborted, "after Abort: " + aborted.ToString());
+    return Status::Ok();
+  }, milliseconds(60000));
+  EXPECT_TRUE(results[0].ok()) << ResultsText(results);
+  std::filesystem::remove_all(dir);
 }
 
 // Small calls run on the small ring (64 slots with the default buffer), so
