@@ -90,12 +90,14 @@ bool OpQueue::RunNext() {
     if (queue_.empty()) return false;
     batch.push_back(queue_.front());
     queue_.pop_front();
+    running_.fetch_add(1, std::memory_order_relaxed);  // published by the release below
     queued_.store(queue_.size(), std::memory_order_release);
   }
   Status s = run_(&batch);
   for (auto& op : batch) {
     if (!op->done.load(std::memory_order_acquire)) Complete(*op, s);  // some complete early
   }
+  running_.fetch_sub(1, std::memory_order_release);
   return true;
 }
 

@@ -60,8 +60,12 @@ class OpQueue {
   bool threaded() const { return thread_.joinable(); }
 
   std::shared_ptr<OpState> Submit(OpDesc desc);
-  // Nothing queued (one atomic load: the blocking calls' fast check).
-  bool Empty() const { return queued_.load(std::memory_order_acquire) == 0; }
+  // Nothing queued and nothing taken off the queue still running (two
+  // atomic loads: the blocking calls' fast check). queued_ first: RunNext
+  // counts an operation running before it leaves the count of queued ones.
+  bool Empty() const {
+    return queued_.load(std::memory_order_acquire) == 0 && running_.load(std::memory_order_acquire) == 0;
+  }
   // Runs `desc` now on this thread as a batch of its own (nothing must be
   // queued: order is the caller's to keep) and returns its state, done.
   std::shared_ptr<OpState> RunHere(OpDesc desc);
@@ -88,6 +92,9 @@ class OpQueue {
   std::deque<std::shared_ptr<OpState>> queue_;
   // queue_.size(), kept beside it under mu_, read without it.
   std::atomic<size_t> queued_{0};
+  // Operations RunNext took off the queue and has not finished: a blocking
+  // call that saw the queue empty in between would overtake one of them.
+  std::atomic<size_t> running_{0};
   bool stop_ = false;
   std::thread thread_;
 };

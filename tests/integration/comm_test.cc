@@ -1858,6 +1858,35 @@ TEST(CollectivesAsync, OverlapsComputation) {
   for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
 }
 
+// A blocking call right after an async one runs after it on every rank,
+// also in the window where the progress thread has taken the async call
+// off the queue but not yet started it (the blocking call must not see an
+// empty queue then and overtake it: the ranks would run the two in
+// different orders).
+TEST(CollectivesAsync, ABlockingCallNeverOvertakesTheAsyncOneBeforeIt) {
+  auto results = RunRanks(2, [&](int rank, transport::Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(auto comm, MakeDefaultComm(rank, 2, store, "shm", "auto", 20000));
+    float x = 0, y = 0;
+    for (int i = 0; i < 20000; ++i) {
+      x = static_cast<float>(rank + 1);
+      y = static_cast<float>(rank * 10 + i % 7);
+      CIUIC_ASSIGN_OR_RETURN(Request r, comm->IAllReduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum));
+      // 0-20 us: sometimes right when the progress thread takes it.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds((i * 7919) % 20000);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+      Status s = comm->AllReduce(&y, &y, 1, DataType::kFloat32, ReduceOp::kMax);
+      Status w = r.Wait();
+      if (!s.ok() || !w.ok()) {
+        return InternalError("call " + std::to_string(i) + ": blocking: " + s.ToString() + "; async: " + w.ToString());
+      }
+      EXPECT_OR_FAIL(x == 3.0f && y == static_cast<float>(10 + i % 7), "call " + std::to_string(i) + ": wrong result");
+    }
+    return Status::Ok();
+  }, milliseconds(120000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+}
+
 // Fusion: many small tensors, few all-reduces, results scattered back.
 TEST(CollectivesFusion, BucketRoundTrip) {
   auto results = RunRanks(3, [&](int rank, transport::Store& store) -> Status {
