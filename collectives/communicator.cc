@@ -62,6 +62,12 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::CreateWithStore(
     return InvalidArgumentError("rank " + std::to_string(rank) + " outside [0, " + std::to_string(size) + ")");
   }
   if (store == nullptr) return InvalidArgumentError("store is null");
+  // The process's first communicator names its rank in every log line and
+  // its per-rank CIUIC_DEBUG_FILE (%r); the bootstrap's lines included.
+  if (Status s = AdoptLogging(config, rank); !s.ok()) {
+    (void)store->Set(collectives::InitFailedKey(prefix, rank), s.ToString());  // peers name it, as below
+    return s;
+  }
   // The data connections prove the secret whichever knob holds it.
   Config resolved = config;
   CIUIC_ASSIGN_OR_RETURN(resolved.secret, transport::ResolveSecret(config));

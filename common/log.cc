@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdarg>
 #include <cstdio>
@@ -19,6 +20,7 @@ struct Sink {
   FILE* file = nullptr;        // nullptr: stderr
   int rank = -1;
   char host[64] = "?";
+  bool settled = false;  // a communicator adopted it, or ConfigureLogging ran
 };
 
 Sink& GetSink() {
@@ -78,7 +80,11 @@ void EnsureConfigured() {
     s.level.store(static_cast<int>(LogLevel::kWarn), std::memory_order_release);
     return;
   }
-  if (!ApplyLocked(s, *config, -1).ok()) {
+  // A per-rank file (%r) waits for the rank: stderr until a communicator
+  // adopts the sink, not a stray file named "-".
+  Config c = *config;
+  if (c.debug_file.find("%r") != std::string::npos) c.debug_file.clear();
+  if (!ApplyLocked(s, c, -1).ok()) {
     s.level.store(static_cast<int>(config->debug), std::memory_order_release);
   }
 }
@@ -88,7 +94,25 @@ void EnsureConfigured() {
 Status ConfigureLogging(const Config& config, int rank) {
   Sink& s = GetSink();
   std::lock_guard<std::mutex> lock(s.mu);
+  s.settled = true;
   return ApplyLocked(s, config, rank);
+}
+
+Status AdoptLogging(const Config& config, int rank) {
+  EnsureConfigured();
+  Sink& s = GetSink();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.settled) return Status::Ok();
+  Config c = config;
+  c.debug = std::max(c.debug, static_cast<LogLevel>(s.level.load(std::memory_order_relaxed)));
+  if (c.debug_file.empty()) {
+    // A Config made in code has no file: the environment's, if any.
+    StatusOr<Config> env = Config::FromEnv();
+    if (env.ok()) c.debug_file = env->debug_file;
+  }
+  CIUIC_RETURN_IF_ERROR(ApplyLocked(s, c, rank));
+  s.settled = true;
+  return Status::Ok();
 }
 
 bool LogEnabled(LogLevel level) {
@@ -139,6 +163,16 @@ void LogLine(LogLevel level, const char* file, int line, const char* fmt, ...) {
 }
 
 namespace internal {
+void ResetLoggingForTest() {
+  Sink& s = GetSink();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.file != nullptr) std::fclose(s.file);
+  s.file = nullptr;
+  s.rank = -1;
+  s.settled = false;
+  s.level.store(-1, std::memory_order_release);
+}
+
 void CheckFailed(const char* cond, const char* file, int line) {
   std::fprintf(stderr, "ciuic: internal check failed at %s:%d: %s (a bug; please report)\n", file,
                line, cond);

@@ -1,9 +1,10 @@
 // Internal logging: CIUIC_LOG(kInfo, "fmt", ...). Lines are prefixed
 // "host:pid:rank LEVEL " and go to stderr or CIUIC_DEBUG_FILE.
-// The process-wide sink is configured from the environment on first use and
-// again by ConfigureLogging() (a communicator calls it with its Config and
-// rank). Thread contract: all functions are thread-safe; lines from different
-// threads are never interleaved.
+// The process-wide sink is configured from the environment on first use,
+// then by the process's first communicator (AdoptLogging: its rank and
+// Config), or by ConfigureLogging(), which wins over both. Thread contract:
+// all functions are thread-safe; lines from different threads are never
+// interleaved.
 #ifndef CIUIC_COMMON_LOG_H_
 #define CIUIC_COMMON_LOG_H_
 
@@ -16,6 +17,13 @@ namespace ciuic {
 // Applies config.debug / config.debug_file; `rank` < 0 prints "-".
 // Errors: kInvalidArgument when the log file cannot be opened (named).
 Status ConfigureLogging(const Config& config, int rank);
+
+// Called for every communicator made; only the process's first one counts,
+// and none after a ConfigureLogging(). It puts its rank in the prefix, opens
+// config.debug_file with %r as that rank (a file per rank), and raises the
+// level to config.debug (never below what CIUIC_DEBUG set: the operator's
+// knob). Errors: kInvalidArgument when the log file cannot be opened (named).
+Status AdoptLogging(const Config& config, int rank);
 
 // True when a message at `level` would be written.
 bool LogEnabled(LogLevel level);
@@ -47,6 +55,8 @@ std::string LogSafe(const std::string& in, size_t max = 64);
 
 namespace ciuic::internal {
 [[noreturn]] void CheckFailed(const char* cond, const char* file, int line);
+// Tests only: back to "not configured" (the next line reads the environment).
+void ResetLoggingForTest();
 }  // namespace ciuic::internal
 
 #endif  // CIUIC_COMMON_LOG_H_

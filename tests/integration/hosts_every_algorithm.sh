@@ -49,7 +49,9 @@ export CIUIC_TIMEOUT_MS=${CIUIC_TIMEOUT_MS:-60000}
 
 # ciuic-run under a time limit, its output in $log; 77 when it needs root.
 launch() {
-  timeout 240 "$run" -n "$n" --hosts "$hosts" -- "$@" >"$log" 2>&1
+  # --keep-going: a rank that fails leaves the others running to their own
+  # deadline, so each names where it stalled (the last lines below).
+  timeout 240 "$run" --keep-going -n "$n" --hosts "$hosts" -- "$@" >"$log" 2>&1
   local rc=$?
   if grep -q 'needs root' "$log"; then
     echo "SKIP: simulated hosts need root: $(grep -m1 'needs root' "$log")"
