@@ -912,6 +912,48 @@ TEST(CollectivesDirect, RepeatedSmallAllReducesTakeTheCachedEntryWithExactResult
   }
 }
 
+// Small-ring payloads of up to 288 B lie beside their stamp (the slot
+// header's lines), larger ones in the slot. Every byte count around those
+// edges (32/33, 256, 288/289, and 1-300 for u8), all-reduce out of place
+// and in place (cached entry included: each size three times), and the
+// exchange collectives and broadcast at the same sizes; then 150 calls
+// alternating 256 and 8 B, so both kinds wrap the 64 slots over each other.
+TEST(CollectivesDirect, PayloadsBesideTheStampAndInTheSlotAreExactAtEveryEdge) {
+  for (int n : {2, 3}) {
+    auto results = RunRanks(n, [&](int rank, transport::Store& store) -> Status {
+      CIUIC_ASSIGN_OR_RETURN(auto comm, MakeDefaultComm(rank, n, store, "shm", "auto", 30000));
+      int salt = 0;
+      for (size_t count = 1; count <= 300; ++count) {
+        CIUIC_RETURN_IF_ERROR(CheckAllReduce<uint8_t>(*comm, count, ReduceOp::kMax, count % 2 == 0, ++salt));
+      }
+      const uint64_t fast_before = collectives::CommImpl::Of(*comm).fast_calls();
+      for (size_t bytes : {28, 32, 36, 64, 252, 256, 260, 284, 288, 292, 296}) {
+        // The same buffers three times: the second and third calls take the
+        // cached entry (ShmDirect::AllReduceSmall), the first the general one.
+        std::vector<float> fin(bytes / 4), fout(bytes / 4);
+        std::vector<double> din(bytes / 8), dout(bytes / 8);
+        for (bool in_place : {false, true}) {
+          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin}) {
+            for (int round = 0; round < 3; ++round) {
+              CIUIC_RETURN_IF_ERROR(RepeatAllReduce<float>(*comm, &fin, &fout, bytes / 4, op, in_place, ++salt));
+            }
+            for (int round = 0; round < 3 && bytes % 8 == 0; ++round) {
+              CIUIC_RETURN_IF_ERROR(RepeatAllReduce<double>(*comm, &din, &dout, bytes / 8, op, in_place, ++salt));
+            }
+          }
+        }
+        CIUIC_RETURN_IF_ERROR(CheckOthers(*comm, bytes / 4, ++salt));
+      }
+      EXPECT_OR_FAIL(collectives::CommImpl::Of(*comm).fast_calls() > fast_before, "no call took the cached entry");
+      for (int call = 0; call < 150; ++call) {
+        CIUIC_RETURN_IF_ERROR(CheckAllReduce<float>(*comm, call % 2 == 0 ? 64 : 2, ReduceOp::kSum, call % 3 == 0, ++salt));
+      }
+      return comm->Barrier();
+    }, milliseconds(120000));
+    for (const auto& r : results) EXPECT_TRUE(r.ok()) << n << " ranks\n" << ResultsText(results);
+  }
+}
+
 // Once armed, the entry keeps what the general path guarantees: queued
 // async calls stay ordered, other calls in between, bad arguments named
 // (and the communicator still usable), premul_sum ops with their own
