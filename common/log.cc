@@ -100,16 +100,17 @@ Status ConfigureLogging(const Config& config, int rank) {
 
 Status AdoptLogging(const Config& config, int rank) {
   EnsureConfigured();
-  Sink& s = GetSink();
-  std::lock_guard<std::mutex> lock(s.mu);
-  if (s.settled) return Status::Ok();
   Config c = config;
-  c.debug = std::max(c.debug, static_cast<LogLevel>(s.level.load(std::memory_order_relaxed)));
   if (c.debug_file.empty()) {
-    // A Config made in code has no file: the environment's, if any.
+    // A Config made in code has no file: the environment's, if any (read
+    // before the lock: nothing under it may log).
     StatusOr<Config> env = Config::FromEnv();
     if (env.ok()) c.debug_file = env->debug_file;
   }
+  Sink& s = GetSink();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.settled) return Status::Ok();
+  c.debug = std::max(c.debug, static_cast<LogLevel>(s.level.load(std::memory_order_relaxed)));
   CIUIC_RETURN_IF_ERROR(ApplyLocked(s, c, rank));
   s.settled = true;
   return Status::Ok();
