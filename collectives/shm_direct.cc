@@ -196,15 +196,18 @@ struct ShmDirect::Impl {
     std::vector<char*> data;            // by rank: slot 0
     uint64_t next_chunk = 0;  // global index of the next operation's first chunk
     uint64_t free_upto = 0;   // every rank's `out` was at least this when last read
+    uint64_t mask = 0;        // nslots - 1 where nslots is a power of two, else 0
 
-    char* Slot(int r, uint64_t g) const { return data[r] + (g % nslots) * slot_bytes; }
+    // A mask where it can: a 64-bit division is ~40 cycles, several a call.
+    uint64_t Index(uint64_t g) const { return mask != 0 ? g & mask : g % nslots; }
+    char* Slot(int r, uint64_t g) const { return data[r] + Index(g) * slot_bytes; }
     SlotHeader& Header(int r, uint64_t g) const {
-      return *reinterpret_cast<SlotHeader*>(headers[r] + (g % nslots) * stride);
+      return *reinterpret_cast<SlotHeader*>(headers[r] + Index(g) * stride);
     }
     // Where rank r's `bytes` of chunk g lie: next to the stamp when they fit.
     // (Computed on the char pointer: the inline area runs past the struct.)
     char* Payload(int r, uint64_t g, size_t bytes) const {
-      return bytes <= inline_bytes ? headers[r] + (g % nslots) * stride + offsetof(SlotHeader, inline_data)
+      return bytes <= inline_bytes ? headers[r] + Index(g) * stride + offsetof(SlotHeader, inline_data)
                                    : Slot(r, g);
     }
   };
@@ -860,6 +863,10 @@ StatusOr<std::unique_ptr<ShmDirect>> ShmDirect::Create(transport::Backend& backe
   small.index = 1;
   small.stride = kSmallHeaderBytes;
   small.inline_bytes = std::min(kSmallInlineBytes, small.slot_bytes);
+  for (Impl::Ring* ring : {&large, &small}) {
+    const bool pow2 = ring->nslots > 1 && (ring->nslots & (ring->nslots - 1)) == 0;
+    ring->mask = pow2 ? ring->nslots - 1 : 0;
+  }
   // Control | large headers | small headers | (page) large slots | small slots.
   const size_t data_off = DataOffset(large.nslots, small.nslots);
   const size_t small_off = data_off + large.nslots * large.slot_bytes;

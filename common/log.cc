@@ -117,8 +117,14 @@ Status AdoptLogging(const Config& config, int rank) {
 }
 
 bool LogEnabled(LogLevel level) {
-  EnsureConfigured();
-  return static_cast<int>(level) <= GetSink().level.load(std::memory_order_acquire);
+  // Asked on every cached small all-reduce: one load once configured.
+  const Sink& s = GetSink();
+  int current = s.level.load(std::memory_order_acquire);
+  if (current < 0) {
+    EnsureConfigured();
+    current = s.level.load(std::memory_order_acquire);
+  }
+  return static_cast<int>(level) <= current;
 }
 
 std::string LogSafe(const std::string& in, size_t max) {

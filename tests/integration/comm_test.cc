@@ -1149,6 +1149,35 @@ TEST(CollectivesDirect, MixedSizesInterleaveBothRings) {
   }
 }
 
+// Slot counts that are not powers of two (CIUIC_BUFFER_SIZE of 3 chunks: a
+// large ring of 3 slots, a small ring of 12) take the modulo where the
+// usual counts take a mask: both rings wrap many times, every result exact.
+TEST(CollectivesDirect, RingsOfSlotCountsThatAreNotPowersOfTwoWrapExactly) {
+  const int n = 3;
+  auto results = RunRanks(n, [&](int rank, transport::Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
+    config.transport = "shm";
+    config.timeout_ms = 60000;
+    config.chunk_size = 64 << 10;
+    config.buffer_size = 3 * (64 << 10);
+    std::shared_ptr<transport::Store> st(&store, [](transport::Store*) {});
+    CIUIC_ASSIGN_OR_RETURN(auto comm, Communicator::CreateWithStore(rank, n, st, config));
+    std::mt19937 rng(20261206);  // the same sequence on every rank
+    const size_t counts[] = {1, 9, 64, 72, 1000, 4097, 16385, 65537, 200003};
+    for (int step = 0; step < 60; ++step) {
+      const size_t count = counts[rng() % (sizeof(counts) / sizeof(counts[0]))];
+      const bool in_place = rng() % 2 == 0;
+      Status s = rng() % 3 == 0 ? CheckOthers(*comm, count, step)
+                                : CheckAllReduce<float>(*comm, count, ReduceOp::kSum, in_place, step);
+      if (!s.ok()) {
+        return Status(s.code(), "step " + std::to_string(step) + " (count " + std::to_string(count) + "): " + s.message());
+      }
+    }
+    return comm->Barrier();
+  }, milliseconds(180000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
+}
+
 // Ranks whose calls differ in size so much that they take different rings
 // (a small all-reduce on one, a large one on the other) never see each
 // other's slots: each names the other at once from what it announced, not

@@ -441,8 +441,9 @@ TEST_P(ReduceTest, Fp8PairsAtEveryLengthAlignmentAndStorePath) {
   }
 }
 
-// Sums and products of at most 64 bytes take a scalar fold (the small
-// all-reduce's path); its bytes must be the vector kernel's, which runs on
+// Sums and products of at most 256 bytes take a short fold (the small
+// all-reduce's path: 16-byte vectors, then single elements); its bytes must
+// be the vector kernel's, which runs on
 // the same inputs placed at the head of 257 elements: random values, NaNs
 // with differing payloads, infinities, signed zeros, subnormals; every
 // arity, in place (dst one of the inputs) and apart. A NaN must be NaN;
@@ -467,7 +468,7 @@ TEST_P(ReduceTest, TinySumsAndProductsMatchTheVectorKernelsBits) {
     const size_t es = DataTypeSize(dt);
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd}) {
       for (int n : {1, 2, 3, 5, 16}) {
-        for (size_t count = 1; count * es <= 64; ++count) {
+        for (size_t count = 1; count * es <= 288; ++count) {  // past the fold's limit too
           for (int alias : {-1, 0, n - 1}) {
             std::vector<std::vector<unsigned char>> in(n, std::vector<unsigned char>(kLong * es));
             for (auto& b : in) {
