@@ -123,8 +123,7 @@ constexpr size_t kInlineBytes = 32;
 // The small ring's headers are followed by 4 lines of payload: chunks of up
 // to 288 B lie next to their stamp, in 20 KiB for all 64 slots, instead of
 // in lines 16 KiB apart, which share a few cache sets and go cold between
-// two uses of a slot (at 64-256 B: 0.69-0.89x Open MPI with 11 calls a
-// size, against 0.91-1.10x with those lines warm).
+// two uses of a slot (perf/RESULTS.md, issue #22).
 constexpr size_t kSmallHeaderBytes = 320;
 constexpr size_t kSmallInlineBytes = kSmallHeaderBytes - kHeaderBytes + kInlineBytes;
 // Every this many calls of a size class run a mode other than the plan's
@@ -198,7 +197,7 @@ struct ShmDirect::Impl {
     uint64_t free_upto = 0;   // every rank's `out` was at least this when last read
     uint64_t mask = 0;        // nslots - 1 where nslots is a power of two, else 0
 
-    // A mask where it can: a 64-bit division is ~40 cycles, several a call.
+    // A mask where it can: a 64-bit division is slow, and runs several times a call.
     uint64_t Index(uint64_t g) const { return mask != 0 ? g & mask : g % nslots; }
     char* Slot(int r, uint64_t g) const { return data[r] + Index(g) * slot_bytes; }
     SlotHeader& Header(int r, uint64_t g) const {
@@ -1000,8 +999,7 @@ StatusOr<std::unique_ptr<ShmDirect>> ShmDirect::Create(transport::Backend& backe
   if (!s.ok()) return impl->Fail(s);
   // This rank's small-ring lines into its caches: fresh from the kernel's
   // zeroing they are in none, and each first write of a line would wait
-  // for memory (standalone 1-2 KiB calls ran 10-20% slower than after
-  // smaller ones had used their first lines). Peers read them from this
+  // for memory (perf/RESULTS.md, issue #22). Peers read them from this
   // core's cache; their own lines they touch themselves.
   uint64_t touched = 0;
   auto touch = [&touched](const char* p, size_t bytes) {
