@@ -121,12 +121,23 @@ struct RankLoad {
   // levels only): the host's link carries the sum over its ranks; a
   // message's alpha is its rank's cost, not the link's.
   double inter_egress = 0, inter_ingress = 0;
+  // The rank's own serial work where ranks share the cores (cpu_cores):
+  // egress + ingress + cpu, with the bytes between hosts at
+  // net_cpu_s_per_byte where that is set (the wire's time is the link's).
+  double work = 0;
   // Each message's alpha at its level: the network's when a peer of the
   // step is on another host.
   double latency = 0;
   size_t messages = 0;
   size_t bytes_sent = 0;
 };
+
+// A rank's CPU time for `bytes` it sends or receives whose wire time is
+// `wire`: the wire itself, unless the bytes cross to another host and the
+// network's CPU cost per byte is known apart from its link's rate.
+double CpuOfWire(const CostParams& p, bool intra, double bytes, double wire) {
+  return !intra && !p.host_of.empty() && p.net_cpu_s_per_byte > 0 ? bytes * p.net_cpu_s_per_byte : wire;
+}
 
 RankLoad LoadOf(const Schedule& s, const CostParams& p) {
   RankLoad load;
@@ -137,7 +148,9 @@ RankLoad LoadOf(const Schedule& s, const CostParams& p) {
     if (StepSends(st.op)) {
       const bool intra = SameHost(p, s.rank, st.send_peer);
       const double wire = c.bytes * (intra ? p.intra_beta_s_per_byte : p.beta_s_per_byte);
-      load.egress += static_cast<double>(c.chunks) * (intra ? p.intra_alpha_s : p.alpha_s) + wire;
+      const double alpha = static_cast<double>(c.chunks) * (intra ? p.intra_alpha_s : p.alpha_s);
+      load.egress += alpha + wire;
+      load.work += alpha + CpuOfWire(p, intra, c.bytes, wire);
       if (levels && !intra) load.inter_egress += wire;
       load.bytes_sent += static_cast<size_t>(c.bytes);
       crosses |= !intra;
@@ -146,6 +159,7 @@ RankLoad LoadOf(const Schedule& s, const CostParams& p) {
       const bool intra = SameHost(p, s.rank, st.recv_peer);
       const double wire = c.bytes * (intra ? p.intra_beta_s_per_byte : p.beta_s_per_byte);
       load.ingress += wire;
+      load.work += CpuOfWire(p, intra, c.bytes, wire);
       if (levels && !intra) load.inter_ingress += wire;
       crosses |= !intra;
     }
@@ -160,6 +174,7 @@ RankLoad LoadOf(const Schedule& s, const CostParams& p) {
       load.cpu += c.bytes * p.copy_s_per_byte;
     }
   }
+  load.work += load.cpu;
   return load;
 }
 
@@ -523,7 +538,7 @@ void AddLoads(const std::vector<RankLoad>& loads, const CostParams& p, Predictio
   // With a core per rank, each rank's own work (below) is the bound.
   if (p.cpu_cores > 0 && p.cpu_cores < static_cast<double>(loads.size() * copies)) {
     double work = 0;
-    for (const RankLoad& load : loads) work += load.egress + load.ingress + load.cpu;
+    for (const RankLoad& load : loads) work += load.work;
     Bound(pred, work * static_cast<double>(copies) / p.cpu_cores, "the machine's cores");
   }
   std::map<int, std::pair<double, double>> host_link;  // inter-host egress, ingress per host
@@ -541,7 +556,7 @@ void AddLoads(const std::vector<RankLoad>& loads, const CostParams& p, Predictio
     Bound(pred, load.egress, "rank " + std::to_string(rank) + " egress");
     Bound(pred, load.ingress, "rank " + std::to_string(rank) + " ingress");
     Bound(pred, load.cpu, "rank " + std::to_string(rank) + " reductions and copies");
-    if (p.cpu_cores > 0) Bound(pred, load.egress + load.ingress + load.cpu, "rank " + std::to_string(rank) + " CPU");
+    if (p.cpu_cores > 0) Bound(pred, load.work, "rank " + std::to_string(rank) + " CPU");
     pred.max_messages_per_rank = std::max(pred.max_messages_per_rank, load.messages);
     pred.max_bytes_sent_per_rank = std::max(pred.max_bytes_sent_per_rank, load.bytes_sent);
     pred.total_bytes_sent += load.bytes_sent;
@@ -848,7 +863,7 @@ StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t 
     if (p.cpu_cores > 0) {
       // Every rank works like rank 0: each its own serial work, all sharing
       // the cores.
-      const double work = load.egress + load.ingress + load.cpu;
+      const double work = load.work;
       const double ranks = static_cast<double>(nranks);
       pred.resource_bound_s =
           std::max(pred.resource_bound_s, work * (p.cpu_cores < ranks ? ranks / p.cpu_cores : 1.0));

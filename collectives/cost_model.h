@@ -65,6 +65,11 @@ struct CostParams {
   // together is bounded by the cores. 0: links move bytes on their own
   // (NICs), the default. ciuic-sim --cpu-cores sets it.
   double cpu_cores = 0;
+  // With cpu_cores and a host map: the CPU time a rank spends per byte it
+  // sends or receives between hosts (a socket's copies), where the link,
+  // not the CPU, sets the wire's rate (a NIC, a rate-limited link). 0: the
+  // network's beta is CPU time too (tcp over loopback).
+  double net_cpu_s_per_byte = 0;
   // A torus network (dimensions multiplying to the rank count; ranks in
   // row-major order): each message crosses the links of its dimension-order
   // route, each hop adds hop_latency_s, and messages sent at the same index

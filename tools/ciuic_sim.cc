@@ -32,13 +32,15 @@
 // figures as
 // "flat:alpha_us=2,gbps=25,gamma_gbps=20,copy_gbps=33" or a file of
 // "key value" lines (model, alpha_us, gbps, intra_alpha_us, intra_gbps,
-// gamma_gbps, copy_gbps, dims, hop_us, down, levels, oversub, leaf, group,
-// global; # comments). --tuning takes the figures a tuning
-// file (ciuic-tune) has for --backend: the plain line, and between hosts
-// the between_hosts line. --cpu-cores C: the ranks share one machine of C
-// cores whose CPUs move the bytes (tcp over loopback, shm), so each rank's
-// sends, receives and reductions are serial and all ranks' work shares
-// the cores. --size is nccl-tests' size: the vector
+// gamma_gbps, copy_gbps, net_cpu_gbps, dims, hop_us, down, levels,
+// oversub, leaf, group, global; # comments). --tuning takes the figures a
+// tuning file (ciuic-tune) has for --backend: the plain line, and between
+// hosts the between_hosts line. --cpu-cores C: the ranks share one machine
+// of C cores whose CPUs move the bytes (tcp over loopback, shm), so each
+// rank's sends, receives and reductions are serial and all ranks' work
+// shares the cores; with hosts, a byte between hosts costs the CPU
+// net_cpu_gbps (from --tuning: the backend's plain line, when the file also
+// has its between_hosts line), not the link's rate. --size is nccl-tests' size: the vector
 // (all-reduce, broadcast, reduce), all ranks' blocks (all-gather,
 // reduce-scatter), one rank's send buffer (all-to-all).
 //
@@ -177,6 +179,8 @@ Status SetNetKey(Net& net, const std::string& origin, const std::string& key, co
     p.gamma_s_per_byte = 1e-9 / v;
   } else if (key == "copy_gbps") {
     p.copy_s_per_byte = 1e-9 / v;
+  } else if (key == "net_cpu_gbps") {
+    p.net_cpu_s_per_byte = 1e-9 / v;
   } else if (key == "hop_us") {
     p.hop_latency_s = v * 1e-6;
   } else if (key == "down" || key == "levels") {
@@ -204,7 +208,7 @@ Status SetNetKey(Net& net, const std::string& origin, const std::string& key, co
   } else {
     return ciuic::InvalidArgumentError(origin + ": unknown key '" + key +
                                        "' (model, alpha_us, gbps, intra_alpha_us, intra_gbps, gamma_gbps, "
-                                       "copy_gbps, dims, hop_us, down, levels, oversub, leaf, group, global)");
+                                       "copy_gbps, net_cpu_gbps, dims, hop_us, down, levels, oversub, leaf, group, global)");
   }
   return Status::Ok();
 }
@@ -355,6 +359,14 @@ int main(int argc, char** argv) {
       net.params.alpha_s = inter.alpha_s;
       net.params.beta_s_per_byte = inter.beta_s_per_byte;
       net.params.dram_beta_s_per_byte = inter.dram_beta_s_per_byte;
+      // A file measured across hosts that also has the backend inside one
+      // machine (tcp over loopback, which the CPU limits): that is the
+      // CPU's cost of the network's bytes, apart from its links' rate.
+      const coll::BackendTuning* plain = coll::FindBackendLine(*t, backend, coll::TuningLevel::kOneMachine);
+      const coll::BackendTuning* between = coll::FindBackendLine(*t, backend, coll::TuningLevel::kBetweenHosts);
+      if (plain != nullptr && between != nullptr && between != plain && plain->beta_gbps) {
+        net.params.net_cpu_s_per_byte = 1e-9 / *plain->beta_gbps;
+      }
     }
   }
   if (opt.count("--cpu-cores")) {
@@ -527,6 +539,12 @@ int main(int argc, char** argv) {
       (per_host > 1 ? "; inside a host alpha " + Fixed(net.params.intra_alpha_s * 1e6, 2) + " us, " +
                           Fixed(1e-9 / net.params.intra_beta_s_per_byte, 2) + " GB/s"
                     : "") +
+      (net.params.cpu_cores > 0 ? "; " + Fixed(net.params.cpu_cores, 0) + " cores" +
+                                      (per_host > 1 && net.params.net_cpu_s_per_byte > 0
+                                           ? " (the network's bytes at " +
+                                                 Fixed(1e-9 / net.params.net_cpu_s_per_byte, 2) + " GB/s of CPU)"
+                                           : "")
+                                : "") +
       "; gamma " + Fixed(1e-9 / net.params.gamma_s_per_byte, 1) + " GB/s, copy " +
       Fixed(1e-9 / net.params.copy_s_per_byte, 1) + " GB/s; chunk " + std::to_string(net.params.chunk_bytes) +
       " B, elements of " + std::to_string(net.params.elem_size) + " B";

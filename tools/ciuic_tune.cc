@@ -1055,7 +1055,8 @@ Status StoreBarrier(transport::Store& store, const std::string& key, int size, s
 
 // Every rank: measures the links its pairs ask of it, one level at a time
 // (the others wait at a barrier, not on the cores); rank 0 returns the
-// backend lines (shm, and the network's between_hosts), the others none.
+// backend lines (shm, the network's between_hosts, and tcp inside a host
+// where tcp is the network), the others none.
 // Under a forced CIUIC_TRANSPORT the pairs inside a host use that
 // transport too, so that is what is measured there (a plain line).
 StatusOr<std::vector<collectives::BackendTuning>> MeasureLevels(Communicator& comm, const Config& base,
@@ -1073,8 +1074,14 @@ StatusOr<std::vector<collectives::BackendTuning>> MeasureLevels(Communicator& co
     const char* name;  // in store keys
   };
   const BackendKind inside = impl.transport_forced() ? impl.transport() : BackendKind::kShm;
-  const std::vector<Level> levels = {{pairs.intra_a, pairs.intra_b, inside, false, "inside"},
-                                     {0, pairs.net_b, impl.transport(), true, "network"}};
+  std::vector<Level> levels = {{pairs.intra_a, pairs.intra_b, inside, false, "inside"},
+                               {0, pairs.net_b, impl.transport(), true, "network"}};
+  // tcp between two ranks of one host too: its rate there is what the CPU
+  // pays per byte of tcp, apart from the network's links (a plain line, as
+  // on one machine; ciuic-sim --cpu-cores charges the network's bytes so).
+  if (inside == BackendKind::kShm && impl.transport() == BackendKind::kTcp && pairs.net_b >= 0) {
+    levels.push_back({pairs.intra_a, pairs.intra_b, BackendKind::kTcp, false, "inside-tcp"});
+  }
   std::vector<collectives::BackendTuning> out;
   for (const Level& l : levels) {
     if (l.b < 0) continue;  // no such pair in this job
@@ -1146,7 +1153,8 @@ int RunLaunched(const Options& o, const Config& config, const kernels::Reducer& 
   }
   collectives::Tuning tuning;
   // Both levels: shm between two ranks of one host, the network between
-  // rank 0 and a rank on another host (rank 0 gets the lines via the store).
+  // rank 0 and a rank on another host, and tcp inside a host where tcp is
+  // the network (rank 0 gets the lines via the store).
   StatusOr<std::vector<collectives::BackendTuning>> links = MeasureLevels(**parent, base, e);
   if (!links.ok()) return Fail("rank " + std::to_string(rank) + ": " + links.status().ToString());
   if (lead) {

@@ -526,6 +526,38 @@ TEST(CostModelCoresTest, RanksOnFewCoresShareThem) {
 
 
 // A torus routes each message over its links and shares them: the ring's
+
+// Two hosts on one machine's cores (ciuic-run --hosts with a rate-limited
+// link): the link's time is not the CPU's. With net_cpu_s_per_byte the
+// bytes between hosts cost the cores that rate, so a slow link bounds the
+// prediction as it does without cpu_cores; left 0, the link's time counts
+// as CPU work too (loopback), about doubling it; and a CPU slower than the
+// link bounds it again.
+TEST(CostModelCoresTest, ALinksTimeIsNotTheCoresWhenTheNetworksCpuCostIsKnown) {
+  CostParams p = DefaultCostParams(transport::BackendKind::kTcp);
+  p.host_of = {0, 0, 1, 1};
+  p.beta_s_per_byte = 1e-9 / 0.125;  // 1 Gb/s
+  p.intra_beta_s_per_byte = 1e-9 / 20;
+  const size_t bytes = 16 << 20;
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kHierarchical}) {
+    const double alone = PredictOrDie(Collective::kAllReduce, a, bytes, 4, p);
+    CostParams cores = p;
+    cores.cpu_cores = 2;
+    const double wire_as_cpu = PredictOrDie(Collective::kAllReduce, a, bytes, 4, cores);
+    EXPECT_GT(wire_as_cpu, 1.8 * alone) << AlgorithmName(a);
+    cores.net_cpu_s_per_byte = 1e-9 / 4;  // a socket's CPU cost: 4 GB/s
+    auto known = Predict(Collective::kAllReduce, a, bytes, 4, cores);
+    ASSERT_TRUE(known.ok()) << known.status().ToString();
+    EXPECT_NEAR(known->seconds, alone, 0.02 * alone) << AlgorithmName(a);
+    EXPECT_EQ(known->busiest.find("the machine's cores"), std::string::npos) << known->busiest;
+    cores.net_cpu_s_per_byte = 1e-9 / 0.05;  // a CPU slower than the link
+    auto slow = Predict(Collective::kAllReduce, a, bytes, 4, cores);
+    ASSERT_TRUE(slow.ok()) << slow.status().ToString();
+    EXPECT_GT(slow->seconds, 1.5 * alone) << AlgorithmName(a);
+    EXPECT_TRUE(slow->busiest.find("CPU") != std::string::npos || slow->busiest.find("cores") != std::string::npos)
+        << slow->busiest;
+  }
+}
 // neighbours never share one; recursive halving's 2^k-hop messages pile up
 // on the links between, and Swing's shorter hops less so; a message's hops
 // add their latency; dimensions that do not multiply to the rank count
