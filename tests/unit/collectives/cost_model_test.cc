@@ -525,8 +525,6 @@ TEST(CostModelCoresTest, RanksOnFewCoresShareThem) {
 }
 
 
-// A torus routes each message over its links and shares them: the ring's
-
 // Two hosts on one machine's cores (ciuic-run --hosts with a rate-limited
 // link): the link's time is not the CPU's. With net_cpu_s_per_byte the
 // bytes between hosts cost the cores that rate, so a slow link bounds the
@@ -558,6 +556,9 @@ TEST(CostModelCoresTest, ALinksTimeIsNotTheCoresWhenTheNetworksCpuCostIsKnown) {
         << slow->busiest;
   }
 }
+
+
+// A torus routes each message over its links and shares them: the ring's
 // neighbours never share one; recursive halving's 2^k-hop messages pile up
 // on the links between, and Swing's shorter hops less so; a message's hops
 // add their latency; dimensions that do not multiply to the rank count
