@@ -40,9 +40,9 @@
 // rank's sends, receives and reductions are serial and all ranks' work
 // shares the cores; with hosts, a byte between hosts costs the CPU
 // net_cpu_gbps (from --tuning: the backend's plain line, when the file also
-// has its between_hosts line), not the link's rate. --size is nccl-tests' size: the vector
-// (all-reduce, broadcast, reduce), all ranks' blocks (all-gather,
-// reduce-scatter), one rank's send buffer (all-to-all).
+// has its between_hosts line), not the link's rate. --size is nccl-tests'
+// size: the vector (all-reduce, broadcast, reduce), all ranks' blocks
+// (all-gather, reduce-scatter), one rank's send buffer (all-to-all).
 //
 // Exit status: 0 ok, 1 a prediction failed, 2 bad usage (the message names
 // the option).
