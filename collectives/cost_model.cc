@@ -222,6 +222,23 @@ CostParams AtWorkingSet(const CostParams& p, double bytes) {
   return q;
 }
 
+CostParams SharingTheMachine(const CostParams& p, double bytes, int nranks) {
+  if (!(p.cpu_cores > 0) || nranks < 2) return AtWorkingSet(p, bytes);
+  CostParams q = p;
+  const double busy = std::min(p.cpu_cores, static_cast<double>(nranks));
+  if (p.dram_shared_cores >= 2 && p.dram_shared_copy_s_per_byte > 0 && p.dram_copy_s_per_byte > 0 && busy > 1) {
+    const double ratio = std::max(1.0, p.dram_shared_copy_s_per_byte / p.dram_copy_s_per_byte);
+    const double measured = static_cast<double>(p.dram_shared_cores);
+    const double slow =
+        busy <= measured ? 1 + (ratio - 1) * (busy - 1) / (measured - 1) : ratio * busy / measured;
+    q.dram_beta_s_per_byte *= slow;
+    q.dram_intra_beta_s_per_byte *= slow;
+    q.dram_copy_s_per_byte *= slow;
+    q.dram_gamma_s_per_byte *= slow;
+  }
+  return AtWorkingSet(q, bytes * static_cast<double>(nranks));
+}
+
 namespace {
 
 // `p` with a host map of the wrong size dropped: such a map would put some
@@ -801,10 +818,11 @@ StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t 
     for (size_t i = 0; i < n; ++i) args.counts[n + i] = args.counts[3 * n + i] = i * args.count;
   }
   if (p.memory_curve.size() >= 2) {
-    // The working set: a rank's input and output (each rank on a core of
-    // its own, as the copy curve was measured).
+    // The working set: a rank's input and output, all ranks' where they
+    // share one machine (cpu_cores).
     if (StatusOr<BufferLayout> l = LayoutFor(args, false); l.ok()) {
-      p = AtWorkingSet(p, static_cast<double>(l->input_count + l->output_count) * static_cast<double>(p.elem_size));
+      p = SharingTheMachine(p, static_cast<double>(l->input_count + l->output_count) * static_cast<double>(p.elem_size),
+                            nranks);
     }
   }
   if (collective == Collective::kSend || collective == Collective::kRecv) {

@@ -128,11 +128,28 @@ struct CostParams {
   double dram_intra_beta_s_per_byte = 0;
   double dram_copy_s_per_byte = 0;
   double dram_gamma_s_per_byte = 0;
+  // DRAM shared by the cores (tuning file: memory_shared): each of
+  // dram_shared_cores cores copying out of DRAM at once takes
+  // dram_shared_copy_s_per_byte, against dram_copy_s_per_byte alone. With
+  // cpu_cores, ranks working at once on the machine's cores slow the dram_*
+  // figures by that ratio (SharingTheMachine). 0: not measured, no slowdown.
+  int dram_shared_cores = 0;
+  double dram_shared_copy_s_per_byte = 0;
 };
 
 // `p` with its rates moved toward the dram_* figures for a working set of
 // `bytes` (CostParams::memory_curve).
 CostParams AtWorkingSet(const CostParams& p, double bytes);
+
+// `p` for `nranks` ranks sharing one machine (p.cpu_cores > 0): the call's
+// working set is all the ranks' together (they share the last-level
+// cache), so it is `bytes` (one rank's) x nranks for AtWorkingSet; and the
+// dram_* rates are slowed for min(cpu_cores, nranks) cores reading DRAM at
+// once, by the ratio of dram_shared_copy_s_per_byte to
+// dram_copy_s_per_byte: linearly from one core to dram_shared_cores, and
+// in proportion beyond (DRAM's total rate reached). Without cpu_cores:
+// AtWorkingSet(p, bytes).
+CostParams SharingTheMachine(const CostParams& p, double bytes, int nranks);
 
 // Whether `p` names a network topology (a torus, a fat tree, rails or a
 // dragonfly).

@@ -166,12 +166,14 @@ class Parser {
         CIUIC_RETURN_IF_ERROR(GammaLine(f));
       } else if (kw == "memory") {
         CIUIC_RETURN_IF_ERROR(MemoryLine(f));
+      } else if (kw == "memory_shared") {
+        CIUIC_RETURN_IF_ERROR(MemorySharedLine(f));
       } else if (kw == "rule") {
         CIUIC_RETURN_IF_ERROR(RuleLine(f));
       } else if (kw == kMagic) {
         return Error("'" + std::string(kMagic) + "' again (only once, first)");
       } else {
-        return Error("unknown statement '" + kw + "' (expected meta, backend, gamma, memory or rule)");
+        return Error("unknown statement '" + kw + "' (expected meta, backend, gamma, memory, memory_shared or rule)");
       }
     }
     if (!seen_magic_) {
@@ -306,6 +308,21 @@ class Parser {
     return Status::Ok();
   }
 
+  Status MemorySharedLine(const std::vector<std::string>& f) {
+    if (f.size() != 3) return Error("memory_shared takes a core count and GB/s (memory_shared 2 4.7)");
+    if (tuning_.memory_shared_cores != 0) return Error("memory_shared given twice");
+    int cores = 0;
+    auto pr = std::from_chars(f[1].data(), f[1].data() + f[1].size(), cores);
+    if (pr.ec != std::errc() || pr.ptr != f[1].data() + f[1].size() || cores < 2 || cores > 4096) {
+      return Error("memory_shared '" + f[1] + "' is not a core count of 2 or more");
+    }
+    double gbps = 0;
+    if (!ParsePositive(f[2], &gbps)) return Error("memory_shared " + f[1] + ": '" + f[2] + "' is not a positive number");
+    tuning_.memory_shared_cores = cores;
+    tuning_.memory_shared_gbps = gbps;
+    return Status::Ok();
+  }
+
   Status RuleLine(std::vector<std::string> f) {
     int hosts = 0;
     if (f.size() == 10 && f[3] == "ranks" && f[5] == "hosts" && f[7] == "from") {
@@ -424,6 +441,10 @@ std::string FormatTuning(const Tuning& t) {
     for (const auto& [bytes, gbps] : t.memory) out += " " + std::to_string(bytes) + " " + Number(gbps);
     out += "\n";
   }
+  if (t.memory_shared_cores != 0) {
+    out += "# memory_shared CORES GB/s: the copy rate out of DRAM of each of CORES cores copying at once\n";
+    out += "memory_shared " + std::to_string(t.memory_shared_cores) + " " + Number(t.memory_shared_gbps) + "\n";
+  }
   if (!t.rules.empty()) {
     out += "# rule COLLECTIVE BACKEND ranks N [hosts H] from BYTES ALGORITHM (until the next rule's from)\n";
   }
@@ -463,6 +484,10 @@ void ApplyTuning(const Tuning& t, transport::BackendKind backend, CostParams* p,
   if (t.memory.size() >= 2) {
     p->memory_curve.clear();
     for (const auto& [bytes, gbps] : t.memory) p->memory_curve.emplace_back(static_cast<double>(bytes), 1e-9 / gbps);
+  }
+  if (t.memory_shared_cores != 0) {
+    p->dram_shared_cores = t.memory_shared_cores;
+    p->dram_shared_copy_s_per_byte = 1e-9 / t.memory_shared_gbps;
   }
   const GammaTuning* found = nullptr;
   for (const GammaTuning& g : t.gammas) {

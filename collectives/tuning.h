@@ -8,7 +8,7 @@
 // integers of bytes (K/M/G suffixes = KiB/MiB/GiB accepted). Grammar:
 //
 //   file    := "ciuic-tuning 1"          first statement, exactly once
-//              { meta | backend | gamma | memory | rule }
+//              { meta | backend | gamma | memory | memory_shared | rule }
 //   meta    := "meta" KEY TEXT           KEY [a-z0-9_]+; TEXT = the rest of
 //                                        the line (host, date, git, cpu, ...);
 //                                        informational, each KEY once
@@ -45,6 +45,15 @@
 //                                        places its rates between the cache
 //                                        figures and the dram ones
 //                                        (CostParams::memory_curve)
+//   memory_shared := "memory_shared" CORES GBPS
+//                                        at most once, CORES >= 2: the copy
+//                                        rate out of DRAM of each of CORES
+//                                        cores copying at once (DRAM's rate
+//                                        shared); with the backend line's
+//                                        copy_dram_gbps (one core alone) it
+//                                        slows the DRAM rates of ranks that
+//                                        share a machine's cores
+//                                        (CostParams::dram_shared_*)
 //     DTYPE := i8 u8 i32 u32 i64 u64 f16 bf16 f32 f64;  OP := sum prod min max avg
 //   rule    := "rule" COLL BACKEND "ranks" N [ "hosts" H ] "from" BYTES ALGO
 //     For collective COLL (allreduce, broadcast, ... as CollectiveName), on
@@ -135,6 +144,8 @@ struct Tuning {
   std::vector<BackendTuning> backends;                    // in file order
   std::vector<GammaTuning> gammas;                        // in file order
   std::vector<std::pair<size_t, double>> memory;          // the memory statement: (bytes, GB/s)
+  int memory_shared_cores = 0;                            // memory_shared (0: none)
+  double memory_shared_gbps = 0;
   std::vector<TuningRule> rules;                          // in file order
 };
 
@@ -175,8 +186,8 @@ const BackendTuning* FindBackendLine(const Tuning& tuning, transport::BackendKin
 // Overrides the fields of `params` the file has for `backend` at `level`
 // (alpha, beta, copy and their dram figures: FindBackendLine), the gamma
 // of (dtype, op) and its dram figure (avg falls back to sum's gamma: the
-// executor reduces avg as a sum) and the memory curve; leaves the others
-// as they are.
+// executor reduces avg as a sum), the memory curve and memory_shared;
+// leaves the others as they are.
 void ApplyTuning(const Tuning& tuning, transport::BackendKind backend, CostParams* params,
                  DataType dtype = DataType::kFloat32, ReduceOp op = ReduceOp::kSum,
                  TuningLevel level = TuningLevel::kOneMachine);

@@ -543,6 +543,11 @@ int main(int argc, char** argv) {
                                       (per_host > 1 && net.params.net_cpu_s_per_byte > 0
                                            ? " (the network's bytes at " +
                                                  Fixed(1e-9 / net.params.net_cpu_s_per_byte, 2) + " GB/s of CPU)"
+                                           : "") +
+                                      (net.params.dram_shared_cores >= 2 && net.params.dram_shared_copy_s_per_byte > 0
+                                           ? ", DRAM copy " + Fixed(1e-9 / net.params.dram_shared_copy_s_per_byte, 1) +
+                                                 " GB/s each of " + std::to_string(net.params.dram_shared_cores) +
+                                                 " at once"
                                            : "")
                                 : "") +
       "; gamma " + Fixed(1e-9 / net.params.gamma_s_per_byte, 1) + " GB/s, copy " +

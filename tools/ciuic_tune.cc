@@ -5,13 +5,15 @@
 // What it measures, in order:
 //   gamma, copy  in this process: Reducer::Reduce of two inputs into a
 //                256 KiB result (L2-resident, as chunks are) per dtype (sum),
-//                and Reducer::Copy of 256 KiB; best of three batches.
+//                and Reducer::Copy of 256 KiB; best of three batches. The
+//                copy by working set to 128 MiB, and out of DRAM on up to
+//                8 cores at once (memory_shared).
 //   alpha, beta  per backend, two forked ranks over one transport::Link (the
 //                slot ring collectives use): alpha = the median one-way time
 //                of an 8 B ping-pong (half the round trip); beta = full-slot
 //                chunks streamed one way (the sender copies each into the
 //                slot, as the executor does), bytes / time until the
-//                receiver's answer to the last one.
+//                receiver's answer to the last one, median of five.
 //   all-reduce   per rank count, n forked ranks run every all-reduce
 //                algorithm of the registry that runs on the backend (the
 //                schedules, and on shm the direct family) over the size
@@ -36,12 +38,14 @@
 // 2 bad flags or knobs.
 #include <getopt.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -56,6 +60,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ciuic/collectives.h"
@@ -295,6 +300,10 @@ struct KernelRates {
   double copy_dram_gbps = 0;
   double sum_dram_gbps = 0;
   std::vector<std::pair<size_t, double>> memory;
+  // Each of shared_cores cores copying kDramBytes out of DRAM at once
+  // (0: fewer than two cores, or they could not be pinned apart).
+  int shared_cores = 0;
+  double shared_copy_gbps = 0;
 };
 
 // GB/s of `bytes` per call of `fn`, best of three batches of about `s`.
@@ -325,6 +334,45 @@ Status MeasureReduce(const kernels::Reducer& reducer, DataType t, double seconds
   });
   k->reduce_gbps.emplace_back(t, gbps);
   return Status::Ok();
+}
+
+// Copies out of DRAM on `cores` threads at once, thread i pinned to the
+// i-th CPU of the machine (not of this process: a launched rank is bound
+// to one core), each over its own kDramBytes buffers: the mean of their
+// GB/s, 0 where a thread could not be pinned (threads sharing a core
+// would measure the scheduler, not DRAM).
+double SharedDramCopy(const kernels::Reducer& reducer, int cores, double single_gbps, double seconds) {
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cores < 2 || online < cores || single_gbps <= 0) return 0;
+  // Enough copies that they overlap for most of their time.
+  const int reps = std::clamp(static_cast<int>(seconds * single_gbps * 1e9 / kDramBytes), 4, 64);
+  std::vector<double> gbps(static_cast<size_t>(cores), 0);
+  std::vector<char> pinned(static_cast<size_t>(cores), 0);
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < cores; ++i) {
+    threads.emplace_back([&, i] {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(i, &set);
+      pinned[static_cast<size_t>(i)] = sched_setaffinity(0, sizeof set, &set) == 0;
+      std::vector<uint64_t> src(kDramBytes / 8, 1), dst(kDramBytes / 8, 0);
+      ready.fetch_add(1);
+      while (ready.load() < cores) std::this_thread::yield();
+      const auto t0 = Clock::now();
+      for (int r = 0; r < reps; ++r) {
+        reducer.Copy(dst.data(), src.data(), kDramBytes);
+        asm volatile("" : : "r"(dst.data()) : "memory");
+      }
+      const double t = std::chrono::duration<double>(Clock::now() - t0).count();
+      gbps[static_cast<size_t>(i)] = static_cast<double>(kDramBytes) * reps / t / 1e9;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  if (std::find(pinned.begin(), pinned.end(), 0) != pinned.end()) return 0;
+  double sum = 0;
+  for (double g : gbps) sum += g;
+  return sum / cores;
 }
 
 StatusOr<KernelRates> MeasureKernels(const kernels::Reducer& reducer, const Effort& e) {
@@ -363,6 +411,12 @@ StatusOr<KernelRates> MeasureKernels(const kernels::Reducer& reducer, const Effo
     (void)reducer.Reduce(big_dst.data(), srcs, 2, count, DataType::kFloat32, ReduceOp::kSum);
     asm volatile("" : : "r"(big_dst.data()) : "memory");
   });
+  // Up to 8 cores: enough to see DRAM's rate shared, a bounded allocation.
+  const int cores = static_cast<int>(std::min<long>(8, sysconf(_SC_NPROCESSORS_ONLN)));
+  if (const double g = SharedDramCopy(reducer, cores, k.copy_dram_gbps, 4 * e.kernel_s); g > 0) {
+    k.shared_cores = cores;
+    k.shared_copy_gbps = g;
+  }
   return k;
 }
 
@@ -623,7 +677,9 @@ StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string
     }
   }
   // beta: full slots streamed 0 -> 1, then an 8 B answer; a short warm-up
-  // round first, then the fastest of three (a loopback stream is noisy).
+  // round first, then the median of five: a rate-limited link's burst
+  // (tbf) lets the first stream after a pause through above the rate, and
+  // a loopback stream is noisy both ways.
   // Out of DRAM: each chunk from the next part of a buffer far larger than
   // the caches, as a large collective's input is; the two interleaved.
   const size_t stream = kind == BackendKind::kShm ? e.stream_bytes : e.stream_bytes / 4;
@@ -646,13 +702,16 @@ StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string
     return std::chrono::duration<double>(Clock::now() - t0).count();
   };
   CIUIC_RETURN_IF_ERROR(timed(lo.nslots * 2, false).status());
-  double seconds = 1e30, dram_seconds = 1e30;
-  for (int round = 0; round < 3; ++round) {
+  std::vector<double> times, dram_times;
+  for (int round = 0; round < 5; ++round) {
     CIUIC_ASSIGN_OR_RETURN(double s, timed(chunks, false));
     CIUIC_ASSIGN_OR_RETURN(double d, timed(chunks, true));
-    seconds = std::min(seconds, s);
-    dram_seconds = std::min(dram_seconds, d);
+    times.push_back(s);
+    dram_times.push_back(d);
   }
+  std::sort(times.begin(), times.end());
+  std::sort(dram_times.begin(), dram_times.end());
+  const double seconds = times[times.size() / 2], dram_seconds = dram_times[dram_times.size() / 2];
   CIUIC_RETURN_IF_ERROR(b.Wait([&] { return b.link->sends_in_flight() == 0; }, "the last write to complete"));
   // Neither side tears the link down while the other still uses it.
   CIUIC_RETURN_IF_ERROR(store.Set(prefix + "/link/done/" + std::to_string(role), "1"));
@@ -955,11 +1014,18 @@ StatusOr<KernelRates> MeasureGammas(const kernels::Reducer& reducer, const Effor
     tuning->gammas.push_back(g);
   }
   tuning->memory = rates.memory;
+  if (rates.shared_cores >= 2) {
+    tuning->memory_shared_cores = rates.shared_cores;
+    tuning->memory_shared_gbps = std::round(rates.shared_copy_gbps * 100) / 100;
+  }
   std::printf("\n# copy %.1f GB/s (%s)  from DRAM: copy %.1f GB/s, f32 sum %.1f GB/s (%s)\n# copy by working set:",
               rates.copy_gbps, SizeText(kKernelBytes).c_str(), rates.copy_dram_gbps, rates.sum_dram_gbps,
               SizeText(kDramBytes).c_str());
   for (const auto& [bytes, gbps] : rates.memory) std::printf(" %s %.1f", SizeText(bytes).c_str(), gbps);
   std::printf("\n");
+  if (rates.shared_cores >= 2) {
+    std::printf("# copy from DRAM on %d cores at once: %.1f GB/s each\n", rates.shared_cores, rates.shared_copy_gbps);
+  }
   return rates;
 }
 

@@ -804,6 +804,57 @@ TEST(CostModelTest, LargeWorkingSetsRunAtDramRates) {
   }
 }
 
+// Ranks sharing one machine (cpu_cores): their working sets add up in the
+// shared cache, and DRAM's rate is shared by the cores reading it at once.
+TEST(CostModelCoresTest, RanksOnOneMachineShareItsCacheAndDram) {
+  CostParams p = DefaultCostParams(transport::BackendKind::kShm);
+  p.copy_s_per_byte = 1 / 48e9;
+  p.beta_s_per_byte = 1 / 24e9;
+  p.intra_beta_s_per_byte = 1 / 24e9;
+  p.gamma_s_per_byte = 1 / 20e9;
+  p.dram_copy_s_per_byte = 1 / 12e9;
+  p.dram_beta_s_per_byte = 1 / 8e9;
+  p.dram_intra_beta_s_per_byte = 1 / 8e9;
+  p.dram_gamma_s_per_byte = 1 / 6e9;
+  p.memory_curve = {{1 << 20, 1 / 48e9}, {8 << 20, 1 / 48e9}, {16 << 20, 1 / 12e9}};
+  // Without cpu_cores a rank's own 4 MiB is before the cliff; with it, the
+  // four ranks' 16 MiB is past it.
+  EXPECT_DOUBLE_EQ(SharingTheMachine(p, 4 << 20, 4).copy_s_per_byte, p.copy_s_per_byte);
+  p.cpu_cores = 2;
+  EXPECT_DOUBLE_EQ(SharingTheMachine(p, 4 << 20, 4).copy_s_per_byte, p.dram_copy_s_per_byte);
+  EXPECT_DOUBLE_EQ(SharingTheMachine(p, 4 << 20, 1).copy_s_per_byte, p.copy_s_per_byte);
+  // Each of 2 cores at once copies at 8 GB/s out of DRAM against 12 alone:
+  // 1.5x the time per byte, on every DRAM figure. Two cores busy at 4 ranks
+  // (min of cores and ranks); 8 cores on a machine measured at 2: DRAM's
+  // total is reached, 4 times the pair's slowdown.
+  p.dram_shared_cores = 2;
+  p.dram_shared_copy_s_per_byte = 1 / 8e9;
+  const CostParams two = SharingTheMachine(p, 4 << 20, 4);
+  EXPECT_NEAR(two.copy_s_per_byte, 1.5 / 12e9, 1e-20);
+  EXPECT_NEAR(two.beta_s_per_byte, 1.5 / 8e9, 1e-20);
+  EXPECT_NEAR(two.intra_beta_s_per_byte, 1.5 / 8e9, 1e-20);
+  EXPECT_NEAR(two.gamma_s_per_byte, 1.5 / 6e9, 1e-20);
+  p.cpu_cores = 8;
+  EXPECT_NEAR(SharingTheMachine(p, 4 << 20, 8).copy_s_per_byte, 6 / 12e9, 1e-20);
+  // Measured on 4 cores (each at 6 GB/s: 2x alone), 3 busy: two thirds of
+  // the way from one core's rate to 4 cores'.
+  p.dram_shared_cores = 4;
+  p.dram_shared_copy_s_per_byte = 1 / 6e9;
+  EXPECT_NEAR(SharingTheMachine(p, 8 << 20, 3).copy_s_per_byte, (1 + 2.0 / 3) / 12e9, 1e-20);
+  // Predict uses it: a 4 MiB all-reduce of 4 ranks on 2 cores is slower
+  // than the same ranks costed each with a machine of its own.
+  p.cpu_cores = 2;
+  p.dram_shared_cores = 2;
+  p.dram_shared_copy_s_per_byte = 1 / 8e9;
+  CostParams alone = p;
+  alone.dram_shared_cores = 0;
+  alone.memory_curve = {{1 << 20, 1 / 48e9}, {64 << 20, 1 / 48e9 + 1e-15}, {128 << 20, 1 / 12e9}};
+  auto shared = Predict(Collective::kAllReduce, Algorithm::kRing, 4 << 20, 4, p);
+  auto own = Predict(Collective::kAllReduce, Algorithm::kRing, 4 << 20, 4, alone);
+  ASSERT_TRUE(shared.ok() && own.ok());
+  EXPECT_GT(shared->seconds, 2 * own->seconds);
+}
+
 // Review findings: an estimate shares the machine's cores like the other
 // methods; Swing's reflection is a symmetry for even rank counts only.
 TEST(CostModelSymmetryTest, EstimatesShareTheCoresAndSwingNeedsEvenRanks) {

@@ -145,6 +145,10 @@ TEST(TuningTest, EveryErrorNamesFileLineAndProblem) {
       {"memory 128M 40 512K 6", "memory: working sets must increase ('512K' after 134217728)"},
       {"memory 512Q 40 128M 6", "memory '512Q'"},
       {"memory 0 40 128M 6", "memory: a working set of 0 bytes"},
+      {"memory_shared 2", "memory_shared takes a core count and GB/s"},
+      {"memory_shared 1 4.7", "memory_shared '1' is not a core count of 2 or more"},
+      {"memory_shared two 4.7", "memory_shared 'two' is not a core count"},
+      {"memory_shared 2 0", "memory_shared 2: '0' is not a positive number"},
       {"gamma i8 max 1", "gamma i8 max given twice (first on line 4)"},
       {"meta host", "meta needs a key and a text"},
       {"meta Host x", "meta key 'Host' is not [a-z0-9_]+"},
@@ -194,7 +198,8 @@ TEST(TuningTest, DramFiguresRoundTripAndApply) {
       "ciuic-tuning 1\n"
       "backend shm alpha_us 0.4 beta_gbps 25 copy_gbps 48 beta_dram_gbps 8.5 copy_dram_gbps 11\n"
       "gamma f32 sum 21.5 dram 7.5\n"
-      "memory 512K 47 2M 27.5 128M 11\n");
+      "memory 512K 47 2M 27.5 128M 11\n"
+      "memory_shared 2 8.25\n");
   ASSERT_EQ(t.backends.size(), 1u);
   EXPECT_DOUBLE_EQ(*t.backends[0].beta_dram_gbps, 8.5);
   EXPECT_DOUBLE_EQ(*t.backends[0].copy_dram_gbps, 11);
@@ -207,8 +212,11 @@ TEST(TuningTest, DramFiguresRoundTripAndApply) {
   EXPECT_NE(text.find("beta_dram_gbps 8.5 copy_dram_gbps 11\n"), std::string::npos) << text;
   EXPECT_NE(text.find("gamma f32 sum 21.5 dram 7.5\n"), std::string::npos) << text;
   EXPECT_NE(text.find("memory 524288 47 2097152 27.5 134217728 11\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("memory_shared 2 8.25\n"), std::string::npos) << text;
   EXPECT_EQ(FormatTuning(ParseOrDie(text)), text);
   EXPECT_NE(ParseTuning(text + "memory 1K 1 2K 1\n", "t").status().message().find("memory given twice"),
+            std::string::npos);
+  EXPECT_NE(ParseTuning(text + "memory_shared 4 3\n", "t").status().message().find("memory_shared given twice"),
             std::string::npos);
   CostParams p = DefaultCostParams(BackendKind::kShm);
   ApplyTuning(t, BackendKind::kShm, &p);
@@ -218,6 +226,8 @@ TEST(TuningTest, DramFiguresRoundTripAndApply) {
   ASSERT_EQ(p.memory_curve.size(), 3u);
   EXPECT_DOUBLE_EQ(p.memory_curve[2].first, 128.0 * (1 << 20));
   EXPECT_DOUBLE_EQ(p.memory_curve[2].second, 1 / 11e9);
+  EXPECT_EQ(p.dram_shared_cores, 2);
+  EXPECT_DOUBLE_EQ(p.dram_shared_copy_s_per_byte, 1 / 8.25e9);
 }
 
 TEST(TuningTest, HeaderErrors) {

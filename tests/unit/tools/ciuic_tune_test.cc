@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -48,6 +49,17 @@ std::string TempPath() {
   return tmpl;
 }
 
+// DRAM's rate shared by the cores: measured on up to 8 of the machine's
+// cores at once, also from a rank its launcher bound to one core.
+void ExpectSharedDram(const collectives::Tuning& t) {
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  EXPECT_EQ(t.memory_shared_cores, cpus >= 2 ? static_cast<int>(std::min(8L, cpus)) : 0)
+      << collectives::FormatTuning(t);
+  if (cpus >= 2) {
+    EXPECT_GT(t.memory_shared_gbps, 0);
+  }
+}
+
 TEST(CiuicTuneTest, QuickRunWritesALoadableFile) {
   const std::string path = TempPath();
   const Result r = RunTune("--quick -n 2 -t shm -o " + path);
@@ -64,6 +76,7 @@ TEST(CiuicTuneTest, QuickRunWritesALoadableFile) {
   EXPECT_GT(*t->backends[0].alpha_us, 0);
   EXPECT_GT(*t->backends[0].beta_gbps, 0);
   EXPECT_FALSE(t->gammas.empty());
+  ExpectSharedDram(*t);
   // Rules cover every size from 0 for 2 ranks, and nothing else.
   EXPECT_TRUE(collectives::TunedAlgorithm(*t, collectives::Collective::kAllReduce, transport::BackendKind::kShm, 2, 0)
                   .has_value());
@@ -109,6 +122,7 @@ void ExpectFile(const std::string& path, transport::BackendKind backend, int nra
   ASSERT_NE(shm, nullptr) << collectives::FormatTuning(*t);
   EXPECT_TRUE(shm->alpha_us && shm->beta_gbps && shm->copy_gbps) << collectives::FormatTuning(*t);
   EXPECT_FALSE(t->gammas.empty()) << collectives::FormatTuning(*t);
+  ExpectSharedDram(*t);
   if (nhosts > 1) {
     const collectives::BackendTuning* net = collectives::FindBackendLine(*t, backend, TuningLevel::kBetweenHosts);
     ASSERT_NE(net, nullptr) << collectives::FormatTuning(*t);
