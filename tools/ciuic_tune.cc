@@ -350,6 +350,7 @@ double SharedDramCopy(const kernels::Reducer& reducer, int cores, double single_
   std::vector<char> pinned(static_cast<size_t>(cores), 0);
   std::atomic<int> ready{0};
   std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(cores));
   for (int i = 0; i < cores; ++i) {
     threads.emplace_back([&, i] {
       cpu_set_t set;
