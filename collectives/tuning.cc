@@ -23,7 +23,7 @@ constexpr Collective kAllCollectives[] = {
     Collective::kAllToAll,      Collective::kBarrier,   Collective::kSend,    Collective::kRecv};
 constexpr transport::BackendKind kAllBackends[] = {transport::BackendKind::kShm, transport::BackendKind::kTcp,
                                                    transport::BackendKind::kVerbs};
-constexpr const char* kBackendFields = "alpha_us, beta_gbps, copy_gbps, beta_dram_gbps, copy_dram_gbps";
+constexpr const char* kBackendFields = "alpha_us, beta_gbps, copy_gbps, beta_dram_gbps, copy_dram_gbps, pair_cores";
 constexpr const char* kBetweenHostsWord = "between_hosts";
 
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\r'; }
@@ -240,6 +240,14 @@ class Parser {
     if (f.size() < first_field + 2) return Error("backend " + name + " needs at least one of " + kBackendFields);
     if ((f.size() - first_field) % 2 != 0) return Error("backend " + name + ": field '" + f.back() + "' has no value");
     for (size_t i = first_field; i + 1 < f.size(); i += 2) {
+      if (f[i] == "pair_cores") {
+        if (b.pair_cores) return Error("backend " + name + ": pair_cores given twice");
+        if (f[i + 1] != "1" && f[i + 1] != "2") {
+          return Error("backend " + name + ": pair_cores '" + f[i + 1] + "' is not 1 or 2");
+        }
+        b.pair_cores = f[i + 1] == "1" ? 1 : 2;
+        continue;
+      }
       std::optional<double>* slot = nullptr;
       if (f[i] == "alpha_us") slot = &b.alpha_us;
       else if (f[i] == "beta_gbps") slot = &b.beta_gbps;
@@ -428,6 +436,7 @@ std::string FormatTuning(const Tuning& t) {
     if (b.copy_gbps) out += " copy_gbps " + Number(*b.copy_gbps);
     if (b.beta_dram_gbps) out += " beta_dram_gbps " + Number(*b.beta_dram_gbps);
     if (b.copy_dram_gbps) out += " copy_dram_gbps " + Number(*b.copy_dram_gbps);
+    if (b.pair_cores) out += " pair_cores " + std::to_string(*b.pair_cores);
     out += "\n";
   }
   if (!t.gammas.empty()) out += "# gamma DTYPE OP GB/s of result bytes, dst = a OP b, L2-resident [dram GB/s]\n";

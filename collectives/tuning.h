@@ -30,6 +30,8 @@
 //     beta_dram_gbps, copy_dram_gbps VALUE > 0
 //                           the same from buffers far larger than the
 //                           caches (streamed from DRAM); see cache
+//     pair_cores 1 | 2      the measured pair shared one core (1) or could
+//                           run on two (2)
 //   gamma   := "gamma" DTYPE OP GBPS [ "dram" GBPS ]
 //                                        reduction rate of dst = a OP b at an
 //                                        L2-resident size, GB/s of result
@@ -113,6 +115,10 @@ struct BackendTuning {
   std::optional<double> beta_dram_gbps;
   std::optional<double> copy_dram_gbps;
   bool between_hosts = false;  // measured between hosts (the network level)
+  // The measured pair's cores: 1 where both ranks were bound to one core (a
+  // stream's rate is then the sender's and the receiver's costs added), 2
+  // where each could run on its own; unset: not said.
+  std::optional<int> pair_cores;
   int line = 0;  // where it was read (0: built in code)
 };
 

@@ -365,7 +365,9 @@ int main(int argc, char** argv) {
       const coll::BackendTuning* plain = coll::FindBackendLine(*t, backend, coll::TuningLevel::kOneMachine);
       const coll::BackendTuning* between = coll::FindBackendLine(*t, backend, coll::TuningLevel::kBetweenHosts);
       if (plain != nullptr && between != nullptr && between != plain && plain->beta_gbps) {
-        net.params.net_cpu_s_per_byte = 1e-9 / *plain->beta_gbps;
+        // A pair on one core streamed at the sender's and receiver's costs
+        // added; the model charges each side, so half of it per side.
+        net.params.net_cpu_s_per_byte = 1e-9 / *plain->beta_gbps * (plain->pair_cores == 1 ? 0.5 : 1.0);
       }
     }
   }

@@ -642,6 +642,17 @@ struct LinkBench {
   }
 };
 
+// The one CPU this thread is bound to, -1 where it may run on several.
+int BoundCpu() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) != 1) return -1;
+  for (int i = 0; i < CPU_SETSIZE; ++i) {
+    if (CPU_ISSET(i, &set)) return i;
+  }
+  return -1;
+}
+
 // One side (`role` 0 or 1) of a pair measuring a Link of `kind` whose
 // store keys live under `prefix`; role 0 returns its result line
 // ("link KIND alpha_us beta_gbps slot_bytes beta_dram_gbps"), role 1 an
@@ -663,6 +674,9 @@ StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string
   CIUIC_ASSIGN_OR_RETURN(b.link, transport::Link::Create(*b.backend, *b.pool, store, prefix + "/link", role, 1 - role,
                                                          0, lo, timeout));
   std::vector<char> src(lo.slot_size, 1);
+  // Whether the pair shares one core (a launcher's binding): the stream's
+  // rate then adds both sides' costs.
+  if (role == 1) CIUIC_RETURN_IF_ERROR(store.Set(prefix + "/link/cpu", std::to_string(BoundCpu())));
   // alpha: 8 B ping-pong, one way = half the round trip, median.
   const int warm = e.pingpongs / 10;
   std::vector<double> one_way;
@@ -718,11 +732,14 @@ StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string
   CIUIC_RETURN_IF_ERROR(store.Set(prefix + "/link/done/" + std::to_string(role), "1"));
   CIUIC_RETURN_IF_ERROR(store.Wait({prefix + "/link/done/0", prefix + "/link/done/1"}, timeout));
   if (role != 0) return std::string();
+  CIUIC_ASSIGN_OR_RETURN(std::string peer_cpu, store.Get(prefix + "/link/cpu", timeout));
+  const int mine = BoundCpu();
+  const int pair_cores = mine >= 0 && peer_cpu == std::to_string(mine) ? 1 : 2;
   std::sort(one_way.begin(), one_way.end());
   char line[200];
-  std::snprintf(line, sizeof(line), "link %s %.6g %.6g %zu %.6g", transport::BackendName(kind),
+  std::snprintf(line, sizeof(line), "link %s %.6g %.6g %zu %.6g %d", transport::BackendName(kind),
                 one_way[one_way.size() / 2], static_cast<double>(chunks * lo.slot_size) / seconds / 1e9, lo.slot_size,
-                static_cast<double>(chunks * lo.slot_size) / dram_seconds / 1e9);
+                static_cast<double>(chunks * lo.slot_size) / dram_seconds / 1e9, pair_cores);
   return std::string(line);
 }
 
@@ -741,12 +758,17 @@ Status MeasureLink(int rank, const std::string& host, uint16_t port, const std::
 // A "link ..." line as a backend line of the file (false: not one).
 bool ParseLinkLine(const std::string& line, collectives::BackendTuning* bt, size_t* slot) {
   double alpha = 0, beta = 0, beta_dram = 0;
+  int pair_cores = 0;
   char name[16];
   // The line is this tool's own (a child's or a rank's); a malformed one is
   // no result.
   // NOLINTNEXTLINE(cert-err34-c)
-  if (std::sscanf(line.c_str(), "link %15s %lf %lf %zu %lf", name, &alpha, &beta, slot, &beta_dram) != 5) return false;
+  if (std::sscanf(line.c_str(), "link %15s %lf %lf %zu %lf %d", name, &alpha, &beta, slot, &beta_dram, &pair_cores) != 6 ||
+      (pair_cores != 1 && pair_cores != 2)) {
+    return false;
+  }
   bt->alpha_us = std::round(alpha * 1000) / 1000;
+  bt->pair_cores = pair_cores;
   bt->beta_gbps = std::round(beta * 100) / 100;
   bt->beta_dram_gbps = std::round(beta_dram * 100) / 100;
   return true;
@@ -754,9 +776,10 @@ bool ParseLinkLine(const std::string& line, collectives::BackendTuning* bt, size
 
 void PrintLink(const collectives::BackendTuning& bt, size_t slot) {
   std::printf("# %-5s%s alpha %.3f us (8 B ping-pong over a Link, median one way)  beta %.2f GB/s (%s chunks), "
-              "%.2f GB/s out of DRAM\n",
+              "%.2f GB/s out of DRAM%s\n",
               transport::BackendName(bt.backend), bt.between_hosts ? " between hosts" : "", *bt.alpha_us,
-              *bt.beta_gbps, SizeText(slot).c_str(), bt.beta_dram_gbps.value_or(0));
+              *bt.beta_gbps, SizeText(slot).c_str(), bt.beta_dram_gbps.value_or(0),
+              bt.pair_cores == 1 ? "; the pair on one core" : "");
   std::fflush(stdout);
 }
 

@@ -131,6 +131,8 @@ TEST(TuningTest, EveryErrorNamesFileLineAndProblem) {
       {"backend tcp between_hosts alpha_us 1 beta_gbps", "backend tcp between_hosts: field 'beta_gbps' has no value"},
       {"backend tcp between_hosts alpha_us 1 between_hosts 2", "unknown key 'between_hosts' in backend tcp between_hosts"},
       {"backend verbs alpha_us 1 between_hosts", "field 'between_hosts' has no value"},
+      {"backend verbs pair_cores 3", "backend verbs: pair_cores '3' is not 1 or 2"},
+      {"backend verbs pair_cores 1 pair_cores 2", "backend verbs: pair_cores given twice"},
       {"gamma f32 sum", "gamma takes a dtype, an op and GB/s"},
       {"gamma f128 sum 1", "unknown dtype 'f128' (valid: i8, u8"},
       {"gamma f32 xor 1", "unknown op 'xor' (valid: sum, prod, min, max, avg, band, bor, bxor, premul_sum)"},
@@ -196,7 +198,7 @@ TEST(TuningTest, EveryErrorNamesFileLineAndProblem) {
 TEST(TuningTest, DramFiguresRoundTripAndApply) {
   const Tuning t = ParseOrDie(
       "ciuic-tuning 1\n"
-      "backend shm alpha_us 0.4 beta_gbps 25 copy_gbps 48 beta_dram_gbps 8.5 copy_dram_gbps 11\n"
+      "backend shm alpha_us 0.4 beta_gbps 25 copy_gbps 48 beta_dram_gbps 8.5 copy_dram_gbps 11 pair_cores 1\n"
       "gamma f32 sum 21.5 dram 7.5\n"
       "memory 512K 47 2M 27.5 128M 11\n"
       "memory_shared 2 8.25\n");
@@ -209,7 +211,8 @@ TEST(TuningTest, DramFiguresRoundTripAndApply) {
   EXPECT_EQ(t.memory[1].first, size_t{2} << 20);
   EXPECT_DOUBLE_EQ(t.memory[1].second, 27.5);
   const std::string text = FormatTuning(t);
-  EXPECT_NE(text.find("beta_dram_gbps 8.5 copy_dram_gbps 11\n"), std::string::npos) << text;
+  EXPECT_EQ(t.backends[0].pair_cores, 1);
+  EXPECT_NE(text.find("beta_dram_gbps 8.5 copy_dram_gbps 11 pair_cores 1\n"), std::string::npos) << text;
   EXPECT_NE(text.find("gamma f32 sum 21.5 dram 7.5\n"), std::string::npos) << text;
   EXPECT_NE(text.find("memory 524288 47 2097152 27.5 134217728 11\n"), std::string::npos) << text;
   EXPECT_NE(text.find("memory_shared 2 8.25\n"), std::string::npos) << text;

@@ -3,6 +3,7 @@
 // a rank that dies stops the run with its reason and leaves no process.
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -75,6 +76,12 @@ TEST(CiuicTuneTest, QuickRunWritesALoadableFile) {
   ASSERT_TRUE(t->backends[0].beta_gbps.has_value());
   EXPECT_GT(*t->backends[0].alpha_us, 0);
   EXPECT_GT(*t->backends[0].beta_gbps, 0);
+  // Forked unbound, the pair could run on two cores (unless this test
+  // itself was confined to one CPU, which its children inherit).
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  EXPECT_EQ(t->backends[0].pair_cores, CPU_COUNT(&set) == 1 ? 1 : 2) << collectives::FormatTuning(*t);
   EXPECT_FALSE(t->gammas.empty());
   ExpectSharedDram(*t);
   // Rules cover every size from 0 for 2 ranks, and nothing else.
@@ -167,6 +174,8 @@ TEST(CiuicTuneTest, LaunchedAcrossHostsWritesTheJobsRules) {
   EXPECT_FALSE(inside->between_hosts);
   ASSERT_TRUE(inside->alpha_us && inside->beta_gbps) << collectives::FormatTuning(t);
   EXPECT_GT(*inside->beta_gbps, 2 * *net->beta_gbps) << collectives::FormatTuning(t);
+  // Each measured pair says whether the launcher bound it to one core.
+  EXPECT_TRUE(inside->pair_cores && net->pair_cores && shm->pair_cores) << collectives::FormatTuning(t);
   EXPECT_NE(r.output.find("[0] # tcp   alpha "), std::string::npos) << r.output;
 }
 
