@@ -655,7 +655,7 @@ int BoundCpu() {
 
 // One side (`role` 0 or 1) of a pair measuring a Link of `kind` whose
 // store keys live under `prefix`; role 0 returns its result line
-// ("link KIND alpha_us beta_gbps slot_bytes beta_dram_gbps"), role 1 an
+// ("link KIND alpha_us beta_gbps slot_bytes beta_dram_gbps pair_cores"), role 1 an
 // empty one.
 StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string& prefix, int role,
                                       const std::string& job_id, const Config& config, BackendKind kind,
