@@ -761,19 +761,26 @@ TEST(CostModelDragonflyTest, GlobalLinksAreShared) {
   EXPECT_NE(bad.status().message().find("dragonfly: group must be >= 1 and global > 0"), std::string::npos);
 }
 
+// shm's rates in cache (copy 48, beta 24, gamma 20 GB/s) and out of DRAM
+// (12, 8, 6), inside a host as between; no memory curve yet.
+CostParams CacheAndDramRates() {
+  CostParams p = DefaultCostParams(transport::BackendKind::kShm);
+  p.copy_s_per_byte = 1 / 48e9;
+  p.beta_s_per_byte = p.intra_beta_s_per_byte = 1 / 24e9;
+  p.gamma_s_per_byte = 1 / 20e9;
+  p.dram_copy_s_per_byte = 1 / 12e9;
+  p.dram_beta_s_per_byte = p.dram_intra_beta_s_per_byte = 1 / 8e9;
+  p.dram_gamma_s_per_byte = 1 / 6e9;
+  return p;
+}
+
 // Memory: below the curve's first working set the cache rates hold, at its
 // last the DRAM ones; between, every rate moves as far toward its DRAM
 // figure as the copy rate has fallen (log-linear in bytes between points).
 // Predict takes a rank's input and output as the working set: a 64 MiB
 // all-reduce streams from DRAM, a 16 KiB one does not.
 TEST(CostModelTest, LargeWorkingSetsRunAtDramRates) {
-  CostParams p = DefaultCostParams(transport::BackendKind::kShm);
-  p.copy_s_per_byte = 1 / 48e9;
-  p.beta_s_per_byte = 1 / 24e9;
-  p.gamma_s_per_byte = 1 / 20e9;
-  p.dram_copy_s_per_byte = 1 / 12e9;
-  p.dram_beta_s_per_byte = 1 / 8e9;
-  p.dram_gamma_s_per_byte = 1 / 6e9;
+  CostParams p = CacheAndDramRates();
   p.memory_curve = {{1 << 20, 1 / 48e9}, {4 << 20, 1 / 24e9}, {64 << 20, 1 / 12e9}};
   const CostParams small = AtWorkingSet(p, 512 << 10), large = AtWorkingSet(p, 1 << 30);
   EXPECT_DOUBLE_EQ(small.beta_s_per_byte, p.beta_s_per_byte);
@@ -807,15 +814,7 @@ TEST(CostModelTest, LargeWorkingSetsRunAtDramRates) {
 // Ranks sharing one machine (cpu_cores): their working sets add up in the
 // shared cache, and DRAM's rate is shared by the cores reading it at once.
 TEST(CostModelCoresTest, RanksOnOneMachineShareItsCacheAndDram) {
-  CostParams p = DefaultCostParams(transport::BackendKind::kShm);
-  p.copy_s_per_byte = 1 / 48e9;
-  p.beta_s_per_byte = 1 / 24e9;
-  p.intra_beta_s_per_byte = 1 / 24e9;
-  p.gamma_s_per_byte = 1 / 20e9;
-  p.dram_copy_s_per_byte = 1 / 12e9;
-  p.dram_beta_s_per_byte = 1 / 8e9;
-  p.dram_intra_beta_s_per_byte = 1 / 8e9;
-  p.dram_gamma_s_per_byte = 1 / 6e9;
+  CostParams p = CacheAndDramRates();
   p.memory_curve = {{1 << 20, 1 / 48e9}, {8 << 20, 1 / 48e9}, {16 << 20, 1 / 12e9}};
   // Without cpu_cores a rank's own 4 MiB is before the cliff; with it, the
   // four ranks' 16 MiB is past it.
