@@ -209,9 +209,7 @@ Status CommImpl::Init() {
     CostParams intra = DefaultCostParams(BackendKind::kShm);
     if (tuning_.has_value()) ApplyTuning(*tuning_, BackendKind::kShm, &intra);
     selection_.params.host_of = decision_.host_of;
-    selection_.params.intra_alpha_s = intra.alpha_s;
-    selection_.params.intra_beta_s_per_byte = intra.beta_s_per_byte;
-    selection_.params.dram_intra_beta_s_per_byte = intra.dram_beta_s_per_byte;
+    TakeIntraFrom(intra, &selection_.params);
   }
   if (tuning_.has_value()) {
     selection_.tuning = &*tuning_;

@@ -136,7 +136,9 @@ struct RankLoad {
 // `wire`: the wire itself, unless the bytes cross to another host and the
 // network's CPU cost per byte is known apart from its link's rate.
 double CpuOfWire(const CostParams& p, bool intra, double bytes, double wire) {
-  return !intra && !p.host_of.empty() && p.net_cpu_s_per_byte > 0 ? bytes * p.net_cpu_s_per_byte : wire;
+  if (!intra && !p.host_of.empty() && p.net_cpu_s_per_byte > 0) return bytes * p.net_cpu_s_per_byte;
+  const double exchange = intra ? p.intra_exchange_s_per_byte : p.exchange_s_per_byte;
+  return exchange > 0 ? bytes * exchange : wire;
 }
 
 RankLoad LoadOf(const Schedule& s, const CostParams& p) {
@@ -217,9 +219,19 @@ CostParams AtWorkingSet(const CostParams& p, double bytes) {
   };
   toward(q.beta_s_per_byte, p.dram_beta_s_per_byte);
   toward(q.intra_beta_s_per_byte, p.dram_intra_beta_s_per_byte);
+  toward(q.exchange_s_per_byte, p.dram_exchange_s_per_byte);
+  toward(q.intra_exchange_s_per_byte, p.dram_intra_exchange_s_per_byte);
   toward(q.copy_s_per_byte, p.dram_copy_s_per_byte);
   toward(q.gamma_s_per_byte, p.dram_gamma_s_per_byte);
   return q;
+}
+
+void TakeIntraFrom(const CostParams& shm, CostParams* p) {
+  p->intra_alpha_s = shm.alpha_s;
+  p->intra_beta_s_per_byte = shm.beta_s_per_byte;
+  p->dram_intra_beta_s_per_byte = shm.dram_beta_s_per_byte;
+  p->intra_exchange_s_per_byte = shm.exchange_s_per_byte;
+  p->dram_intra_exchange_s_per_byte = shm.dram_exchange_s_per_byte;
 }
 
 CostParams SharingTheMachine(const CostParams& p, double bytes, int nranks) {

@@ -70,6 +70,17 @@ struct CostParams {
   // not the CPU, sets the wire's rate (a NIC, a rate-limited link). 0: the
   // network's beta is CPU time too (tcp over loopback).
   double net_cpu_s_per_byte = 0;
+  // With cpu_cores: the CPU time a rank spends per byte it sends or
+  // receives, measured with both ranks of a pair sending at once (a ring's
+  // step), where a one-way stream shows only its slower side (tcp's sender
+  // runs more of the stack than its receiver). 0: the wire's beta is the
+  // CPU's time too. intra_*: inside a host (two levels); dram_*: out of
+  // DRAM (AtWorkingSet). Measured with the pair busy at once, so sharing
+  // DRAM (SharingTheMachine) does not slow them further.
+  double exchange_s_per_byte = 0;
+  double intra_exchange_s_per_byte = 0;
+  double dram_exchange_s_per_byte = 0;
+  double dram_intra_exchange_s_per_byte = 0;
   // A torus network (dimensions multiplying to the rank count; ranks in
   // row-major order): each message crosses the links of its dimension-order
   // route, each hop adds hop_latency_s, and messages sent at the same index
@@ -150,6 +161,10 @@ CostParams AtWorkingSet(const CostParams& p, double bytes);
 // in proportion beyond (DRAM's total rate reached). Without cpu_cores:
 // AtWorkingSet(p, bytes).
 CostParams SharingTheMachine(const CostParams& p, double bytes, int nranks);
+
+// `p`'s figures inside a host (intra_*) taken from `shm`, the parameters
+// of the backend that runs there.
+void TakeIntraFrom(const CostParams& shm, CostParams* p);
 
 // Whether `p` names a network topology (a torus, a fat tree, rails or a
 // dragonfly).

@@ -23,7 +23,7 @@ constexpr Collective kAllCollectives[] = {
     Collective::kAllToAll,      Collective::kBarrier,   Collective::kSend,    Collective::kRecv};
 constexpr transport::BackendKind kAllBackends[] = {transport::BackendKind::kShm, transport::BackendKind::kTcp,
                                                    transport::BackendKind::kVerbs};
-constexpr const char* kBackendFields = "alpha_us, beta_gbps, copy_gbps, beta_dram_gbps, copy_dram_gbps, pair_cores";
+constexpr const char* kBackendFields = "alpha_us, beta_gbps, copy_gbps, beta_dram_gbps, copy_dram_gbps, exchange_gbps, exchange_dram_gbps, pair_cores";
 constexpr const char* kBetweenHostsWord = "between_hosts";
 
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\r'; }
@@ -254,6 +254,8 @@ class Parser {
       else if (f[i] == "copy_gbps") slot = &b.copy_gbps;
       else if (f[i] == "beta_dram_gbps") slot = &b.beta_dram_gbps;
       else if (f[i] == "copy_dram_gbps") slot = &b.copy_dram_gbps;
+      else if (f[i] == "exchange_gbps") slot = &b.exchange_gbps;
+      else if (f[i] == "exchange_dram_gbps") slot = &b.exchange_dram_gbps;
       else return Error("unknown key '" + f[i] + "' in backend " + name + " (valid: " + kBackendFields + ")");
       if (slot->has_value()) return Error("backend " + name + ": " + f[i] + " given twice");
       double v = 0;
@@ -426,7 +428,7 @@ std::string FormatTuning(const Tuning& t) {
   for (const auto& [key, value] : t.meta) out += "meta " + key + " " + value + "\n";
   if (!t.backends.empty()) {
     out += "# backend NAME [between_hosts] alpha_us (one-way 8 B latency) beta_gbps (streaming) copy_gbps (local "
-           "copy); *_dram_gbps: the same out of DRAM\n";
+           "copy); *_dram_gbps: the same out of DRAM; exchange_*: both ways at once, sent + received\n";
   }
   for (const BackendTuning& b : t.backends) {
     out += std::string("backend ") + transport::BackendName(b.backend);
@@ -436,6 +438,8 @@ std::string FormatTuning(const Tuning& t) {
     if (b.copy_gbps) out += " copy_gbps " + Number(*b.copy_gbps);
     if (b.beta_dram_gbps) out += " beta_dram_gbps " + Number(*b.beta_dram_gbps);
     if (b.copy_dram_gbps) out += " copy_dram_gbps " + Number(*b.copy_dram_gbps);
+    if (b.exchange_gbps) out += " exchange_gbps " + Number(*b.exchange_gbps);
+    if (b.exchange_dram_gbps) out += " exchange_dram_gbps " + Number(*b.exchange_dram_gbps);
     if (b.pair_cores) out += " pair_cores " + std::to_string(*b.pair_cores);
     out += "\n";
   }
@@ -489,6 +493,10 @@ void ApplyTuning(const Tuning& t, transport::BackendKind backend, CostParams* p,
     if (b->copy_gbps) p->copy_s_per_byte = 1.0 / (*b->copy_gbps * 1e9);
     if (b->beta_dram_gbps) p->dram_beta_s_per_byte = 1.0 / (*b->beta_dram_gbps * 1e9);
     if (b->copy_dram_gbps) p->dram_copy_s_per_byte = 1.0 / (*b->copy_dram_gbps * 1e9);
+    // A pair on one core took turns: each rank's own cost is half the time.
+    const double turns = b->pair_cores == 1 ? 0.5 : 1.0;
+    if (b->exchange_gbps) p->exchange_s_per_byte = turns / (*b->exchange_gbps * 1e9);
+    if (b->exchange_dram_gbps) p->dram_exchange_s_per_byte = turns / (*b->exchange_dram_gbps * 1e9);
   }
   if (t.memory.size() >= 2) {
     p->memory_curve.clear();

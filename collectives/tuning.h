@@ -30,6 +30,14 @@
 //     beta_dram_gbps, copy_dram_gbps VALUE > 0
 //                           the same from buffers far larger than the
 //                           caches (streamed from DRAM); see cache
+//     exchange_gbps, exchange_dram_gbps VALUE > 0
+//                           both ranks of the pair streaming at once: a
+//                           rank's bytes sent and received together per
+//                           second (in cache, out of DRAM); with cpu_cores
+//                           the model's CPU time per byte a rank sends or
+//                           receives (CostParams::exchange_s_per_byte; half
+//                           of it with pair_cores 1, the pair taking turns
+//                           on its core)
 //     pair_cores 1 | 2      the measured pair shared one core (1) or could
 //                           run on two (2)
 //   gamma   := "gamma" DTYPE OP GBPS [ "dram" GBPS ]
@@ -114,6 +122,8 @@ struct BackendTuning {
   std::optional<double> copy_gbps;
   std::optional<double> beta_dram_gbps;
   std::optional<double> copy_dram_gbps;
+  std::optional<double> exchange_gbps;
+  std::optional<double> exchange_dram_gbps;
   bool between_hosts = false;  // measured between hosts (the network level)
   // The measured pair's cores: 1 where both ranks were bound to one core (a
   // stream's rate is then the sender's and the receiver's costs added), 2

@@ -32,7 +32,8 @@
 // figures as
 // "flat:alpha_us=2,gbps=25,gamma_gbps=20,copy_gbps=33" or a file of
 // "key value" lines (model, alpha_us, gbps, intra_alpha_us, intra_gbps,
-// gamma_gbps, copy_gbps, net_cpu_gbps, dims, hop_us, down, levels,
+// gamma_gbps, copy_gbps, net_cpu_gbps, exchange_gbps, intra_exchange_gbps,
+// dims, hop_us, down, levels,
 // oversub, leaf, group, global; # comments). --tuning takes the figures a
 // tuning file (ciuic-tune) has for --backend: the plain line, and between
 // hosts the between_hosts line. --cpu-cores C: the ranks share one machine
@@ -40,7 +41,11 @@
 // rank's sends, receives and reductions are serial and all ranks' work
 // shares the cores; with hosts, a byte between hosts costs the CPU
 // net_cpu_gbps (from --tuning: the backend's plain line, when the file also
-// has its between_hosts line), not the link's rate. --size is nccl-tests'
+// has its between_hosts line), not the link's rate; any other byte costs
+// the CPU exchange_gbps where known (a rank's bytes sent + received per
+// second with both ranks of a pair streaming at once; from --tuning: the
+// line's exchange_gbps and exchange_dram_gbps), else its link's beta.
+// --size is nccl-tests'
 // size: the vector (all-reduce, broadcast, reduce), all ranks' blocks
 // (all-gather, reduce-scatter), one rank's send buffer (all-to-all).
 //
@@ -181,6 +186,12 @@ Status SetNetKey(Net& net, const std::string& origin, const std::string& key, co
     p.copy_s_per_byte = 1e-9 / v;
   } else if (key == "net_cpu_gbps") {
     p.net_cpu_s_per_byte = 1e-9 / v;
+  } else if (key == "exchange_gbps") {
+    p.exchange_s_per_byte = 1e-9 / v;
+    p.dram_exchange_s_per_byte = 0;
+  } else if (key == "intra_exchange_gbps") {
+    p.intra_exchange_s_per_byte = 1e-9 / v;
+    p.dram_intra_exchange_s_per_byte = 0;
   } else if (key == "hop_us") {
     p.hop_latency_s = v * 1e-6;
   } else if (key == "down" || key == "levels") {
@@ -208,7 +219,8 @@ Status SetNetKey(Net& net, const std::string& origin, const std::string& key, co
   } else {
     return ciuic::InvalidArgumentError(origin + ": unknown key '" + key +
                                        "' (model, alpha_us, gbps, intra_alpha_us, intra_gbps, gamma_gbps, "
-                                       "copy_gbps, net_cpu_gbps, dims, hop_us, down, levels, oversub, leaf, group, global)");
+                                       "copy_gbps, net_cpu_gbps, exchange_gbps, intra_exchange_gbps, dims, hop_us, down, "
+                                       "levels, oversub, leaf, group, global)");
   }
   return Status::Ok();
 }
@@ -352,19 +364,24 @@ int main(int argc, char** argv) {
     // Two levels: shm's figures inside a host, the backend's between.
     coll::CostParams shm = coll::DefaultCostParams(transport_kind::kShm);
     coll::ApplyTuning(*t, transport_kind::kShm, &shm);
-    net.params.intra_alpha_s = shm.alpha_s;
-    net.params.intra_beta_s_per_byte = shm.beta_s_per_byte;
-    net.params.dram_intra_beta_s_per_byte = shm.dram_beta_s_per_byte;
+    coll::TakeIntraFrom(shm, &net.params);
     if (opt.count("--ranks-per-host")) {
+      // The plain line's CPU cost per byte both ways at once (ApplyTuning
+      // halves a one-core pair's), before the network's figures replace it.
+      const double plain_exchange = net.params.exchange_s_per_byte;
       net.params.alpha_s = inter.alpha_s;
       net.params.beta_s_per_byte = inter.beta_s_per_byte;
       net.params.dram_beta_s_per_byte = inter.dram_beta_s_per_byte;
+      net.params.exchange_s_per_byte = inter.exchange_s_per_byte;
+      net.params.dram_exchange_s_per_byte = inter.dram_exchange_s_per_byte;
       // A file measured across hosts that also has the backend inside one
       // machine (tcp over loopback, which the CPU limits): that is the
       // CPU's cost of the network's bytes, apart from its links' rate.
       const coll::BackendTuning* plain = coll::FindBackendLine(*t, backend, coll::TuningLevel::kOneMachine);
       const coll::BackendTuning* between = coll::FindBackendLine(*t, backend, coll::TuningLevel::kBetweenHosts);
-      if (plain != nullptr && between != nullptr && between != plain && plain->beta_gbps) {
+      if (plain != nullptr && between != nullptr && between != plain && plain->exchange_gbps) {
+        net.params.net_cpu_s_per_byte = plain_exchange;
+      } else if (plain != nullptr && between != nullptr && between != plain && plain->beta_gbps) {
         // A pair on one core streamed at the sender's and receiver's costs
         // added; the model charges each side, so half of it per side.
         net.params.net_cpu_s_per_byte = 1e-9 / *plain->beta_gbps * (plain->pair_cores == 1 ? 0.5 : 1.0);
@@ -542,6 +559,15 @@ int main(int argc, char** argv) {
                           Fixed(1e-9 / net.params.intra_beta_s_per_byte, 2) + " GB/s"
                     : "") +
       (net.params.cpu_cores > 0 ? "; " + Fixed(net.params.cpu_cores, 0) + " cores" +
+                                      (net.params.exchange_s_per_byte > 0 && !(per_host > 1)
+                                           ? " (a byte sent or received at " +
+                                                 Fixed(1e-9 / net.params.exchange_s_per_byte, 2) + " GB/s of CPU)"
+                                           : "") +
+                                      (per_host > 1 && net.params.intra_exchange_s_per_byte > 0
+                                           ? " (inside a host a byte sent or received at " +
+                                                 Fixed(1e-9 / net.params.intra_exchange_s_per_byte, 2) +
+                                                 " GB/s of CPU)"
+                                           : "") +
                                       (per_host > 1 && net.params.net_cpu_s_per_byte > 0
                                            ? " (the network's bytes at " +
                                                  Fixed(1e-9 / net.params.net_cpu_s_per_byte, 2) + " GB/s of CPU)"

@@ -13,7 +13,9 @@
 //                of an 8 B ping-pong (half the round trip); beta = full-slot
 //                chunks streamed one way (the sender copies each into the
 //                slot, as the executor does), bytes / time until the
-//                receiver's answer to the last one, median of five.
+//                receiver's answer to the last one, median of five;
+//                exchange = the same chunks streamed both ways at once, a
+//                rank's bytes sent + received / time, median of five.
 //   all-reduce   per rank count, n forked ranks run every all-reduce
 //                algorithm of the registry that runs on the backend (the
 //                schedules, and on shm the direct family) over the size
@@ -655,8 +657,8 @@ int BoundCpu() {
 
 // One side (`role` 0 or 1) of a pair measuring a Link of `kind` whose
 // store keys live under `prefix`; role 0 returns its result line
-// ("link KIND alpha_us beta_gbps slot_bytes beta_dram_gbps pair_cores"), role 1 an
-// empty one.
+// ("link KIND alpha_us beta_gbps slot_bytes beta_dram_gbps pair_cores exchange_gbps
+// exchange_dram_gbps"), role 1 an empty one.
 StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string& prefix, int role,
                                       const std::string& job_id, const Config& config, BackendKind kind,
                                       const Effort& e) {
@@ -700,9 +702,9 @@ StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string
   const size_t stream = kind == BackendKind::kShm ? e.stream_bytes : e.stream_bytes / 4;
   const size_t chunks = std::max<size_t>(16, stream / lo.slot_size);
   // Whole slots of a buffer of at least kDramBytes (two slots where slots
-  // are larger), on the sender only.
+  // are larger); both sides send in the exchange.
   const size_t big_slots = std::max<size_t>(2, kDramBytes / lo.slot_size);
-  std::vector<char> big(role == 0 ? big_slots * lo.slot_size : 0, 1);
+  std::vector<char> big(big_slots * lo.slot_size, 1);
   auto timed = [&](size_t n, bool dram) -> StatusOr<double> {
     const auto t0 = Clock::now();
     for (size_t i = 0; i < n; ++i) {
@@ -727,6 +729,40 @@ StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string
   std::sort(times.begin(), times.end());
   std::sort(dram_times.begin(), dram_times.end());
   const double seconds = times[times.size() / 2], dram_seconds = dram_times[dram_times.size() / 2];
+  // exchange: both sides stream at once, as a ring's step does; the rate is
+  // a rank's bytes sent and received together per second. Where a side's
+  // cost differs between sending and receiving (tcp's sender runs more of
+  // the stack than its receiver) the one-way stream shows only the slower.
+  auto exchange = [&](size_t n, bool dram) -> StatusOr<double> {
+    const auto t0 = Clock::now();
+    size_t sent = 0, got = 0;
+    Status st;
+    CIUIC_RETURN_IF_ERROR(b.Wait(
+        [&] {
+          for (void* slot = nullptr; st.ok() && sent < n && (slot = b.link->AcquireSend()) != nullptr; ++sent) {
+            kernels::CopyBytes(slot, dram ? big.data() + (sent % big_slots) * lo.slot_size : src.data(), lo.slot_size);
+            st = b.link->CommitSend(lo.slot_size);
+          }
+          size_t len = 0;
+          for (; st.ok() && got < n && b.link->PeekRecv(&len) != nullptr; ++got) st = b.link->ReleaseRecv();
+          return !st.ok() || (sent == n && got == n);
+        },
+        "the peer's chunks of the exchange"));
+    CIUIC_RETURN_IF_ERROR(st);
+    CIUIC_RETURN_IF_ERROR(role == 0 ? b.Recv() : b.Send(src.data(), 8));
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  CIUIC_RETURN_IF_ERROR(exchange(lo.nslots * 2, false).status());
+  std::vector<double> ex_times, ex_dram_times;
+  for (int round = 0; round < 5; ++round) {
+    CIUIC_ASSIGN_OR_RETURN(double s, exchange(chunks, false));
+    CIUIC_ASSIGN_OR_RETURN(double d, exchange(chunks, true));
+    ex_times.push_back(s);
+    ex_dram_times.push_back(d);
+  }
+  std::sort(ex_times.begin(), ex_times.end());
+  std::sort(ex_dram_times.begin(), ex_dram_times.end());
+  const double exchanged = 2.0 * static_cast<double>(chunks * lo.slot_size);
   CIUIC_RETURN_IF_ERROR(b.Wait([&] { return b.link->sends_in_flight() == 0; }, "the last write to complete"));
   // Neither side tears the link down while the other still uses it.
   CIUIC_RETURN_IF_ERROR(store.Set(prefix + "/link/done/" + std::to_string(role), "1"));
@@ -736,10 +772,11 @@ StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string
   const int mine = BoundCpu();
   const int pair_cores = mine >= 0 && peer_cpu == std::to_string(mine) ? 1 : 2;
   std::sort(one_way.begin(), one_way.end());
-  char line[200];
-  std::snprintf(line, sizeof(line), "link %s %.6g %.6g %zu %.6g %d", transport::BackendName(kind),
+  char line[240];
+  std::snprintf(line, sizeof(line), "link %s %.6g %.6g %zu %.6g %d %.6g %.6g", transport::BackendName(kind),
                 one_way[one_way.size() / 2], static_cast<double>(chunks * lo.slot_size) / seconds / 1e9, lo.slot_size,
-                static_cast<double>(chunks * lo.slot_size) / dram_seconds / 1e9, pair_cores);
+                static_cast<double>(chunks * lo.slot_size) / dram_seconds / 1e9, pair_cores,
+                exchanged / ex_times[ex_times.size() / 2] / 1e9, exchanged / ex_dram_times[ex_dram_times.size() / 2] / 1e9);
   return std::string(line);
 }
 
@@ -757,13 +794,14 @@ Status MeasureLink(int rank, const std::string& host, uint16_t port, const std::
 
 // A "link ..." line as a backend line of the file (false: not one).
 bool ParseLinkLine(const std::string& line, collectives::BackendTuning* bt, size_t* slot) {
-  double alpha = 0, beta = 0, beta_dram = 0;
+  double alpha = 0, beta = 0, beta_dram = 0, exchange = 0, exchange_dram = 0;
   int pair_cores = 0;
   char name[16];
   // The line is this tool's own (a child's or a rank's); a malformed one is
   // no result.
   // NOLINTNEXTLINE(cert-err34-c)
-  if (std::sscanf(line.c_str(), "link %15s %lf %lf %zu %lf %d", name, &alpha, &beta, slot, &beta_dram, &pair_cores) != 6 ||
+  if (std::sscanf(line.c_str(), "link %15s %lf %lf %zu %lf %d %lf %lf", name, &alpha, &beta, slot, &beta_dram,
+                  &pair_cores, &exchange, &exchange_dram) != 8 ||
       (pair_cores != 1 && pair_cores != 2)) {
     return false;
   }
@@ -771,14 +809,17 @@ bool ParseLinkLine(const std::string& line, collectives::BackendTuning* bt, size
   bt->pair_cores = pair_cores;
   bt->beta_gbps = std::round(beta * 100) / 100;
   bt->beta_dram_gbps = std::round(beta_dram * 100) / 100;
+  bt->exchange_gbps = std::round(exchange * 100) / 100;
+  bt->exchange_dram_gbps = std::round(exchange_dram * 100) / 100;
   return true;
 }
 
 void PrintLink(const collectives::BackendTuning& bt, size_t slot) {
   std::printf("# %-5s%s alpha %.3f us (8 B ping-pong over a Link, median one way)  beta %.2f GB/s (%s chunks), "
-              "%.2f GB/s out of DRAM%s\n",
+              "%.2f GB/s out of DRAM; both ways at once %.2f GB/s sent + received (%.2f out of DRAM)%s\n",
               transport::BackendName(bt.backend), bt.between_hosts ? " between hosts" : "", *bt.alpha_us,
-              *bt.beta_gbps, SizeText(slot).c_str(), bt.beta_dram_gbps.value_or(0),
+              *bt.beta_gbps, SizeText(slot).c_str(), bt.beta_dram_gbps.value_or(0), bt.exchange_gbps.value_or(0),
+              bt.exchange_dram_gbps.value_or(0),
               bt.pair_cores == 1 ? "; the pair on one core" : "");
   std::fflush(stdout);
 }
@@ -1314,9 +1355,7 @@ int RunLaunched(const Options& o, const Config& config, const kernels::Reducer& 
     collectives::CostParams shm = collectives::DefaultCostParams(BackendKind::kShm);
     collectives::ApplyTuning(tuning, BackendKind::kShm, &shm);
     params.host_of = impl.host_of();
-    params.intra_alpha_s = shm.alpha_s;
-    params.intra_beta_s_per_byte = shm.beta_s_per_byte;
-    params.dram_intra_beta_s_per_byte = shm.dram_beta_s_per_byte;
+    collectives::TakeIntraFrom(shm, &params);
   }
   PrintTable(kind, n, by_algo, sizes, params);
   double wrong = 0;

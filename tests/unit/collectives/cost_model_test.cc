@@ -854,6 +854,60 @@ TEST(CostModelCoresTest, RanksOnOneMachineShareItsCacheAndDram) {
   EXPECT_GT(shared->seconds, 2 * own->seconds);
 }
 
+// With cpu_cores a byte a rank sends or receives costs its CPU the
+// exchange's figure where measured (both ranks streaming at once), not the
+// one-way stream's beta: a 2-rank ring's rank sends and receives the
+// vector once each, so its bound moves by 2 x bytes x the difference; out
+// of DRAM the dram figure, and inside a host the intra one.
+TEST(CostModelCoresTest, ABytesCpuCostIsTheExchangesWhereMeasured) {
+  CostParams p = DefaultCostParams(transport::BackendKind::kTcp);
+  p.memory_curve.clear();
+  p.cpu_cores = 2;
+  p.beta_s_per_byte = 1e-9 / 4;
+  const size_t bytes = 16 << 20;
+  const double stream = PredictOrDie(Collective::kAllReduce, Algorithm::kRing, bytes, 2, p);
+  CostParams ex = p;
+  ex.exchange_s_per_byte = 1e-9 / 3;
+  auto measured = Predict(Collective::kAllReduce, Algorithm::kRing, bytes, 2, ex);
+  ASSERT_TRUE(measured.ok()) << measured.status().ToString();
+  EXPECT_NE(measured->busiest.find("CPU"), std::string::npos) << measured->busiest;
+  const double moved = 2.0 * static_cast<double>(bytes) * (ex.exchange_s_per_byte - p.beta_s_per_byte);
+  EXPECT_NEAR(measured->seconds - stream, moved, 1e-3 * moved);
+  // Without cpu_cores links move the bytes: the exchange plays no part.
+  ex.cpu_cores = 0;
+  p.cpu_cores = 0;
+  EXPECT_DOUBLE_EQ(PredictOrDie(Collective::kAllReduce, Algorithm::kRing, bytes, 2, ex),
+                   PredictOrDie(Collective::kAllReduce, Algorithm::kRing, bytes, 2, p));
+  // Out of DRAM: the dram figure, not slowed again for the cores sharing
+  // DRAM (the pair streamed at once when it was measured).
+  ex.cpu_cores = 2;
+  ex.memory_curve = {{1 << 20, 1 / 48e9}, {16 << 20, 1 / 12e9}};
+  ex.dram_exchange_s_per_byte = 1e-9 / 2;
+  ex.dram_copy_s_per_byte = 1 / 12e9;
+  ex.dram_shared_cores = 2;
+  ex.dram_shared_copy_s_per_byte = 1 / 8e9;
+  EXPECT_DOUBLE_EQ(AtWorkingSet(ex, 64 << 20).exchange_s_per_byte, ex.dram_exchange_s_per_byte);
+  EXPECT_DOUBLE_EQ(SharingTheMachine(ex, 64 << 20, 2).exchange_s_per_byte, ex.dram_exchange_s_per_byte);
+  EXPECT_DOUBLE_EQ(SharingTheMachine(ex, 256 << 10, 2).exchange_s_per_byte, ex.exchange_s_per_byte);
+  // Inside a host (two levels): the intra figures, taken with the shm
+  // backend's others.
+  CostParams shm = DefaultCostParams(transport::BackendKind::kShm);
+  shm.beta_s_per_byte = 1e-9 / 4;
+  shm.exchange_s_per_byte = 1e-9 / 3;
+  shm.dram_exchange_s_per_byte = 1e-9 / 2;
+  CostParams host = DefaultCostParams(transport::BackendKind::kTcp);
+  host.memory_curve.clear();
+  host.cpu_cores = 2;
+  host.host_of = {0, 0};
+  TakeIntraFrom(shm, &host);
+  EXPECT_DOUBLE_EQ(host.intra_alpha_s, shm.alpha_s);
+  EXPECT_DOUBLE_EQ(host.intra_beta_s_per_byte, shm.beta_s_per_byte);
+  EXPECT_DOUBLE_EQ(host.dram_intra_exchange_s_per_byte, shm.dram_exchange_s_per_byte);
+  const double intra = PredictOrDie(Collective::kAllReduce, Algorithm::kRing, bytes, 2, host);
+  host.intra_exchange_s_per_byte = 0;
+  EXPECT_NEAR(intra - PredictOrDie(Collective::kAllReduce, Algorithm::kRing, bytes, 2, host), moved, 1e-3 * moved);
+}
+
 // Review findings: an estimate shares the machine's cores like the other
 // methods; Swing's reflection is a symmetry for even rank counts only.
 TEST(CostModelSymmetryTest, EstimatesShareTheCoresAndSwingNeedsEvenRanks) {

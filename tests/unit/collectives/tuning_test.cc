@@ -141,6 +141,8 @@ TEST(TuningTest, EveryErrorNamesFileLineAndProblem) {
       {"gamma f32 sum 20 ddr 5", "then optionally dram and GB/s"},
       {"gamma f32 sum 20 dram 0", "gamma f32 sum: dram '0' is not a positive number"},
       {"backend shm beta_dram_gbps -2", "beta_dram_gbps '-2' is not a positive number"},
+      {"backend verbs exchange_gbps 0", "backend verbs: exchange_gbps '0' is not a positive number"},
+      {"backend verbs exchange_dram_gbps 2 exchange_dram_gbps 3", "backend verbs: exchange_dram_gbps given twice"},
       {"memory 512K 40", "memory takes pairs of a working set in bytes and GB/s, at least two"},
       {"memory 512K 40 128M", "memory takes pairs"},
       {"memory 512K 40 128M slow", "memory 128M: 'slow' is not a positive number"},
@@ -231,6 +233,36 @@ TEST(TuningTest, DramFiguresRoundTripAndApply) {
   EXPECT_DOUBLE_EQ(p.memory_curve[2].second, 1 / 11e9);
   EXPECT_EQ(p.dram_shared_cores, 2);
   EXPECT_DOUBLE_EQ(p.dram_shared_copy_s_per_byte, 1 / 8.25e9);
+}
+
+// The exchange figures (both ranks of the pair streaming at once) round
+// trip and become the model's CPU cost per byte sent or received; a pair
+// that shared one core took turns, so each rank's own cost is half.
+TEST(TuningTest, ExchangeFiguresRoundTripAndApply) {
+  const Tuning t = ParseOrDie(
+      "ciuic-tuning 1\n"
+      "backend tcp alpha_us 9 beta_gbps 4.5 exchange_gbps 3 exchange_dram_gbps 2.5 pair_cores 2\n"
+      "backend shm alpha_us 0.7 beta_gbps 25 exchange_gbps 40 exchange_dram_gbps 18 pair_cores 1\n");
+  ASSERT_EQ(t.backends.size(), 2u);
+  EXPECT_DOUBLE_EQ(*t.backends[0].exchange_gbps, 3);
+  EXPECT_DOUBLE_EQ(*t.backends[0].exchange_dram_gbps, 2.5);
+  const std::string text = FormatTuning(t);
+  EXPECT_NE(text.find("beta_gbps 4.5 exchange_gbps 3 exchange_dram_gbps 2.5 pair_cores 2\n"), std::string::npos)
+      << text;
+  EXPECT_EQ(FormatTuning(ParseOrDie(text)), text);
+  CostParams tcp = DefaultCostParams(BackendKind::kTcp);
+  ApplyTuning(t, BackendKind::kTcp, &tcp);
+  EXPECT_DOUBLE_EQ(tcp.exchange_s_per_byte, 1 / 3e9);
+  EXPECT_DOUBLE_EQ(tcp.dram_exchange_s_per_byte, 1 / 2.5e9);
+  CostParams shm = DefaultCostParams(BackendKind::kShm);
+  ApplyTuning(t, BackendKind::kShm, &shm);
+  EXPECT_DOUBLE_EQ(shm.exchange_s_per_byte, 0.5 / 40e9);
+  EXPECT_DOUBLE_EQ(shm.dram_exchange_s_per_byte, 0.5 / 18e9);
+  // A file without them leaves the model on the stream's beta.
+  CostParams plain = DefaultCostParams(BackendKind::kTcp);
+  ApplyTuning(ParseOrDie("ciuic-tuning 1\nbackend tcp beta_gbps 4\n"), BackendKind::kTcp, &plain);
+  EXPECT_EQ(plain.exchange_s_per_byte, 0);
+  EXPECT_EQ(plain.dram_exchange_s_per_byte, 0);
 }
 
 TEST(TuningTest, HeaderErrors) {

@@ -76,6 +76,9 @@ TEST(CiuicTuneTest, QuickRunWritesALoadableFile) {
   ASSERT_TRUE(t->backends[0].beta_gbps.has_value());
   EXPECT_GT(*t->backends[0].alpha_us, 0);
   EXPECT_GT(*t->backends[0].beta_gbps, 0);
+  ASSERT_TRUE(t->backends[0].exchange_gbps && t->backends[0].exchange_dram_gbps) << collectives::FormatTuning(*t);
+  EXPECT_GT(*t->backends[0].exchange_gbps, 0);
+  EXPECT_GT(*t->backends[0].exchange_dram_gbps, 0);
   // Forked unbound, the pair could run on two cores (unless this test
   // itself was confined to one CPU, which its children inherit).
   cpu_set_t set;
@@ -176,6 +179,7 @@ TEST(CiuicTuneTest, LaunchedAcrossHostsWritesTheJobsRules) {
   EXPECT_GT(*inside->beta_gbps, 2 * *net->beta_gbps) << collectives::FormatTuning(t);
   // Each measured pair says whether the launcher bound it to one core.
   EXPECT_TRUE(inside->pair_cores && net->pair_cores && shm->pair_cores) << collectives::FormatTuning(t);
+  EXPECT_TRUE(inside->exchange_gbps && net->exchange_gbps && shm->exchange_gbps) << collectives::FormatTuning(t);
   EXPECT_NE(r.output.find("[0] # tcp   alpha "), std::string::npos) << r.output;
 }
 
