@@ -243,7 +243,9 @@ CostParams SharingTheMachine(const CostParams& p, double bytes, int nranks) {
     const double measured = static_cast<double>(p.dram_shared_cores);
     const double slow =
         busy <= measured ? 1 + (ratio - 1) * (busy - 1) / (measured - 1) : ratio * busy / measured;
-    q.dram_beta_s_per_byte *= slow;
+    // A link between hosts whose CPU cost is known apart (net_cpu) keeps
+    // its own rate: the cores' DRAM does not slow the wire.
+    if (p.host_of.empty() || !(p.net_cpu_s_per_byte > 0)) q.dram_beta_s_per_byte *= slow;
     q.dram_intra_beta_s_per_byte *= slow;
     q.dram_copy_s_per_byte *= slow;
     q.dram_gamma_s_per_byte *= slow;

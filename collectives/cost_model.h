@@ -158,8 +158,10 @@ CostParams AtWorkingSet(const CostParams& p, double bytes);
 // dram_* rates are slowed for min(cpu_cores, nranks) cores reading DRAM at
 // once, by the ratio of dram_shared_copy_s_per_byte to
 // dram_copy_s_per_byte: linearly from one core to dram_shared_cores, and
-// in proportion beyond (DRAM's total rate reached). Without cpu_cores:
-// AtWorkingSet(p, bytes).
+// in proportion beyond (DRAM's total rate reached); not the exchange
+// figures (measured with the pair busy at once) nor, where
+// net_cpu_s_per_byte is known, the network's beta (a link's own rate).
+// Without cpu_cores: AtWorkingSet(p, bytes).
 CostParams SharingTheMachine(const CostParams& p, double bytes, int nranks);
 
 // `p`'s figures inside a host (intra_*) taken from `shm`, the parameters

@@ -852,6 +852,14 @@ TEST(CostModelCoresTest, RanksOnOneMachineShareItsCacheAndDram) {
   auto own = Predict(Collective::kAllReduce, Algorithm::kRing, 4 << 20, 4, alone);
   ASSERT_TRUE(shared.ok() && own.ok());
   EXPECT_GT(shared->seconds, 2 * own->seconds);
+  // Hosts on this machine with the network's CPU cost known apart: the
+  // link between them keeps its rate (1.5x slower had made a 1 Gbit/s
+  // link's 16 MiB ring 1.65x its measured time); shm inside a host slows.
+  p.host_of = {0, 0, 1, 1};
+  p.net_cpu_s_per_byte = 1e-9 / 4;
+  const CostParams hosts = SharingTheMachine(p, 4 << 20, 4);
+  EXPECT_DOUBLE_EQ(hosts.beta_s_per_byte, p.dram_beta_s_per_byte);
+  EXPECT_NEAR(hosts.intra_beta_s_per_byte, 1.5 / 8e9, 1e-20);
 }
 
 // With cpu_cores a byte a rank sends or receives costs its CPU the
