@@ -748,7 +748,7 @@ StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string
           return !st.ok() || (sent == n && got == n);
         },
         "the peer's chunks of the exchange"));
-    CIUIC_RETURN_IF_ERROR(st);
+    if (!st.ok()) return st;
     CIUIC_RETURN_IF_ERROR(role == 0 ? b.Recv() : b.Send(src.data(), 8));
     return std::chrono::duration<double>(Clock::now() - t0).count();
   };
