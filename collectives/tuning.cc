@@ -23,7 +23,9 @@ constexpr Collective kAllCollectives[] = {
     Collective::kAllToAll,      Collective::kBarrier,   Collective::kSend,    Collective::kRecv};
 constexpr transport::BackendKind kAllBackends[] = {transport::BackendKind::kShm, transport::BackendKind::kTcp,
                                                    transport::BackendKind::kVerbs};
-constexpr const char* kBackendFields = "alpha_us, beta_gbps, copy_gbps, beta_dram_gbps, copy_dram_gbps, exchange_gbps, exchange_dram_gbps, pair_cores";
+constexpr const char* kBackendFields =
+    "alpha_us, beta_gbps, copy_gbps, beta_dram_gbps, copy_dram_gbps, exchange_gbps, exchange_dram_gbps, cpu_gbps, "
+    "pair_cores";
 constexpr const char* kBetweenHostsWord = "between_hosts";
 
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\r'; }
@@ -256,6 +258,7 @@ class Parser {
       else if (f[i] == "copy_dram_gbps") slot = &b.copy_dram_gbps;
       else if (f[i] == "exchange_gbps") slot = &b.exchange_gbps;
       else if (f[i] == "exchange_dram_gbps") slot = &b.exchange_dram_gbps;
+      else if (f[i] == "cpu_gbps") slot = &b.cpu_gbps;
       else return Error("unknown key '" + f[i] + "' in backend " + name + " (valid: " + kBackendFields + ")");
       if (slot->has_value()) return Error("backend " + name + ": " + f[i] + " given twice");
       double v = 0;
@@ -428,7 +431,8 @@ std::string FormatTuning(const Tuning& t) {
   for (const auto& [key, value] : t.meta) out += "meta " + key + " " + value + "\n";
   if (!t.backends.empty()) {
     out += "# backend NAME [between_hosts] alpha_us (one-way 8 B latency) beta_gbps (streaming) copy_gbps (local "
-           "copy); *_dram_gbps: the same out of DRAM; exchange_*: both ways at once, sent + received\n";
+           "copy); *_dram_gbps: the same out of DRAM; exchange_*: both ways at once, sent + received; cpu_gbps: per "
+           "second of the machine's CPU\n";
   }
   for (const BackendTuning& b : t.backends) {
     out += std::string("backend ") + transport::BackendName(b.backend);
@@ -440,6 +444,7 @@ std::string FormatTuning(const Tuning& t) {
     if (b.copy_dram_gbps) out += " copy_dram_gbps " + Number(*b.copy_dram_gbps);
     if (b.exchange_gbps) out += " exchange_gbps " + Number(*b.exchange_gbps);
     if (b.exchange_dram_gbps) out += " exchange_dram_gbps " + Number(*b.exchange_dram_gbps);
+    if (b.cpu_gbps) out += " cpu_gbps " + Number(*b.cpu_gbps);
     if (b.pair_cores) out += " pair_cores " + std::to_string(*b.pair_cores);
     out += "\n";
   }
@@ -497,6 +502,7 @@ void ApplyTuning(const Tuning& t, transport::BackendKind backend, CostParams* p,
     const double turns = b->pair_cores == 1 ? 0.5 : 1.0;
     if (b->exchange_gbps) p->exchange_s_per_byte = turns / (*b->exchange_gbps * 1e9);
     if (b->exchange_dram_gbps) p->dram_exchange_s_per_byte = turns / (*b->exchange_dram_gbps * 1e9);
+    if (b->cpu_gbps) p->net_cpu_s_per_byte = 1.0 / (*b->cpu_gbps * 1e9);
   }
   if (t.memory.size() >= 2) {
     p->memory_curve.clear();

@@ -38,6 +38,13 @@
 //                           receives (CostParams::exchange_s_per_byte; half
 //                           of it with pair_cores 1, the pair taking turns
 //                           on its core)
+//     cpu_gbps VALUE > 0    between hosts: bytes sent + received per second
+//                           of the machine's CPU time (all cores, the
+//                           kernel's network stack included), the exchange
+//                           with waits that sleep; with cpu_cores and hosts
+//                           the model's CPU cost of a byte between hosts
+//                           (CostParams::net_cpu_s_per_byte), apart from
+//                           the link's rate
 //     pair_cores 1 | 2      the measured pair shared one core (1) or could
 //                           run on two (2)
 //   gamma   := "gamma" DTYPE OP GBPS [ "dram" GBPS ]
@@ -124,6 +131,7 @@ struct BackendTuning {
   std::optional<double> copy_dram_gbps;
   std::optional<double> exchange_gbps;
   std::optional<double> exchange_dram_gbps;
+  std::optional<double> cpu_gbps;
   bool between_hosts = false;  // measured between hosts (the network level)
   // The measured pair's cores: 1 where both ranks were bound to one core (a
   // stream's rate is then the sender's and the receiver's costs added), 2

@@ -40,8 +40,9 @@
 // of C cores whose CPUs move the bytes (tcp over loopback, shm), so each
 // rank's sends, receives and reductions are serial and all ranks' work
 // shares the cores; with hosts, a byte between hosts costs the CPU
-// net_cpu_gbps (from --tuning: the backend's plain line, when the file also
-// has its between_hosts line), not the link's rate; any other byte costs
+// net_cpu_gbps (from --tuning: the between_hosts line's cpu_gbps, else the
+// backend's plain line's exchange or stream, when the file also has its
+// between_hosts line), not the link's rate; any other byte costs
 // the CPU exchange_gbps where known (a rank's bytes sent + received per
 // second with both ranks of a pair streaming at once; from --tuning: the
 // line's exchange_gbps and exchange_dram_gbps), else its link's beta.
@@ -379,7 +380,11 @@ int main(int argc, char** argv) {
       // CPU's cost of the network's bytes, apart from its links' rate.
       const coll::BackendTuning* plain = coll::FindBackendLine(*t, backend, coll::TuningLevel::kOneMachine);
       const coll::BackendTuning* between = coll::FindBackendLine(*t, backend, coll::TuningLevel::kBetweenHosts);
-      if (plain != nullptr && between != nullptr && between != plain && plain->exchange_gbps) {
+      if (inter.net_cpu_s_per_byte > 0) {
+        // Measured between the hosts themselves (cpu_gbps): the machine's
+        // CPU time per byte, the path between hosts included.
+        net.params.net_cpu_s_per_byte = inter.net_cpu_s_per_byte;
+      } else if (plain != nullptr && between != nullptr && between != plain && plain->exchange_gbps) {
         net.params.net_cpu_s_per_byte = plain_exchange;
       } else if (plain != nullptr && between != nullptr && between != plain && plain->beta_gbps) {
         // A pair on one core streamed at the sender's and receiver's costs

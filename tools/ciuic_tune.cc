@@ -15,7 +15,9 @@
 //                slot, as the executor does), bytes / time until the
 //                receiver's answer to the last one, median of five;
 //                exchange = the same chunks streamed both ways at once, a
-//                rank's bytes sent + received / time, median of five.
+//                rank's bytes sent + received / time, median of five;
+//                between hosts also the machine's CPU time per byte (the
+//                exchange with sleeping waits, /proc/stat's busy time).
 //   all-reduce   per rank count, n forked ranks run every all-reduce
 //                algorithm of the registry that runs on the backend (the
 //                schedules, and on shm the direct family) over the size
@@ -655,13 +657,38 @@ int BoundCpu() {
   return -1;
 }
 
+// The machine's busy CPU time so far, all cores (user, nice, system, irq
+// and softirq of /proc/stat: the kernel's network stack included), in
+// seconds; -1 where /proc/stat cannot be read.
+double MachineBusySeconds() {
+  std::ifstream f("/proc/stat");
+  std::string cpu;
+  unsigned long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0;
+  const long hz = sysconf(_SC_CLK_TCK);
+  if (!(f >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq) || cpu != "cpu" || hz <= 0) {
+    return -1;
+  }
+  return static_cast<double>(user + nice + system + irq + softirq) / static_cast<double>(hz);
+}
+
+// This kernel's boot id: ranks that read the same one share a machine's
+// CPUs (simulated hosts are network namespaces of one kernel).
+std::string BootId() {
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  f >> id;
+  return id;
+}
+
 // One side (`role` 0 or 1) of a pair measuring a Link of `kind` whose
 // store keys live under `prefix`; role 0 returns its result line
 // ("link KIND alpha_us beta_gbps slot_bytes beta_dram_gbps pair_cores exchange_gbps
-// exchange_dram_gbps"), role 1 an empty one.
+// exchange_dram_gbps cpu_gbps", cpu_gbps 0 unless `machine_cpu`), role 1 an
+// empty one. With `machine_cpu` (a pair between hosts, whose link and not
+// whose CPU sets the rate) it also measures the machine's CPU time per byte.
 StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string& prefix, int role,
                                       const std::string& job_id, const Config& config, BackendKind kind,
-                                      const Effort& e) {
+                                      const Effort& e, bool machine_cpu = false) {
   const auto timeout = std::chrono::milliseconds(config.timeout_ms);
   transport::BackendOptions bo;
   bo.rank = role;
@@ -763,6 +790,50 @@ StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string
   std::sort(ex_times.begin(), ex_times.end());
   std::sort(ex_dram_times.begin(), ex_dram_times.end());
   const double exchanged = 2.0 * static_cast<double>(chunks * lo.slot_size);
+  // The machine's CPU per byte: the exchange again with waits that sleep
+  // (a spinning wait would count as busy), for at least half a second
+  // (/proc/stat counts 10 ms ticks); rank 0 reads the machine's busy time
+  // around it and sets the length, which both sides must share.
+  double cpu_gbps = 0;
+  if (machine_cpu) {
+    // A side blocked in the store moves no bytes: its last writes first.
+    CIUIC_RETURN_IF_ERROR(b.Wait([&] { return b.link->sends_in_flight() == 0; }, "the last write to complete"));
+    const std::string key = prefix + "/link/cpu_chunks";
+    size_t n = 0;
+    if (role == 0) {
+      const double per_side = exchanged / 2 / ex_times[ex_times.size() / 2];
+      n = std::max(chunks, static_cast<size_t>(0.5 * per_side / static_cast<double>(lo.slot_size)) + 1);
+      CIUIC_RETURN_IF_ERROR(store.Set(key, std::to_string(n)));
+    } else {
+      CIUIC_ASSIGN_OR_RETURN(std::string v, store.Get(key, timeout));
+      n = std::strtoull(v.c_str(), nullptr, 10);
+      CIUIC_RETURN_IF_ERROR(store.Set(prefix + "/link/boot", BootId()));
+    }
+    const double busy0 = role == 0 ? MachineBusySeconds() : 0;
+    size_t sent = 0, got = 0;
+    while (sent < n || got < n) {
+      CIUIC_ASSIGN_OR_RETURN(bool any, b.link->Progress());
+      bool moved = false;
+      for (void* slot = nullptr; sent < n && (slot = b.link->AcquireSend()) != nullptr; ++sent, moved = true) {
+        kernels::CopyBytes(slot, src.data(), lo.slot_size);
+        CIUIC_RETURN_IF_ERROR(b.link->CommitSend(lo.slot_size));
+      }
+      size_t len = 0;
+      for (; got < n && b.link->PeekRecv(&len) != nullptr; ++got, moved = true) {
+        CIUIC_RETURN_IF_ERROR(b.link->ReleaseRecv());
+      }
+      if (Clock::now() >= b.deadline) return DeadlineExceededError("timed out waiting for the peer's chunks");
+      if (!any && !moved) b.backend->WaitForActivity(std::chrono::milliseconds(1));
+    }
+    CIUIC_RETURN_IF_ERROR(role == 0 ? b.Recv() : b.Send(src.data(), 8));
+    if (role == 0) {
+      const double busy = MachineBusySeconds() - busy0;
+      CIUIC_ASSIGN_OR_RETURN(std::string peer_boot, store.Get(prefix + "/link/boot", timeout));
+      // Both sides' bytes where the peer runs on this kernel's CPUs too.
+      const double sides = peer_boot == BootId() ? 2 : 1;
+      if (busy0 >= 0 && busy > 0) cpu_gbps = sides * 2 * static_cast<double>(n * lo.slot_size) / busy / 1e9;
+    }
+  }
   CIUIC_RETURN_IF_ERROR(b.Wait([&] { return b.link->sends_in_flight() == 0; }, "the last write to complete"));
   // Neither side tears the link down while the other still uses it.
   CIUIC_RETURN_IF_ERROR(store.Set(prefix + "/link/done/" + std::to_string(role), "1"));
@@ -772,11 +843,12 @@ StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string
   const int mine = BoundCpu();
   const int pair_cores = mine >= 0 && peer_cpu == std::to_string(mine) ? 1 : 2;
   std::sort(one_way.begin(), one_way.end());
-  char line[240];
-  std::snprintf(line, sizeof(line), "link %s %.6g %.6g %zu %.6g %d %.6g %.6g", transport::BackendName(kind),
+  char line[256];
+  std::snprintf(line, sizeof(line), "link %s %.6g %.6g %zu %.6g %d %.6g %.6g %.6g", transport::BackendName(kind),
                 one_way[one_way.size() / 2], static_cast<double>(chunks * lo.slot_size) / seconds / 1e9, lo.slot_size,
                 static_cast<double>(chunks * lo.slot_size) / dram_seconds / 1e9, pair_cores,
-                exchanged / ex_times[ex_times.size() / 2] / 1e9, exchanged / ex_dram_times[ex_dram_times.size() / 2] / 1e9);
+                exchanged / ex_times[ex_times.size() / 2] / 1e9, exchanged / ex_dram_times[ex_dram_times.size() / 2] / 1e9,
+                cpu_gbps);
   return std::string(line);
 }
 
@@ -794,14 +866,14 @@ Status MeasureLink(int rank, const std::string& host, uint16_t port, const std::
 
 // A "link ..." line as a backend line of the file (false: not one).
 bool ParseLinkLine(const std::string& line, collectives::BackendTuning* bt, size_t* slot) {
-  double alpha = 0, beta = 0, beta_dram = 0, exchange = 0, exchange_dram = 0;
+  double alpha = 0, beta = 0, beta_dram = 0, exchange = 0, exchange_dram = 0, cpu = 0;
   int pair_cores = 0;
   char name[16];
   // The line is this tool's own (a child's or a rank's); a malformed one is
   // no result.
   // NOLINTNEXTLINE(cert-err34-c)
-  if (std::sscanf(line.c_str(), "link %15s %lf %lf %zu %lf %d %lf %lf", name, &alpha, &beta, slot, &beta_dram,
-                  &pair_cores, &exchange, &exchange_dram) != 8 ||
+  if (std::sscanf(line.c_str(), "link %15s %lf %lf %zu %lf %d %lf %lf %lf", name, &alpha, &beta, slot, &beta_dram,
+                  &pair_cores, &exchange, &exchange_dram, &cpu) != 9 ||
       (pair_cores != 1 && pair_cores != 2)) {
     return false;
   }
@@ -811,6 +883,7 @@ bool ParseLinkLine(const std::string& line, collectives::BackendTuning* bt, size
   bt->beta_dram_gbps = std::round(beta_dram * 100) / 100;
   bt->exchange_gbps = std::round(exchange * 100) / 100;
   bt->exchange_dram_gbps = std::round(exchange_dram * 100) / 100;
+  if (cpu > 0) bt->cpu_gbps = std::round(cpu * 100) / 100;
   return true;
 }
 
@@ -821,6 +894,9 @@ void PrintLink(const collectives::BackendTuning& bt, size_t slot) {
               *bt.beta_gbps, SizeText(slot).c_str(), bt.beta_dram_gbps.value_or(0), bt.exchange_gbps.value_or(0),
               bt.exchange_dram_gbps.value_or(0),
               bt.pair_cores == 1 ? "; the pair on one core" : "");
+  if (bt.cpu_gbps) {
+    std::printf("#       %.2f GB/s sent + received per second of the machine's CPU time\n", *bt.cpu_gbps);
+  }
   std::fflush(stdout);
 }
 
@@ -1220,7 +1296,7 @@ StatusOr<std::vector<collectives::BackendTuning>> MeasureLevels(Communicator& co
     if (rank == l.a || rank == l.b) {
       const int role = rank == l.a ? 0 : 1;
       StatusOr<std::string> line =
-          MeasureLinkOver(store, prefix, role, impl.job_id() + "-tune-" + l.name, base, l.kind, e);
+          MeasureLinkOver(store, prefix, role, impl.job_id() + "-tune-" + l.name, base, l.kind, e, l.between_hosts);
       if (!line.ok()) {
         return Status(line.status().code(), std::string(transport::BackendName(l.kind)) +
                                                 (l.between_hosts ? " link between hosts" : " link") + " of ranks " +

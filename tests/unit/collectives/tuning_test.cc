@@ -265,6 +265,28 @@ TEST(TuningTest, ExchangeFiguresRoundTripAndApply) {
   EXPECT_EQ(plain.dram_exchange_s_per_byte, 0);
 }
 
+// Between hosts ciuic-tune measures the machine's CPU time per byte
+// (cpu_gbps): it round trips and becomes the model's CPU cost of a byte
+// between hosts, apart from the link's rate.
+TEST(TuningTest, MachineCpuBetweenHostsRoundTripsAndApplies) {
+  const Tuning t = ParseOrDie(
+      "ciuic-tuning 1\n"
+      "meta hosts 2\n"
+      "backend tcp between_hosts alpha_us 10 beta_gbps 1.2 exchange_gbps 2.4 cpu_gbps 2.5 pair_cores 2\n");
+  ASSERT_EQ(t.backends.size(), 1u);
+  EXPECT_DOUBLE_EQ(*t.backends[0].cpu_gbps, 2.5);
+  const std::string text = FormatTuning(t);
+  EXPECT_NE(text.find("exchange_gbps 2.4 cpu_gbps 2.5 pair_cores 2\n"), std::string::npos) << text;
+  EXPECT_EQ(FormatTuning(ParseOrDie(text)), text);
+  CostParams p = DefaultCostParams(BackendKind::kTcp);
+  ApplyTuning(t, BackendKind::kTcp, &p, DataType::kFloat32, ReduceOp::kSum, TuningLevel::kBetweenHosts);
+  EXPECT_DOUBLE_EQ(p.net_cpu_s_per_byte, 1 / 2.5e9);
+  EXPECT_DOUBLE_EQ(p.beta_s_per_byte, 1 / 1.2e9);
+  EXPECT_NE(ParseTuning("ciuic-tuning 1\nbackend tcp between_hosts cpu_gbps -1\n", "t").status().message().find(
+                "backend tcp between_hosts: cpu_gbps '-1' is not a positive number"),
+            std::string::npos);
+}
+
 TEST(TuningTest, HeaderErrors) {
   struct Case {
     const char* text;

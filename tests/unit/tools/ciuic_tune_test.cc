@@ -180,6 +180,11 @@ TEST(CiuicTuneTest, LaunchedAcrossHostsWritesTheJobsRules) {
   // Each measured pair says whether the launcher bound it to one core.
   EXPECT_TRUE(inside->pair_cores && net->pair_cores && shm->pair_cores) << collectives::FormatTuning(t);
   EXPECT_TRUE(inside->exchange_gbps && net->exchange_gbps && shm->exchange_gbps) << collectives::FormatTuning(t);
+  // Between hosts only: the machine's CPU time per byte (from /proc/stat).
+  ASSERT_TRUE(net->cpu_gbps.has_value()) << collectives::FormatTuning(t);
+  EXPECT_GT(*net->cpu_gbps, 0);
+  EXPECT_FALSE(inside->cpu_gbps || shm->cpu_gbps) << collectives::FormatTuning(t);
+  EXPECT_NE(r.output.find("per second of the machine's CPU time"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("[0] # tcp   alpha "), std::string::npos) << r.output;
 }
 
