@@ -745,17 +745,24 @@ StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string
     CIUIC_RETURN_IF_ERROR(role == 0 ? b.Recv() : b.Send(src.data(), 8));
     return std::chrono::duration<double>(Clock::now() - t0).count();
   };
-  CIUIC_RETURN_IF_ERROR(timed(lo.nslots * 2, false).status());
-  std::vector<double> times, dram_times;
-  for (int round = 0; round < 5; ++round) {
-    CIUIC_ASSIGN_OR_RETURN(double s, timed(chunks, false));
-    CIUIC_ASSIGN_OR_RETURN(double d, timed(chunks, true));
-    times.push_back(s);
-    dram_times.push_back(d);
-  }
-  std::sort(times.begin(), times.end());
-  std::sort(dram_times.begin(), dram_times.end());
-  const double seconds = times[times.size() / 2], dram_seconds = dram_times[dram_times.size() / 2];
+  // A warm-up, then five rounds in cache and out of DRAM interleaved: the
+  // median seconds of each.
+  using Run = std::function<StatusOr<double>(size_t, bool)>;
+  auto medians = [&](const Run& run) -> StatusOr<std::pair<double, double>> {
+    CIUIC_RETURN_IF_ERROR(run(lo.nslots * 2, false).status());
+    std::vector<double> cache, dram;
+    for (int round = 0; round < 5; ++round) {
+      CIUIC_ASSIGN_OR_RETURN(double s, run(chunks, false));
+      CIUIC_ASSIGN_OR_RETURN(double d, run(chunks, true));
+      cache.push_back(s);
+      dram.push_back(d);
+    }
+    std::sort(cache.begin(), cache.end());
+    std::sort(dram.begin(), dram.end());
+    return std::make_pair(cache[cache.size() / 2], dram[dram.size() / 2]);
+  };
+  CIUIC_ASSIGN_OR_RETURN(const auto stream_s, medians(timed));
+  const double seconds = stream_s.first, dram_seconds = stream_s.second;
   // exchange: both sides stream at once, as a ring's step does; the rate is
   // a rank's bytes sent and received together per second. Where a side's
   // cost differs between sending and receiving (tcp's sender runs more of
@@ -779,16 +786,7 @@ StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string
     CIUIC_RETURN_IF_ERROR(role == 0 ? b.Recv() : b.Send(src.data(), 8));
     return std::chrono::duration<double>(Clock::now() - t0).count();
   };
-  CIUIC_RETURN_IF_ERROR(exchange(lo.nslots * 2, false).status());
-  std::vector<double> ex_times, ex_dram_times;
-  for (int round = 0; round < 5; ++round) {
-    CIUIC_ASSIGN_OR_RETURN(double s, exchange(chunks, false));
-    CIUIC_ASSIGN_OR_RETURN(double d, exchange(chunks, true));
-    ex_times.push_back(s);
-    ex_dram_times.push_back(d);
-  }
-  std::sort(ex_times.begin(), ex_times.end());
-  std::sort(ex_dram_times.begin(), ex_dram_times.end());
+  CIUIC_ASSIGN_OR_RETURN(const auto exchange_s, medians(exchange));
   const double exchanged = 2.0 * static_cast<double>(chunks * lo.slot_size);
   // The machine's CPU per byte: the exchange again with waits that sleep
   // (a spinning wait would count as busy), for at least half a second
@@ -801,7 +799,7 @@ StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string
     const std::string key = prefix + "/link/cpu_chunks";
     size_t n = 0;
     if (role == 0) {
-      const double per_side = exchanged / 2 / ex_times[ex_times.size() / 2];
+      const double per_side = exchanged / 2 / exchange_s.first;
       n = std::max(chunks, static_cast<size_t>(0.5 * per_side / static_cast<double>(lo.slot_size)) + 1);
       CIUIC_RETURN_IF_ERROR(store.Set(key, std::to_string(n)));
     } else {
@@ -847,7 +845,7 @@ StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string
   std::snprintf(line, sizeof(line), "link %s %.6g %.6g %zu %.6g %d %.6g %.6g %.6g", transport::BackendName(kind),
                 one_way[one_way.size() / 2], static_cast<double>(chunks * lo.slot_size) / seconds / 1e9, lo.slot_size,
                 static_cast<double>(chunks * lo.slot_size) / dram_seconds / 1e9, pair_cores,
-                exchanged / ex_times[ex_times.size() / 2] / 1e9, exchanged / ex_dram_times[ex_dram_times.size() / 2] / 1e9,
+                exchanged / exchange_s.first / 1e9, exchanged / exchange_s.second / 1e9,
                 cpu_gbps);
   return std::string(line);
 }

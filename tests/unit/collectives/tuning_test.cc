@@ -40,6 +40,13 @@ Tuning ParseOrDie(const std::string& text) {
   return t.ok() ? *t : Tuning{};
 }
 
+// `t` formats with `line` in it and parses back to the same text.
+void ExpectRoundTrip(const Tuning& t, const std::string& line) {
+  const std::string text = FormatTuning(t);
+  EXPECT_NE(text.find(line), std::string::npos) << text;
+  EXPECT_EQ(FormatTuning(ParseOrDie(text)), text);
+}
+
 TEST(TuningTest, ParsesEveryStatement) {
   const Tuning t = ParseOrDie(kSample);
   EXPECT_EQ(t.origin, "t.txt");
@@ -246,10 +253,7 @@ TEST(TuningTest, ExchangeFiguresRoundTripAndApply) {
   ASSERT_EQ(t.backends.size(), 2u);
   EXPECT_DOUBLE_EQ(*t.backends[0].exchange_gbps, 3);
   EXPECT_DOUBLE_EQ(*t.backends[0].exchange_dram_gbps, 2.5);
-  const std::string text = FormatTuning(t);
-  EXPECT_NE(text.find("beta_gbps 4.5 exchange_gbps 3 exchange_dram_gbps 2.5 pair_cores 2\n"), std::string::npos)
-      << text;
-  EXPECT_EQ(FormatTuning(ParseOrDie(text)), text);
+  ExpectRoundTrip(t, "beta_gbps 4.5 exchange_gbps 3 exchange_dram_gbps 2.5 pair_cores 2\n");
   CostParams tcp = DefaultCostParams(BackendKind::kTcp);
   ApplyTuning(t, BackendKind::kTcp, &tcp);
   EXPECT_DOUBLE_EQ(tcp.exchange_s_per_byte, 1 / 3e9);
@@ -275,9 +279,7 @@ TEST(TuningTest, MachineCpuBetweenHostsRoundTripsAndApplies) {
       "backend tcp between_hosts alpha_us 10 beta_gbps 1.2 exchange_gbps 2.4 cpu_gbps 2.5 pair_cores 2\n");
   ASSERT_EQ(t.backends.size(), 1u);
   EXPECT_DOUBLE_EQ(*t.backends[0].cpu_gbps, 2.5);
-  const std::string text = FormatTuning(t);
-  EXPECT_NE(text.find("exchange_gbps 2.4 cpu_gbps 2.5 pair_cores 2\n"), std::string::npos) << text;
-  EXPECT_EQ(FormatTuning(ParseOrDie(text)), text);
+  ExpectRoundTrip(t, "exchange_gbps 2.4 cpu_gbps 2.5 pair_cores 2\n");
   CostParams p = DefaultCostParams(BackendKind::kTcp);
   ApplyTuning(t, BackendKind::kTcp, &p, DataType::kFloat32, ReduceOp::kSum, TuningLevel::kBetweenHosts);
   EXPECT_DOUBLE_EQ(p.net_cpu_s_per_byte, 1 / 2.5e9);
