@@ -828,7 +828,7 @@ StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string
       const double busy = MachineBusySeconds() - busy0;
       CIUIC_ASSIGN_OR_RETURN(std::string peer_boot, store.Get(prefix + "/link/boot", timeout));
       // Both sides' bytes where the peer runs on this kernel's CPUs too.
-      const double sides = peer_boot == BootId() ? 2 : 1;
+      const double sides = !peer_boot.empty() && peer_boot == BootId() ? 2 : 1;
       if (busy0 >= 0 && busy > 0) cpu_gbps = sides * 2 * static_cast<double>(n * lo.slot_size) / busy / 1e9;
     }
   }
