@@ -380,13 +380,14 @@ int main(int argc, char** argv) {
       // CPU's cost of the network's bytes, apart from its links' rate.
       const coll::BackendTuning* plain = coll::FindBackendLine(*t, backend, coll::TuningLevel::kOneMachine);
       const coll::BackendTuning* between = coll::FindBackendLine(*t, backend, coll::TuningLevel::kBetweenHosts);
+      const bool both_lines = plain != nullptr && between != nullptr && between != plain;
       if (inter.net_cpu_s_per_byte > 0) {
         // Measured between the hosts themselves (cpu_gbps): the machine's
         // CPU time per byte, the path between hosts included.
         net.params.net_cpu_s_per_byte = inter.net_cpu_s_per_byte;
-      } else if (plain != nullptr && between != nullptr && between != plain && plain->exchange_gbps) {
+      } else if (both_lines && plain->exchange_gbps) {
         net.params.net_cpu_s_per_byte = plain_exchange;
-      } else if (plain != nullptr && between != nullptr && between != plain && plain->beta_gbps) {
+      } else if (both_lines && plain->beta_gbps) {
         // A pair on one core streamed at the sender's and receiver's costs
         // added; the model charges each side, so half of it per side.
         net.params.net_cpu_s_per_byte = 1e-9 / *plain->beta_gbps * (plain->pair_cores == 1 ? 0.5 : 1.0);
