@@ -71,6 +71,11 @@ Status RecvFromPeer(const CollectiveArgs& a, Builder& b);
 // among p = 2^k ranks, and the block order a rank keeps its vector in.
 int SwingPeer(int vr, int step, int p);
 std::vector<int> SwingBlockOrder(int vr, int p);
+// The most messages any rank sends in Swing's reduce-scatter on p = 2^k
+// ranks when it keeps its vector in rank order (one per run of blocks), and
+// the largest p that uses that layout (at most two messages a step).
+int SwingRuns(int p);
+inline constexpr int kSwingRankOrderRanks = 8;
 
 // A rank's place in a tree: its parent (-1 at the root) and its children.
 struct TreeLinks {

@@ -552,6 +552,45 @@ TEST(SwingTest, PeersPairAndBlockOrdersArePermutations) {
   EXPECT_EQ(generators::SwingPeer(1, 4, 64), 54);  // odd ranks go the other way
 }
 
+// Up to kSwingRankOrderRanks ranks Swing keeps its vector in rank order: no
+// scratch and no copies, and at most two messages a reduce-scatter step on
+// average; beyond, the rank-order runs would exceed that, so it permutes.
+TEST(SwingTest, SmallCountsWorkInRankOrderLargerOnesPermute) {
+  EXPECT_EQ(generators::SwingRuns(2), 1);
+  EXPECT_EQ(generators::SwingRuns(4), 3);
+  EXPECT_EQ(generators::SwingRuns(8), 6);
+  EXPECT_GT(generators::SwingRuns(16), 2 * 4);
+  EXPECT_GT(generators::SwingRuns(2 * generators::kSwingRankOrderRanks), 2 * 4);
+  for (int n : {2, 3, 4, 5, 7, 8, 9, 16, 17}) {
+    const int p = internal::FloorPow2(n);
+    int steps = 0;
+    while ((1 << steps) < p) ++steps;
+    for (int r = 0; r < n; ++r) {
+      CollectiveArgs a;
+      a.nranks = n;
+      a.rank = r;
+      a.count = 1000;
+      StatusOr<Schedule> s = MakeSchedule(Algorithm::kSwing, a);
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      const auto copies = std::count_if(s->steps.begin(), s->steps.end(),
+                                        [](const Step& st) { return st.op == StepOp::kCopy; });
+      const auto sends = std::count_if(s->steps.begin(), s->steps.end(),
+                                       [](const Step& st) { return st.op == StepOp::kSend; });
+      const bool folded_out = r < 2 * (n - p) && r % 2 == 0;
+      if (p <= generators::kSwingRankOrderRanks) {
+        EXPECT_EQ(s->scratch_count, 0u) << "n " << n << " rank " << r;
+        EXPECT_EQ(copies, 0) << "n " << n << " rank " << r;
+        if (!folded_out) {
+          EXPECT_LE(sends, 2 * 2 * steps + 1) << "n " << n << " rank " << r;
+        }
+      } else {
+        EXPECT_EQ(s->scratch_count, 1000u) << "n " << n << " rank " << r;
+        EXPECT_GT(copies, 0) << "n " << n << " rank " << r;
+      }
+    }
+  }
+}
+
 // Bruck all-to-all sends ceil(log2 n) messages per rank (pairwise: n-1),
 // each at most half the blocks.
 TEST(BruckTest, AllToAllSendsLogMessages) {
