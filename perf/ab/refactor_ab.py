@@ -8,6 +8,14 @@ the out-of-place time of each build and the ratio of the medians (B / A).
 Every result is checked by the tools themselves (#wrong must be 0).
 
   perf/ab/refactor_ab.py --a /work/base/build --b build-perf --rounds 5
+
+With --algo NAME every tool runs that algorithm forced (`-a NAME`); --tools
+and --sizes narrow the configurations; --reference ALGO also runs build B
+with ALGO forced in each round and prints B / reference (a schedule change
+against an unchanged neighbour):
+
+  perf/ab/refactor_ab.py --a /tmp/old/build --b build --algo swing --tools allreduce \
+      --sizes 64K,256K,1M,4M,16M --reference rabenseifner --rounds 3
 """
 import argparse
 import statistics
@@ -38,9 +46,11 @@ def size_bytes(s):
     return int(s[:-1]) * mult[s[-1]] if s[-1] in mult else int(s)
 
 
-def run(build, tool, transport, ranks, size):
+def run(build, tool, transport, ranks, size, algo=None):
     cmd = [f"{build}/tools/ciuic-run", "-n", str(ranks), "--", f"{build}/perf/{tool}_perf",
            "-t", transport, "-b", str(size), "-e", str(size), "--format", "csv", "--no-inplace"]
+    if algo:
+        cmd += ["-a", algo]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     for line in out.stdout.splitlines():
         line = line.split("] ", 1)[-1]
@@ -57,23 +67,46 @@ def main():
     ap.add_argument("--a", required=True, help="build dir before")
     ap.add_argument("--b", required=True, help="build dir after")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--algo", help="force this algorithm in every run (-a)")
+    ap.add_argument("--tools", help="comma-separated collectives to keep (e.g. allreduce)")
+    ap.add_argument("--sizes", help="comma-separated sizes replacing each configuration's")
+    ap.add_argument("--reference", help="also run build B with this algorithm forced")
     args = ap.parse_args()
+    configs = [c for c in CONFIGS if not args.tools or c[0] in args.tools.split(",")]
+    if args.sizes:
+        configs = [(tool, tr, n, args.sizes) for tool, tr, n, _ in configs]
+    ref = "reference"
     times = {}
     for rnd in range(args.rounds):
-        for tool, transport, ranks, sizes in CONFIGS:
+        for tool, transport, ranks, sizes in configs:
             for s in sizes.split(","):
-                for build in ((args.a, args.b) if rnd % 2 == 0 else (args.b, args.a)):
-                    t = run(build, tool, transport, ranks, size_bytes(s))
+                order = [(args.a, args.algo), (args.b, args.algo)]
+                if rnd % 2:
+                    order.reverse()
+                if args.reference:
+                    order.append((ref, args.reference))
+                for build, algo in order:
+                    t = run(args.b if build == ref else build, tool, transport, ranks, size_bytes(s), algo)
                     times.setdefault((tool, transport, ranks, s), {}).setdefault(build, []).append(t)
         print(f"# round {rnd + 1} of {args.rounds} done", file=sys.stderr)
-    print(f"# A = {args.a}, B = {args.b}, {args.rounds} alternating rounds, median (min-max) us, out of place")
-    print(f"{'collective':<15}{'tr':<4}{'n':>2}{'size':>6}  {'A':>22}  {'B':>22}  B/A")
+    forced = f", algorithm {args.algo}" if args.algo else ""
+    print(f"# A = {args.a}, B = {args.b}{forced}, {args.rounds} alternating rounds, median (min-max) us, out of place")
+    if args.reference:
+        print(f"# R = B with {args.reference} forced, run after A and B in each round")
+    print(f"{'collective':<15}{'tr':<4}{'n':>2}{'size':>6}  {'A':>22}  {'B':>22}  B/A" +
+          (f"  {'R':>22}  B/R" if args.reference else ""))
+
+    def cell(v):
+        return f"{statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f})"
+
     for (tool, transport, ranks, s), by in times.items():
         a, b = by[args.a], by[args.b]
         ma, mb = statistics.median(a), statistics.median(b)
-        fa = f"{ma:.2f} ({min(a):.2f}-{max(a):.2f})"
-        fb = f"{mb:.2f} ({min(b):.2f}-{max(b):.2f})"
-        print(f"{tool:<15}{transport:<4}{ranks:>2}{s:>6}  {fa:>22}  {fb:>22}  {mb / ma:.2f}")
+        line = f"{tool:<15}{transport:<4}{ranks:>2}{s:>6}  {cell(a):>22}  {cell(b):>22}  {mb / ma:.2f}"
+        if args.reference:
+            r = by[ref]
+            line += f"  {cell(r):>22}  {mb / statistics.median(r):.2f}"
+        print(line)
 
 
 if __name__ == "__main__":
