@@ -63,8 +63,9 @@ enum class Algorithm : uint8_t {
   kKnomial,            // "knomial": radix-k trees (broadcast, reduce) and recursive k-ing (all-reduce)
   kSwing,              // "swing": Swing all-reduce, bandwidth-optimal (reduce-scatter + all-gather)
   kPat,                // "pat": NCCL's Parallel Aggregated Trees (all-gather, reduce-scatter)
+  kSwingLatency,       // "swinglat": Swing's latency-optimal all-reduce (log2 n whole-vector steps)
 };
-inline constexpr int kNumAlgorithms = 15;
+inline constexpr int kNumAlgorithms = 16;
 
 // The k-nomial algorithms' radix when CollectiveArgs::radix is 0.
 inline constexpr int kDefaultRadix = 4;

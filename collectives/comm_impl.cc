@@ -5,6 +5,7 @@
 #include <cstring>
 #include <deque>
 #include <future>
+#include <new>
 #include <system_error>
 #include <thread>
 
@@ -330,7 +331,28 @@ StatusOr<ExecJob> CommImpl::JobFor(const OpDesc& d, const CallPlan& plan_ref) {
   bufs.output = d.recv;
   bufs.output_count = d.recv == nullptr ? 0 : plan->layout.output_count;
   if (plan->schedule.scratch_count > 0) {
-    if (scratch_.size() < plan->schedule.scratch_count * es) scratch_.resize(plan->schedule.scratch_count * es);
+    const size_t want = plan->schedule.scratch_count * es;
+    // Most schedules need at most the vector again; one that gathers every
+    // rank's vector (swinglat) needs n times it, which a forced large call
+    // must not turn into an allocation that takes the host down.
+    const size_t call_bytes = std::max(plan->layout.input_count, plan->layout.output_count) * es;
+    const size_t limit = std::max(config_.scratch_max_bytes, 2 * call_bytes);
+    if (want > limit) {
+      // The same on every rank, before anything moves: an argument error,
+      // which leaves the communicator usable (Guarded).
+      return InvalidArgumentError(plan->schedule.algorithm + " needs " + std::to_string(want) +
+                                    " B of scratch for this call, over the limit of " + std::to_string(limit) +
+                                    " B (CIUIC_SCRATCH_MAX or twice the call's buffer): force another algorithm "
+                                    "for vectors this large");
+    }
+    if (scratch_.size() < want) {
+      try {
+        scratch_.resize(want);
+      } catch (const std::bad_alloc&) {
+        return ResourceExhaustedError(plan->schedule.algorithm + ": no memory for " + std::to_string(want) +
+                                      " B of scratch");
+      }
+    }
     bufs.scratch = scratch_.data();
     bufs.scratch_count = plan->schedule.scratch_count;
   }

@@ -17,7 +17,7 @@ using K = AlgorithmKind;
 constexpr const char* kNames[kNumAlgorithms] = {"ring",     "tree",          "recdoubling", "rabenseifner", "binomial",
                                                 "pairwise", "dissemination", "direct",      "p2p",          "bruck",
                                                 "linear",   "hier",          "knomial",     "swing",
-                                                "pat"};
+                                                "pat",      "swinglat"};
 
 // --- The shared-memory family: when it applies, what it costs -------------
 
@@ -154,6 +154,10 @@ std::vector<AlgorithmInfo> MakeRegistry() {
                     "Swing: reduce-scatter + all-gather with peers +-1, 3, 5, 11, ... away: bandwidth-optimal, "
                     "short hops on rings and tori",
                     g::AllReduceSwing),
+      ScheduleEntry(C::kAllReduce, A::kSwingLatency,
+                    "Swing, latency-optimal: log2(n) steps with Swing's peers gathering the inputs, then every rank "
+                    "reduces all n in rank order: small vectors on rings and tori",
+                    g::AllReduceSwingLatency),
 
       SharedEntry(C::kBroadcast, K::kShmDirect, "peers copy out of the root's shared slots", BroadcastApplies,
              BroadcastCost),

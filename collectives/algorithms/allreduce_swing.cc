@@ -22,6 +22,16 @@
 // permuting passes over the whole vector. On more ranks a reduce-scatter
 // takes about 3p/4 messages that way (log2 p with the copies).
 //
+// The latency-optimal variant (AllReduceSwingLatency, "swinglat") takes the
+// same log2(p) steps with the same peers, but gathers: in step s a rank
+// sends the 2^s input vectors it holds and receives as many, then every
+// rank reduces all p in rank order, so all ranks end with the same bits.
+// The paper's variant reduces as it goes, which leaves each rank with its
+// own order of the partial sums (its groups are not a partition as
+// recursive doubling's are), so floating-point results would differ
+// between ranks. The price is (p - 1) vectors sent instead of log2(p):
+// for the small vectors where latency decides.
+//
 // Non-powers of two fold as in Rabenseifner (the first 2(n-p) ranks in
 // pairs; the even one permutes its input into its partner's order, sends
 // it, and gets the result back), not with the paper's own scheme.
@@ -135,7 +145,80 @@ Status AllReduceSwingRankOrder(const CollectiveArgs& a, Builder& b, int nch) {
   return Status::Ok();
 }
 
+// The virtual ranks whose inputs x holds after `s` steps of the gathering
+// variant, in the order they lie in its scratch: its own, then what each
+// step's peer held.
+void AppendGathered(int x, int s, int p, std::vector<int>& out) {
+  if (s == 0) {
+    out.push_back(x);
+    return;
+  }
+  AppendGathered(x, s - 1, p, out);
+  AppendGathered(SwingPeer(x, s - 1, p), s - 1, p, out);
+}
+
 }  // namespace
+
+std::vector<int> SwingGatherOrder(int vr, int p) {
+  int steps = 0;
+  while ((1 << steps) < p) ++steps;
+  std::vector<int> out;
+  out.reserve(static_cast<size_t>(p));
+  AppendGathered(vr, steps, p, out);
+  return out;
+}
+
+Status AllReduceSwingLatency(const CollectiveArgs& a, Builder& b) {
+  const int rank = a.rank, n = a.nranks;
+  const int nch = b.UseChannels(a.count, a.nchannels);
+  const int p = FloorPow2(n);
+  const int extra = n - p;
+  int steps = 0;
+  while ((1 << steps) < p) ++steps;
+  b.Scratch(a.count * static_cast<size_t>(p));
+  const int vr = rank < 2 * extra ? rank / 2 : rank - extra;
+  auto peer_of = [extra](int pvr) { return pvr < extra ? 2 * pvr + 1 : pvr + extra; };
+  const std::vector<int> gathered = rank < 2 * extra && rank % 2 == 0 ? std::vector<int>{} : SwingGatherOrder(vr, p);
+  // where[k]: the scratch position of virtual rank k's vector.
+  std::vector<int> where(static_cast<size_t>(p), 0);
+  for (size_t i = 0; i < gathered.size(); ++i) where[static_cast<size_t>(gathered[i])] = static_cast<int>(i);
+  for (int c = 0; c < nch; ++c) {
+    const auto [off, len] = EvenPart(0, a.count, nch, c);
+    // Channel c's p vectors lie at p * off in scratch, one after another.
+    auto S = [off = off, len = len, p](int lo, int hi) {
+      return Scr(static_cast<size_t>(p) * off + static_cast<size_t>(lo) * len, static_cast<size_t>(hi - lo) * len);
+    };
+    if (rank < 2 * extra && rank % 2 == 0) {  // folded out: contribute, then get the result
+      const int s = b.Send(rank + 1, c, In(off, len));
+      b.Recv(rank + 1, c, Out(off, len), {s}, DepMode::kPerChunk);
+      continue;
+    }
+    std::vector<int> last;
+    if (rank < 2 * extra) {  // the pair's sum, lower rank first
+      const int rcv = b.Recv(rank - 1, c, S(0, 1));
+      last = {b.Reduce({S(0, 1), In(off, len)}, S(0, 1), {rcv})};
+    } else {
+      last = {b.Copy(In(off, len), S(0, 1))};
+    }
+    for (int s = 0; s < steps; ++s) {
+      const int peer = peer_of(SwingPeer(vr, s, p));
+      const int snd = b.Send(peer, c, S(0, 1 << s), last);
+      const int rcv = b.Recv(peer, c, S(1 << s, 2 << s), last);
+      last = {snd, rcv};
+    }
+    // Every rank folds the same p vectors in virtual-rank (so rank) order,
+    // at most 64 inputs a step (the executor's limit), each step's result
+    // the next one's first input.
+    for (int k = 0; k < p;) {
+      std::vector<Range> inputs;
+      if (k > 0) inputs.push_back(Out(off, len));
+      for (; k < p && inputs.size() < 64; ++k) inputs.push_back(S(where[static_cast<size_t>(k)], where[static_cast<size_t>(k)] + 1));
+      last = {b.Reduce(std::move(inputs), Out(off, len), last)};
+    }
+    if (rank < 2 * extra) b.Send(rank - 1, c, Out(off, len), last);
+  }
+  return Status::Ok();
+}
 
 int SwingRuns(int p) {
   int steps = 0;

@@ -40,6 +40,7 @@ Status AllReduceDoubleBinaryTree(const CollectiveArgs& a, Builder& b);
 Status AllReduceRecursiveDoubling(const CollectiveArgs& a, Builder& b);
 Status AllReduceRabenseifner(const CollectiveArgs& a, Builder& b);
 Status AllReduceSwing(const CollectiveArgs& a, Builder& b);
+Status AllReduceSwingLatency(const CollectiveArgs& a, Builder& b);
 Status AllReduceKnomial(const CollectiveArgs& a, Builder& b);
 Status BroadcastKnomial(const CollectiveArgs& a, Builder& b);
 Status ReduceKnomial(const CollectiveArgs& a, Builder& b);
@@ -75,6 +76,9 @@ std::vector<int> SwingBlockOrder(int vr, int p);
 // ranks when it keeps its vector in rank order (one per run of blocks), and
 // the largest p that uses that layout (at most two messages a step).
 int SwingRuns(int p);
+// The latency-optimal variant's scratch order: the virtual ranks whose
+// input vectors `vr` holds after its log2(p) gathering steps.
+std::vector<int> SwingGatherOrder(int vr, int p);
 inline constexpr int kSwingRankOrderRanks = 8;
 
 // A rank's place in a tree: its parent (-1 at the root) and its children.

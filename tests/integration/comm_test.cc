@@ -433,7 +433,7 @@ std::vector<Param> Params() {
   // from 2 to 16, and PAT's all-gather and reduce-scatter. knomial forces
   // its broadcast and reduce as well.
   for (int n : {9, 16}) {
-    for (const char* a : {"knomial", "swing"}) out.push_back({"tcp", a, n});
+    for (const char* a : {"knomial", "swing", "swinglat"}) out.push_back({"tcp", a, n});
   }
   for (int n : {2, 3, 4, 5, 6, 7, 8, 9, 16}) {
     for (const char* a : {"bruck", "pat"}) out.push_back({"tcp", a, n});
@@ -1475,6 +1475,33 @@ TEST(CollectivesRegistry, RadixAndAggregationKnobsOverLinks) {
     }, milliseconds(120000));
     for (const auto& r : results) EXPECT_TRUE(r.ok()) << radix << "/" << aggregation << ":\n" << ResultsText(results);
   }
+}
+
+// A schedule whose scratch would pass CIUIC_SCRATCH_MAX (and twice the
+// call's buffer) is an argument error on every rank before anything moves,
+// naming the algorithm and the knob; the communicator goes on with calls
+// that fit.
+// swinglat gathers all 4 vectors: 4 x 64 KiB against max(64 KiB, 128 KiB).
+TEST(CollectivesRegistry, ScratchOverTheLimitIsANamedErrorOnEveryRank) {
+  auto results = RunRanks(4, [&](int rank, transport::Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
+    config.transport = "tcp";
+    config.timeout_ms = 60000;
+    CIUIC_RETURN_IF_ERROR(config.Set("CIUIC_ALGO", "allreduce:swinglat"));
+    CIUIC_RETURN_IF_ERROR(config.Set("CIUIC_SCRATCH_MAX", "64K"));
+    std::shared_ptr<transport::Store> s(&store, [](transport::Store*) {});
+    CIUIC_ASSIGN_OR_RETURN(auto comm, Communicator::CreateWithStore(rank, 4, s, config));
+    std::vector<float> in(16384, 1.0f), out(16384, 0.0f);
+    const Status big = comm->AllReduce(in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum);
+    EXPECT_OR_FAIL(big.code() == StatusCode::kInvalidArgument, "big call: " + big.ToString());
+    EXPECT_OR_FAIL(big.message().find("allreduce/swinglat needs 262144 B of scratch") != std::string::npos &&
+                       big.message().find("CIUIC_SCRATCH_MAX") != std::string::npos,
+                   "big call: " + big.ToString());
+    CIUIC_RETURN_IF_ERROR(CheckAllReduce<float>(*comm, 1000, ReduceOp::kSum, false, 7));
+    EXPECT_OR_FAIL(comm->last_algorithm().rfind("swinglat", 0) == 0, "ran " + comm->last_algorithm());
+    return Status::Ok();
+  }, milliseconds(120000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
 }
 
 // Verbs between hosts for real (the Soft-RoCE guest; skipped elsewhere with

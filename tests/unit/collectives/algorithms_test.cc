@@ -591,6 +591,39 @@ TEST(SwingTest, SmallCountsWorkInRankOrderLargerOnesPermute) {
   }
 }
 
+// Swing's latency-optimal variant gathers: after log2(p) steps with Swing's
+// peers every rank holds each rank's vector exactly once (its own first),
+// having sent one message a step, 2^s vectors in step s.
+TEST(SwingTest, TheLatencyVariantGathersEveryVectorOnceInLogSteps) {
+  for (int p = 2; p <= (1 << 12); p *= 2) {
+    for (int r : {0, 1, p / 2 - 1, p / 2, p - 1}) {
+      std::vector<int> order = generators::SwingGatherOrder(r, p);
+      ASSERT_EQ(order.size(), static_cast<size_t>(p));
+      EXPECT_EQ(order[0], r);
+      std::sort(order.begin(), order.end());
+      for (int i = 0; i < p; ++i) ASSERT_EQ(order[static_cast<size_t>(i)], i) << "p " << p << " rank " << r;
+    }
+  }
+  for (int n : {2, 4, 6, 8, 16, 100}) {
+    const int p = internal::FloorPow2(n);
+    int steps = 0;
+    while ((1 << steps) < p) ++steps;
+    CollectiveArgs a;
+    a.nranks = n;
+    a.rank = n - 1;  // never folded out
+    a.count = 10;
+    StatusOr<Schedule> s = MakeSchedule(Algorithm::kSwingLatency, a);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_EQ(s->scratch_count, 10u * static_cast<size_t>(p));
+    std::vector<size_t> sent;
+    for (const Step& st : s->steps) {
+      if (st.op == StepOp::kSend) sent.push_back(st.src.count);
+    }
+    ASSERT_EQ(sent.size(), static_cast<size_t>(steps)) << "n " << n;
+    for (int k = 0; k < steps; ++k) EXPECT_EQ(sent[static_cast<size_t>(k)], 10u << k) << "n " << n << " step " << k;
+  }
+}
+
 // Bruck all-to-all sends ceil(log2 n) messages per rank (pairwise: n-1),
 // each at most half the blocks.
 TEST(BruckTest, AllToAllSendsLogMessages) {

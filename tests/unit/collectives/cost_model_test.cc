@@ -176,7 +176,7 @@ TEST(CostModelTest, RecursiveDoublingForTinyRingForHuge) {
       ASSERT_TRUE(huge.ok()) << huge.status().ToString();
       EXPECT_EQ(huge->algorithm->id, Algorithm::kRing) << huge->reason;
       EXPECT_EQ(std::string(huge->name()), "ring");
-      EXPECT_EQ(huge->predicted_s.size(), 6u);
+      EXPECT_EQ(huge->predicted_s.size(), 7u);
       EXPECT_NE(huge->reason.find("ring"), std::string::npos);
     }
   }
@@ -647,7 +647,21 @@ TEST(CostModelTest, ResearchAlgorithmsWinWhereTheModelSaysSo) {
     auto flat = Select(Collective::kAllReduce, bytes, 64, torus, "");
     ASSERT_TRUE(flat.ok());
     EXPECT_NE(flat->algorithm->id, Algorithm::kSwing) << bytes << ": " << flat->reason;
+    EXPECT_NE(flat->algorithm->id, Algorithm::kSwingLatency) << bytes << ": " << flat->reason;
   }
+  // On a ring of 64 nodes Swing's latency variant takes recursive doubling's
+  // six steps over 42 hops instead of 63, so it wins a tiny vector there;
+  // it sends 63 vectors instead of 6, so not a large one.
+  torus.torus_dims = {64};
+  auto tiny = Select(Collective::kAllReduce, 8, 64, torus, "");
+  auto mid = Select(Collective::kAllReduce, 256 << 10, 64, torus, "");
+  ASSERT_TRUE(tiny.ok() && mid.ok());
+  EXPECT_EQ(tiny->algorithm->id, Algorithm::kSwingLatency) << tiny->reason;
+  EXPECT_NE(mid->algorithm->id, Algorithm::kSwingLatency) << mid->reason;
+  auto lat = Predict(Collective::kAllReduce, Algorithm::kSwingLatency, 8, 64, torus);
+  auto rd = Predict(Collective::kAllReduce, Algorithm::kRecursiveDoubling, 8, 64, torus);
+  ASSERT_TRUE(lat.ok() && rd.ok());
+  EXPECT_NEAR(rd->latency_s - lat->latency_s, (63 - 42) * torus.hop_latency_s, 1e-9);
 }
 
 

@@ -209,7 +209,7 @@ TEST(SelectionTest, ForcedThenTunedThenTheModel) {
   auto model = Select(call, DataType::kFloat32, ReduceOp::kSum, ctx, &cache);
   ASSERT_TRUE(model.ok());
   EXPECT_EQ(model->algorithm->id, Algorithm::kShmDirect) << model->reason;
-  EXPECT_EQ(model->predicted_s.size(), 7u);  // direct and the six schedules
+  EXPECT_EQ(model->predicted_s.size(), 8u);  // direct and the seven schedules
 
   StatusOr<Tuning> t = ParseTuning("ciuic-tuning 1\nrule allreduce shm ranks 4 from 0 rabenseifner\n", "t.txt");
   ASSERT_TRUE(t.ok());
@@ -242,20 +242,20 @@ TEST(SelectionTest, ForcedThenTunedThenTheModel) {
   auto tcp = Select(Shape(Collective::kAllReduce, 2, 4, 2), DataType::kFloat32, ReduceOp::kSum, ctx, &tcp_cache);
   ASSERT_TRUE(tcp.ok());
   EXPECT_EQ(tcp->algorithm->kind, AlgorithmKind::kSchedule);
-  EXPECT_EQ(tcp->predicted_s.size(), 6u);
+  EXPECT_EQ(tcp->predicted_s.size(), 7u);
   // The hierarchical schedule is a candidate only across hosts with
   // several ranks on one; forced, it runs anywhere.
   ctx.host_of = {0, 0, 1, 1};
   SelectionCache hosts_cache;
   auto two_hosts = Select(Shape(Collective::kAllReduce, 2, 4, 2), DataType::kFloat32, ReduceOp::kSum, ctx, &hosts_cache);
   ASSERT_TRUE(two_hosts.ok());
-  EXPECT_EQ(two_hosts->predicted_s.size(), 7u);
+  EXPECT_EQ(two_hosts->predicted_s.size(), 8u);
   EXPECT_TRUE(std::any_of(two_hosts->predicted_s.begin(), two_hosts->predicted_s.end(),
                           [](const auto& c) { return c.first == "hier"; }));
   ctx.host_of = {0, 1, 2, 3};
   auto spread = Select(Shape(Collective::kAllReduce, 2, 4, 2), DataType::kFloat32, ReduceOp::kSum, ctx, &hosts_cache);
   ASSERT_TRUE(spread.ok());
-  EXPECT_EQ(spread->predicted_s.size(), 6u);
+  EXPECT_EQ(spread->predicted_s.size(), 7u);
   ctx.host_of.clear();
   ctx.algo = *AlgoKnob::Parse("hier");
   auto forced_hier = Select(Shape(Collective::kAllReduce, 2, 4, 2), DataType::kFloat32, ReduceOp::kSum, ctx, &hosts_cache);
