@@ -117,6 +117,11 @@ struct CollectiveArgs {
   // Each rank's host, numbered in order of first appearance (empty: every
   // rank a host of its own). Only the hierarchical algorithms read it.
   std::vector<int> host_of{};
+  // The ranks as a torus of these sizes, row-major (the last dimension
+  // fastest). Only Swing reads it: on powers of two that multiply to the
+  // rank count it swings through the dimensions in turn; otherwise (or
+  // empty) it treats the ranks as one ring.
+  std::vector<int> torus_dims{};
 };
 
 // Tags of send/recv: [0, kMaxTag). Each tag in use between two ranks has a

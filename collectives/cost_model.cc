@@ -822,6 +822,7 @@ StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t 
   args.aggregation = p.aggregation;
   args.root = p.root;
   args.host_of = p.host_of;
+  args.torus_dims = p.torus_dims;
   if (collective == Collective::kAllGatherv || collective == Collective::kReduceScatterv) {
     args.counts.assign(nranks, args.count);
   }

@@ -3,7 +3,11 @@
 // s rank r talks to r + rho(s) if r is even and r - rho(s) if odd (mod p),
 // rho(s) = 1, -1, 3, -5, 11, ... = (1 - (-2)^(s+1)) / 3. The peers are
 // at most about 2^s / 1.5 apart, not 2^s as in recursive halving, so on a
-// ring or torus the bytes cross fewer links.
+// ring or torus the bytes cross fewer links. On a torus (CollectiveArgs::
+// torus_dims, powers of two) each step moves along one dimension, the
+// dimensions in turn, by that dimension's own rho (SwingPeers), as the
+// paper does: a step's peer is then a few hops away in one ring of the
+// torus instead of crossing several.
 //
 // The blocks a rank sends in a step are not contiguous in rank order. Each
 // rank keeps its working vector in scratch in its own block order
@@ -55,14 +59,14 @@ long long SwingRho(int s) {
   return (1 - m2) / 3;
 }
 
-// Appends order(x, s) (see the header comment) for p = 2^steps ranks.
-void AppendOrder(int x, int s, int steps, int p, std::vector<int>& out) {
-  if (s == steps) {
+// Appends order(x, s) (see the header comment).
+void AppendOrder(int x, int s, const SwingPeers& peers, std::vector<int>& out) {
+  if (s == peers.steps()) {
     out.push_back(x);
     return;
   }
-  AppendOrder(x, s + 1, steps, p, out);
-  AppendOrder(SwingPeer(x, s, p), s + 1, steps, p, out);
+  AppendOrder(x, s + 1, peers, out);
+  AppendOrder(peers.Peer(x, s), s + 1, peers, out);
 }
 
 // Sorts `blocks` and merges consecutive ones: [lo, hi) runs in rank order.
@@ -88,11 +92,11 @@ Status AllReduceSwingRankOrder(const CollectiveArgs& a, Builder& b, int nch) {
   const int rank = a.rank, n = a.nranks;
   const int p = FloorPow2(n);
   const int extra = n - p;
-  int steps = 0;
-  while ((1 << steps) < p) ++steps;
+  const SwingPeers peers(p, a.torus_dims);
+  const int steps = peers.steps();
   const int vr = rank < 2 * extra ? rank / 2 : rank - extra;
   auto peer_of = [extra](int pvr) { return pvr < extra ? 2 * pvr + 1 : pvr + extra; };
-  const std::vector<int> order = SwingBlockOrder(vr, p);
+  const std::vector<int> order = SwingBlockOrder(vr, peers);
   // Order positions [lo, hi) as runs of blocks in rank order.
   auto runs = [&order](int lo, int hi) {
     return Runs(std::vector<int>(order.begin() + lo, order.begin() + hi));
@@ -119,7 +123,7 @@ Status AllReduceSwingRankOrder(const CollectiveArgs& a, Builder& b, int nch) {
     // so both sides list the same runs in the same (rank) order.
     std::vector<std::vector<int>> rs_sends;
     for (int s = 0, w = p; s < steps; ++s, w /= 2) {
-      const int peer = peer_of(SwingPeer(vr, s, p));
+      const int peer = peer_of(peers.Peer(vr, s));
       std::vector<int> next, sends;
       for (const auto& run : runs(w / 2, w)) sends.push_back(b.Send(peer, c, W(cur, run), last));
       for (const auto& run : runs(0, w / 2)) {
@@ -131,7 +135,7 @@ Status AllReduceSwingRankOrder(const CollectiveArgs& a, Builder& b, int nch) {
       last = std::move(next);
     }
     for (int s = steps - 1, h = 1; s >= 0; --s, h *= 2) {
-      const int peer = peer_of(SwingPeer(vr, s, p));
+      const int peer = peer_of(peers.Peer(vr, s));
       std::vector<int> next;
       for (const auto& run : runs(0, h)) next.push_back(b.Send(peer, c, W(BufKind::kOutput, run), last));
       std::vector<int> deps = last;
@@ -148,37 +152,37 @@ Status AllReduceSwingRankOrder(const CollectiveArgs& a, Builder& b, int nch) {
 // The virtual ranks whose inputs x holds after `s` steps of the gathering
 // variant, in the order they lie in its scratch: its own, then what each
 // step's peer held.
-void AppendGathered(int x, int s, int p, std::vector<int>& out) {
+void AppendGathered(int x, int s, const SwingPeers& peers, std::vector<int>& out) {
   if (s == 0) {
     out.push_back(x);
     return;
   }
-  AppendGathered(x, s - 1, p, out);
-  AppendGathered(SwingPeer(x, s - 1, p), s - 1, p, out);
+  AppendGathered(x, s - 1, peers, out);
+  AppendGathered(peers.Peer(x, s - 1), s - 1, peers, out);
 }
 
 }  // namespace
 
-std::vector<int> SwingGatherOrder(int vr, int p) {
-  int steps = 0;
-  while ((1 << steps) < p) ++steps;
+std::vector<int> SwingGatherOrder(int vr, const SwingPeers& peers) {
   std::vector<int> out;
-  out.reserve(static_cast<size_t>(p));
-  AppendGathered(vr, steps, p, out);
+  out.reserve(static_cast<size_t>(peers.p()));
+  AppendGathered(vr, peers.steps(), peers, out);
   return out;
 }
+
+std::vector<int> SwingGatherOrder(int vr, int p) { return SwingGatherOrder(vr, SwingPeers(p, {})); }
 
 Status AllReduceSwingLatency(const CollectiveArgs& a, Builder& b) {
   const int rank = a.rank, n = a.nranks;
   const int nch = b.UseChannels(a.count, a.nchannels);
   const int p = FloorPow2(n);
   const int extra = n - p;
-  int steps = 0;
-  while ((1 << steps) < p) ++steps;
+  const SwingPeers peers(p, a.torus_dims);
+  const int steps = peers.steps();
   b.Scratch(a.count * static_cast<size_t>(p));
   const int vr = rank < 2 * extra ? rank / 2 : rank - extra;
   auto peer_of = [extra](int pvr) { return pvr < extra ? 2 * pvr + 1 : pvr + extra; };
-  const std::vector<int> gathered = rank < 2 * extra && rank % 2 == 0 ? std::vector<int>{} : SwingGatherOrder(vr, p);
+  const std::vector<int> gathered = rank < 2 * extra && rank % 2 == 0 ? std::vector<int>{} : SwingGatherOrder(vr, peers);
   // where[k]: the scratch position of virtual rank k's vector.
   std::vector<int> where(static_cast<size_t>(p), 0);
   for (size_t i = 0; i < gathered.size(); ++i) where[static_cast<size_t>(gathered[i])] = static_cast<int>(i);
@@ -201,7 +205,7 @@ Status AllReduceSwingLatency(const CollectiveArgs& a, Builder& b) {
       last = {b.Copy(In(off, len), S(0, 1))};
     }
     for (int s = 0; s < steps; ++s) {
-      const int peer = peer_of(SwingPeer(vr, s, p));
+      const int peer = peer_of(peers.Peer(vr, s));
       const int snd = b.Send(peer, c, S(0, 1 << s), last);
       const int rcv = b.Recv(peer, c, S(1 << s, 2 << s), last);
       last = {snd, rcv};
@@ -240,13 +244,52 @@ int SwingPeer(int vr, int step, int p) {
   return Mod(vr % 2 == 0 ? vr + rho : vr - rho, p);
 }
 
-std::vector<int> SwingBlockOrder(int vr, int p) {
-  int steps = 0;
-  while ((1 << steps) < p) ++steps;
+std::vector<int> SwingBlockOrder(int vr, const SwingPeers& peers) {
   std::vector<int> out;
-  out.reserve(static_cast<size_t>(p));
-  AppendOrder(vr, 0, steps, p, out);
+  out.reserve(static_cast<size_t>(peers.p()));
+  AppendOrder(vr, 0, peers, out);
   return out;
+}
+
+std::vector<int> SwingBlockOrder(int vr, int p) { return SwingBlockOrder(vr, SwingPeers(p, {})); }
+
+SwingPeers::SwingPeers(int p, const std::vector<int>& dims) : p_(p), dims_(dims) {
+  long long cells = 1;
+  bool pow2 = !dims_.empty();
+  for (int d : dims_) {
+    pow2 = pow2 && d >= 1 && (d & (d - 1)) == 0;
+    cells = pow2 ? cells * d : 0;
+  }
+  if (!pow2 || cells != p) dims_ = {p};
+  // Round robin over the dimensions that still have steps: (dimension, its
+  // step), so a step's peer differs from the rank in one coordinate.
+  std::vector<int> left;
+  for (int d : dims_) {
+    int k = 0;
+    while ((1 << k) < d) ++k;
+    left.push_back(k);
+  }
+  for (int k = 0;; ++k) {
+    bool any = false;
+    for (size_t d = 0; d < dims_.size(); ++d) {
+      if (k < left[d]) {
+        plan_.emplace_back(static_cast<int>(d), k);
+        any = true;
+      }
+    }
+    if (!any) break;
+  }
+}
+
+int SwingPeers::Peer(int vr, int step) const {
+  const auto [dim, k] = plan_[static_cast<size_t>(step)];
+  if (dims_.size() == 1) return SwingPeer(vr, k, p_);
+  // The stride of `dim` in row-major order (the last dimension fastest).
+  int stride = 1;
+  for (size_t d = dims_.size(); d-- > static_cast<size_t>(dim) + 1;) stride *= dims_[d];
+  const int len = dims_[static_cast<size_t>(dim)];
+  const int c = vr / stride % len;
+  return vr + (SwingPeer(c, k, len) - c) * stride;
 }
 
 Status AllReduceSwing(const CollectiveArgs& a, Builder& b) {
@@ -255,14 +298,14 @@ Status AllReduceSwing(const CollectiveArgs& a, Builder& b) {
   const int p = FloorPow2(n);
   if (p <= kSwingRankOrderRanks) return AllReduceSwingRankOrder(a, b, nch);
   const int extra = n - p;
-  int steps = 0;
-  while ((1 << steps) < p) ++steps;
+  const SwingPeers peers(p, a.torus_dims);
+  const int steps = peers.steps();
   b.Scratch(a.count);
   const bool folded_out = rank < 2 * extra && rank % 2 == 0;
   const int vr = rank < 2 * extra ? rank / 2 : rank - extra;
   auto peer_of = [extra](int pvr) { return pvr < extra ? 2 * pvr + 1 : pvr + extra; };
   // A folded-out rank lays its input out in its partner's order.
-  const std::vector<int> order = SwingBlockOrder(folded_out ? (rank + 1) / 2 : vr, p);
+  const std::vector<int> order = SwingBlockOrder(folded_out ? (rank + 1) / 2 : vr, peers);
   for (int c = 0; c < nch; ++c) {
     const auto [off, len] = EvenPart(0, a.count, nch, c);
     // pos[i]: where (from off) the i-th block of `order` starts in scratch.
@@ -284,14 +327,14 @@ Status AllReduceSwing(const CollectiveArgs& a, Builder& b) {
     if (rank < 2 * extra) last = {b.RecvReduce(rank - 1, c, S(0, p), S(0, p), last)};
     std::vector<int> rs_sends;
     for (int s = 0, w = p; s < steps; ++s, w /= 2) {
-      const int peer = peer_of(SwingPeer(vr, s, p));
+      const int peer = peer_of(peers.Peer(vr, s));
       const int snd = b.Send(peer, c, S(w / 2, w), last);
       const int rr = b.RecvReduce(peer, c, S(0, w / 2), S(0, w / 2), last);
       rs_sends.push_back(snd);
       last = {snd, rr};
     }
     for (int s = steps - 1, h = 1; s >= 0; --s, h *= 2) {
-      const int peer = peer_of(SwingPeer(vr, s, p));
+      const int peer = peer_of(peers.Peer(vr, s));
       const int snd = b.Send(peer, c, S(0, h), last);
       std::vector<int> deps = last;
       deps.push_back(rs_sends[static_cast<size_t>(s)]);  // it read what this receive overwrites

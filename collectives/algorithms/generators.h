@@ -15,6 +15,7 @@
 #ifndef CIUIC_COLLECTIVES_ALGORITHMS_GENERATORS_H_
 #define CIUIC_COLLECTIVES_ALGORITHMS_GENERATORS_H_
 
+#include <utility>
 #include <vector>
 
 #include "ciuic/status.h"
@@ -69,9 +70,30 @@ Status SendToPeer(const CollectiveArgs& a, Builder& b);
 Status RecvFromPeer(const CollectiveArgs& a, Builder& b);
 
 // Swing (allreduce_swing.cc): the peer of virtual rank `vr` in step `step`
-// among p = 2^k ranks, and the block order a rank keeps its vector in.
+// among p = 2^k ranks on one ring, and the block order a rank keeps its
+// vector in.
 int SwingPeer(int vr, int step, int p);
 std::vector<int> SwingBlockOrder(int vr, int p);
+
+// Swing's peers on p = 2^k ranks laid out as a torus of `dims` (row-major,
+// the last dimension fastest): each step moves along one dimension, the
+// dimensions taken in turn while they have steps left, by Swing's rho of
+// that dimension's own step count. Dimensions that are not all powers of
+// two multiplying to p (or none) give one ring of p.
+class SwingPeers {
+ public:
+  SwingPeers(int p, const std::vector<int>& dims);
+  int p() const { return p_; }
+  int steps() const { return static_cast<int>(plan_.size()); }
+  int Peer(int vr, int step) const;
+  const std::vector<int>& dims() const { return dims_; }
+
+ private:
+  int p_;
+  std::vector<int> dims_;                  // {p} for one ring
+  std::vector<std::pair<int, int>> plan_;  // per step: (dimension, its own step)
+};
+std::vector<int> SwingBlockOrder(int vr, const SwingPeers& peers);
 // The most messages any rank sends in Swing's reduce-scatter on p = 2^k
 // ranks when it keeps its vector in rank order (one per run of blocks), and
 // the largest p that uses that layout (at most two messages a step).
@@ -79,6 +101,7 @@ int SwingRuns(int p);
 // The latency-optimal variant's scratch order: the virtual ranks whose
 // input vectors `vr` holds after its log2(p) gathering steps.
 std::vector<int> SwingGatherOrder(int vr, int p);
+std::vector<int> SwingGatherOrder(int vr, const SwingPeers& peers);
 inline constexpr int kSwingRankOrderRanks = 8;
 
 // A rank's place in a tree: its parent (-1 at the root) and its children.

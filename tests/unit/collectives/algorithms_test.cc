@@ -624,6 +624,96 @@ TEST(SwingTest, TheLatencyVariantGathersEveryVectorOnceInLogSteps) {
   }
 }
 
+// Swing on a torus: each step's peer differs from the rank in one
+// coordinate, by Swing's distance in that dimension, the dimensions in turn;
+// peers pair up, both block orders are permutations, and both variants are
+// exact and byte-identical on every rank (in and out of place, uneven
+// counts). Dimensions that do not multiply to the power of two, or are not
+// powers of two, give the one-ring peers.
+TEST(SwingTest, OnATorusEachStepMovesAlongOneDimension) {
+  const std::vector<std::vector<int>> shapes = {{2, 2}, {4, 2}, {2, 4}, {4, 4}, {8, 4}, {2, 2, 2}, {4, 2, 2}, {16, 16}};
+  for (const std::vector<int>& dims : shapes) {
+    int p = 1;
+    for (int d : dims) p *= d;
+    const generators::SwingPeers peers(p, dims);
+    ASSERT_EQ(peers.dims(), dims);
+    int steps = 0;
+    while ((1 << steps) < p) ++steps;
+    ASSERT_EQ(peers.steps(), steps);
+    std::vector<int> per_dim(dims.size(), 0);
+    for (int s = 0; s < steps; ++s) {
+      int moved_dim = -1;
+      for (int r = 0; r < p; ++r) {
+        const int q = peers.Peer(r, s);
+        ASSERT_EQ(peers.Peer(q, s), r);
+        int changed = 0;
+        for (size_t d = 0, stride = static_cast<size_t>(p); d < dims.size(); ++d) {
+          stride /= static_cast<size_t>(dims[d]);
+          const int cr = static_cast<int>(r / stride % dims[d]), cq = static_cast<int>(q / stride % dims[d]);
+          if (cr != cq) {
+            ++changed;
+            if (r == 0) moved_dim = static_cast<int>(d);
+          }
+        }
+        ASSERT_EQ(changed, 1) << "step " << s << " rank " << r;
+      }
+      ASSERT_GE(moved_dim, 0);
+      // Rank 0's coordinate moves by Swing's rho of that dimension's own step.
+      size_t stride = 1;
+      for (size_t d = dims.size(); d-- > static_cast<size_t>(moved_dim) + 1;) stride *= static_cast<size_t>(dims[d]);
+      const int len = dims[static_cast<size_t>(moved_dim)];
+      EXPECT_EQ(static_cast<int>(static_cast<size_t>(peers.Peer(0, s)) / stride),
+                generators::SwingPeer(0, per_dim[static_cast<size_t>(moved_dim)], len))
+          << "step " << s;
+      ++per_dim[static_cast<size_t>(moved_dim)];
+    }
+    for (int r : {0, 1, p / 2, p - 1}) {
+      for (std::vector<int> order : {generators::SwingBlockOrder(r, peers), generators::SwingGatherOrder(r, peers)}) {
+        ASSERT_EQ(order.size(), static_cast<size_t>(p));
+        std::sort(order.begin(), order.end());
+        for (int i = 0; i < p; ++i) ASSERT_EQ(order[static_cast<size_t>(i)], i) << "rank " << r;
+      }
+    }
+    if (p > 16) continue;
+    for (Algorithm algo : {Algorithm::kSwing, Algorithm::kSwingLatency}) {
+      for (size_t count : {size_t{3}, size_t{1000}}) {
+        for (bool in_place : {false, true}) {
+          Case c;
+          c.algorithm = algo;
+          c.nranks = p;
+          c.count = count;
+          c.nchannels = 2;
+          c.chunk_bytes = 256;
+          c.in_place = in_place;
+          c.torus_dims = dims;
+          std::mt19937 rng(static_cast<unsigned>(p + count));
+          std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+          std::vector<std::vector<float>> x(static_cast<size_t>(p), std::vector<float>(count));
+          for (auto& v : x) {
+            for (auto& e : v) e = dist(rng);
+          }
+          auto got = ::ciuic::collectives::testing::Run<float>(c, Op::kSum, x);
+          ASSERT_TRUE(got.ok()) << c.Name() << ": " << got.status().ToString();
+          for (int r = 1; r < p; ++r) {
+            ASSERT_EQ(0, std::memcmp((*got)[0].data(), (*got)[static_cast<size_t>(r)].data(), count * sizeof(float)))
+                << c.Name() << ": rank " << r;
+          }
+          for (size_t i = 0; i < count; ++i) {
+            double want = 0;
+            for (int r = 0; r < p; ++r) want += x[static_cast<size_t>(r)][i];
+            ASSERT_NEAR((*got)[0][i], want, 1e-4) << c.Name() << " element " << i;
+          }
+        }
+      }
+    }
+  }
+  for (const std::vector<int>& bad : std::vector<std::vector<int>>{{3, 4}, {4, 4}, {}}) {
+    const generators::SwingPeers peers(8, bad);  // 12 or 16 cells, or none, for 8 ranks
+    EXPECT_EQ(peers.dims(), std::vector<int>{8});
+    for (int s = 0; s < 3; ++s) EXPECT_EQ(peers.Peer(5, s), generators::SwingPeer(5, s, 8));
+  }
+}
+
 // Bruck all-to-all sends ceil(log2 n) messages per rank (pairwise: n-1),
 // each at most half the blocks.
 TEST(BruckTest, AllToAllSendsLogMessages) {

@@ -665,6 +665,24 @@ TEST(CostModelTest, ResearchAlgorithmsWinWhereTheModelSaysSo) {
 }
 
 
+// On a torus Swing moves along one dimension a step, the dimensions in
+// turn: on 8x8 its peers are 1, 1, 3 away in each, 10 hops a pass, where
+// one ring of 64 ranks would take 19 (1, 1, 3, 5 and 11 and 21, which cross
+// both dimensions) and recursive doubling 14 (1, 2, 4 in each).
+TEST(CostModelTest, SwingSwingsThroughTheTorusDimensions) {
+  CostParams torus = DefaultCostParams(transport::BackendKind::kVerbs);
+  torus.torus_dims = {8, 8};
+  torus.hop_latency_s = 1e-7;
+  const double a = torus.alpha_s, hop = torus.hop_latency_s;
+  auto swing = Predict(Collective::kAllReduce, Algorithm::kSwing, 32, 64, torus);
+  auto lat = Predict(Collective::kAllReduce, Algorithm::kSwingLatency, 32, 64, torus);
+  auto rd = Predict(Collective::kAllReduce, Algorithm::kRecursiveDoubling, 32, 64, torus);
+  ASSERT_TRUE(swing.ok() && lat.ok() && rd.ok());
+  EXPECT_NEAR(swing->latency_s, 12 * a + 20 * hop, 1e-9);  // reduce-scatter and all-gather
+  EXPECT_NEAR(lat->latency_s, 6 * a + 10 * hop, 1e-9);
+  EXPECT_NEAR(rd->latency_s, 6 * a + 14 * hop, 1e-9);
+}
+
 // A fat tree shares its groups' links: a ring crosses between leaves at two
 // points only, recursive halving's distance-16 round sends every rank of a
 // leaf up at once; oversubscription makes that worse, a full-bandwidth tree

@@ -108,6 +108,7 @@ struct Case {
   std::vector<int> host_of;  // empty: every rank a host of its own
   int radix = 0;             // the k-nomial radix (0: the default)
   int aggregation = 0;       // PAT's aggregation (0: all)
+  std::vector<int> torus_dims;  // Swing's torus (empty: one ring)
 
   std::string Name() const {
     return std::string(CollectiveName(collective)) + "/" + AlgorithmName(algorithm) + " n=" +
@@ -115,7 +116,12 @@ struct Case {
            " chunk=" + std::to_string(chunk_bytes) + "B slots=" + std::to_string(slots) +
            (in_place ? " in-place" : " out-of-place") + " root=" + std::to_string(root) +
            (radix != 0 ? " radix=" + std::to_string(radix) : "") +
-           (aggregation != 0 ? " aggregation=" + std::to_string(aggregation) : "") + HostsName();
+           (aggregation != 0 ? " aggregation=" + std::to_string(aggregation) : "") + HostsName() + TorusName();
+  }
+  std::string TorusName() const {
+    std::string s;
+    for (size_t d = 0; d < torus_dims.size(); ++d) s += (d ? "x" : " torus=") + std::to_string(torus_dims[d]);
+    return s;
   }
   std::string HostsName() const {
     std::string s;
@@ -171,6 +177,7 @@ inline CollectiveArgs ArgsFor(const Case& c, int rank) {
   a.host_of = c.host_of;
   a.radix = c.radix;
   a.aggregation = c.aggregation;
+  a.torus_dims = c.torus_dims;
   if (c.collective == Collective::kAllGatherv || c.collective == Collective::kReduceScatterv) {
     a.counts = VCounts(c.count, c.nranks);
   }
