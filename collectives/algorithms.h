@@ -119,8 +119,9 @@ struct CollectiveArgs {
   std::vector<int> host_of{};
   // The ranks as a torus of these sizes, row-major (the last dimension
   // fastest). Only Swing reads it: on powers of two that multiply to the
-  // rank count it swings through the dimensions in turn; otherwise (or
-  // empty) it treats the ranks as one ring.
+  // power of two the ranks fold to (the rank count, on a torus) it swings
+  // through the dimensions in turn; otherwise (or empty) it treats the
+  // ranks as one ring.
   std::vector<int> torus_dims{};
 };
 

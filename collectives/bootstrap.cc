@@ -64,7 +64,8 @@ StatusOr<std::string> ScheduleKnobs(const Config& config) {
   CIUIC_ASSIGN_OR_RETURN(AlgoKnob algo, AlgoKnob::Parse(config.algo));
   return "CIUIC_ALGO=" + algo.Canonical() + ";CIUIC_NCHANNELS=" + std::to_string(config.nchannels) +
          ";CIUIC_KNOMIAL_RADIX=" + std::to_string(config.knomial_radix != 0 ? config.knomial_radix : kDefaultRadix) +
-         ";CIUIC_PAT_AGGREGATION=" + std::to_string(config.pat_aggregation);
+         ";CIUIC_PAT_AGGREGATION=" + std::to_string(config.pat_aggregation) +
+         ";CIUIC_SCRATCH_MAX=" + std::to_string(config.scratch_max_bytes);
 }
 
 Status SameScheduleKnobs(const std::string& mine, const std::string& theirs, int rank) {

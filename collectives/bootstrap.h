@@ -36,7 +36,8 @@ std::string TuningId(const std::string* canonical_text);
 
 // The knobs that shape every schedule, as CommDecision::knobs carries them:
 // "CIUIC_ALGO=<AlgoKnob::Canonical>;CIUIC_NCHANNELS=<n>;CIUIC_KNOMIAL_RADIX=<k>;
-// CIUIC_PAT_AGGREGATION=<a>", each by meaning (radix 0 is written as the
+// CIUIC_PAT_AGGREGATION=<a>;CIUIC_SCRATCH_MAX=<bytes>" (it decides whether
+// a gathering schedule runs), each by meaning (radix 0 is written as the
 // default it stands for). Errors: CIUIC_ALGO's
 // parse error (the communicator reports it).
 StatusOr<std::string> ScheduleKnobs(const Config& config);

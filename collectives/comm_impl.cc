@@ -332,23 +332,25 @@ StatusOr<ExecJob> CommImpl::JobFor(const OpDesc& d, const CallPlan& plan_ref) {
   bufs.output_count = d.recv == nullptr ? 0 : plan->layout.output_count;
   if (plan->schedule.scratch_count > 0) {
     const size_t want = plan->schedule.scratch_count * es;
-    // Most schedules need at most the vector again; one that gathers every
-    // rank's vector (swinglat) needs n times it, which a forced large call
-    // must not turn into an allocation that takes the host down.
+    // A schedule that gathers every rank's vector (swinglat) needs n times
+    // it, which a forced large call must not turn into an allocation that
+    // takes the host down. Such an entry asks the same scratch on every
+    // rank and CIUIC_SCRATCH_MAX is agreed at creation, so this refusal is
+    // the same everywhere, before anything moves: an argument error, which
+    // leaves the communicator usable (Guarded).
     const size_t call_bytes = std::max(plan->layout.input_count, plan->layout.output_count) * es;
-    const size_t limit = std::max(config_.scratch_max_bytes, 2 * call_bytes);
-    if (want > limit) {
-      // The same on every rank, before anything moves: an argument error,
-      // which leaves the communicator usable (Guarded).
+    const size_t limit = ScratchLimitBytes(call_bytes, config_.scratch_max_bytes);
+    if (plan->algorithm->gathers && want > limit) {
       return InvalidArgumentError(plan->schedule.algorithm + " needs " + std::to_string(want) +
-                                    " B of scratch for this call, over the limit of " + std::to_string(limit) +
-                                    " B (CIUIC_SCRATCH_MAX or twice the call's buffer): force another algorithm "
-                                    "for vectors this large");
+                                  " B of scratch for this call, over the limit of " + std::to_string(limit) +
+                                  " B (the larger of CIUIC_SCRATCH_MAX and twice the call's buffer): force "
+                                  "another algorithm for vectors this large");
     }
     if (scratch_.size() < want) {
       try {
         scratch_.resize(want);
       } catch (const std::bad_alloc&) {
+        // This rank only: it fails, its peers time out naming it.
         return ResourceExhaustedError(plan->schedule.algorithm + ": no memory for " + std::to_string(want) +
                                       " B of scratch");
       }

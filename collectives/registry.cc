@@ -112,6 +112,11 @@ AlgorithmInfo HostsEntry(AlgorithmInfo e) {
   return e;
 }
 
+AlgorithmInfo GatherEntry(AlgorithmInfo e) {
+  e.gathers = true;
+  return e;
+}
+
 AlgorithmInfo SharedEntry(C c, K kind, const char* summary,
                      bool (*applies)(const CallShape&, const DirectLimits&, std::string*),
                      double (*cost)(const CallShape&, const CostParams&, const DirectLimits&)) {
@@ -154,10 +159,10 @@ std::vector<AlgorithmInfo> MakeRegistry() {
                     "Swing: reduce-scatter + all-gather with peers +-1, 3, 5, 11, ... away: bandwidth-optimal, "
                     "short hops on rings and tori",
                     g::AllReduceSwing),
-      ScheduleEntry(C::kAllReduce, A::kSwingLatency,
-                    "Swing, latency-optimal: log2(n) steps with Swing's peers gathering the inputs, then every rank "
-                    "reduces all n in rank order: small vectors on rings and tori",
-                    g::AllReduceSwingLatency),
+      GatherEntry(ScheduleEntry(C::kAllReduce, A::kSwingLatency,
+                                "Swing, latency-optimal: log2(n) steps with Swing's peers gathering the inputs, then "
+                                "every rank reduces all n in rank order: small vectors on rings and tori",
+                                g::AllReduceSwingLatency)),
 
       SharedEntry(C::kBroadcast, K::kShmDirect, "peers copy out of the root's shared slots", BroadcastApplies,
              BroadcastCost),

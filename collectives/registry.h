@@ -11,6 +11,7 @@
 #ifndef CIUIC_COLLECTIVES_REGISTRY_H_
 #define CIUIC_COLLECTIVES_REGISTRY_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -85,6 +86,9 @@ struct AlgorithmInfo {
   // host has several (the hierarchical schedules; elsewhere they are the
   // flat ones with extra steps). Forced, it runs anywhere.
   bool needs_hosts = false;
+  // Its scratch holds every rank's vector (n times the call's, on every
+  // rank alike): CIUIC_SCRATCH_MAX bounds it (ScratchLimitBytes).
+  bool gathers = false;
   const char* summary = "";  // one line: what it does, when it wins
   // kSchedule: appends one rank's steps (algorithms/generators.h).
   Status (*generate)(const CollectiveArgs& args, internal::Builder& builder) = nullptr;
@@ -96,6 +100,13 @@ struct AlgorithmInfo {
   const char* name() const { return AlgorithmName(id); }
   bool RunsOn(transport::BackendKind k) const { return (transports & TransportBit(k)) != 0; }
 };
+
+// The most scratch a gathering entry may take for a call whose buffer is
+// `call_bytes`: max(CIUIC_SCRATCH_MAX, twice the buffer). Every rank
+// computes the same, so a call over it fails alike everywhere.
+inline size_t ScratchLimitBytes(size_t call_bytes, size_t scratch_max) {
+  return std::max(scratch_max, 2 * call_bytes);
+}
 
 // Every entry: grouped by collective, each group's preferred first (the
 // order near-ties are broken in).

@@ -334,7 +334,8 @@ const Knob kKnobs[] = {
     {"CIUIC_CHUNK_SIZE", "524288", "bytes of one ring slot, the unit of pipelining",
      ParseSizeIn<&Config::chunk_size, 1024, (1ull << 30)>, PrintSize<&Config::chunk_size>},
     {"CIUIC_SCRATCH_MAX", "1073741824",
-     "bytes of scratch one call's schedule may take beyond twice its buffer (more is an error naming the algorithm)",
+     "scratch a gathering schedule (swinglat) may take: the larger of this and twice the call's buffer (more is an "
+     "error naming the algorithm)",
      ParseSizeIn<&Config::scratch_max_bytes, 1, (1ull << 40)>, PrintSize<&Config::scratch_max_bytes>},
     {"CIUIC_SOCKET_IFNAME", "",
      "network interface for tcp: prefix match, '=' exact, '^' exclude (empty = first up non-loopback)",

@@ -989,7 +989,30 @@ Status Sweep(int rank, int n, const std::string& host, uint16_t port, const std:
       StatusOr<std::unique_ptr<Communicator>> comm =
           Communicator::CreateTcp(rank, n, host, port, /*external=*/true, secret, c);
       CIUIC_RETURN_IF_ERROR(comm.status());
+      const collectives::AlgorithmInfo* entry = nullptr;
+      if (StatusOr<collectives::Algorithm> id = collectives::ParseAlgorithm(Collective::kAllReduce, algo); id.ok()) {
+        entry = collectives::FindEntry(Collective::kAllReduce, *id);
+      }
       for (size_t bytes : a.sizes) {
+        if (entry != nullptr && entry->gathers) {
+          // Sizes whose gathered scratch the communicator would refuse
+          // (CIUIC_SCRATCH_MAX): the rest of this algorithm's sweep is
+          // skipped, as every rank computes alike.
+          collectives::CollectiveArgs args;
+          args.nranks = n;
+          args.count = bytes / 4;
+          StatusOr<collectives::Schedule> s0 = collectives::MakeSchedule(entry->id, args);
+          CIUIC_RETURN_IF_ERROR(s0.status());
+          const size_t limit = collectives::ScratchLimitBytes(bytes, c.scratch_max_bytes);
+          if (s0->scratch_count * 4 > limit) {
+            if (rank == 0) {
+              out.Line("skip " + what + " from " + std::to_string(bytes) + " B: its scratch (" +
+                       std::to_string(s0->scratch_count * 4) + " B, every rank's vector) is over " +
+                       std::to_string(limit) + " B (CIUIC_SCRATCH_MAX)");
+            }
+            break;
+          }
+        }
         std::string report;
         Status s = TimeOneSize(**comm, a, bytes, bytes == a.sizes.front(), send, recv, &report);
         if (!s.ok()) return Status(s.code(), what + " at " + std::to_string(bytes) + " B: " + s.message());

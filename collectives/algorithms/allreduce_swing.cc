@@ -22,8 +22,8 @@
 // On up to kSwingRankOrderRanks ranks the blocks a step moves form at most
 // two contiguous runs a step on average (SwingRuns), so there the rank works
 // in its output buffer in rank order, like Rabenseifner, and sends each run
-// as its own message: at most one more message a step instead of the two
-// permuting passes over the whole vector. On more ranks a reduce-scatter
+// as its own message: on average at most one more message a step, instead
+// of the two permuting passes over the whole vector. On more ranks a reduce-scatter
 // takes about 3p/4 messages that way (log2 p with the copies).
 //
 // The latency-optimal variant (AllReduceSwingLatency, "swinglat") takes the
@@ -37,10 +37,11 @@
 // for the small vectors where latency decides.
 //
 // Non-powers of two fold as in Rabenseifner (the first 2(n-p) ranks in
-// pairs; the even one permutes its input into its partner's order, sends
-// it, and gets the result back), not with the paper's own scheme.
-// In place: the input is read only by the first copies, and the output is
-// written only by the last ones.
+// pairs; the even one sends its input, in the permuting layout permuted
+// into its partner's order, and gets the result back), not with the
+// paper's own scheme. In place, permuting layout: the input is read only by
+// the first copies, and the output is written only by the last ones (the
+// rank-order layout and swinglat say their own below).
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -179,6 +180,8 @@ Status AllReduceSwingLatency(const CollectiveArgs& a, Builder& b) {
   const int extra = n - p;
   const SwingPeers peers(p, a.torus_dims);
   const int steps = peers.steps();
+  // Every rank declares the same scratch, folded-out ones too, so the
+  // communicator's scratch limit refuses a call alike on every rank.
   b.Scratch(a.count * static_cast<size_t>(p));
   const int vr = rank < 2 * extra ? rank / 2 : rank - extra;
   auto peer_of = [extra](int pvr) { return pvr < extra ? 2 * pvr + 1 : pvr + extra; };
@@ -225,8 +228,6 @@ Status AllReduceSwingLatency(const CollectiveArgs& a, Builder& b) {
 }
 
 int SwingRuns(int p) {
-  int steps = 0;
-  while ((1 << steps) < p) ++steps;
   int most = 0;
   for (int vr = 0; vr < p; ++vr) {
     const std::vector<int> order = SwingBlockOrder(vr, p);
@@ -257,7 +258,7 @@ SwingPeers::SwingPeers(int p, const std::vector<int>& dims) : p_(p), dims_(dims)
   long long cells = 1;
   bool pow2 = !dims_.empty();
   for (int d : dims_) {
-    pow2 = pow2 && d >= 1 && (d & (d - 1)) == 0;
+    pow2 = pow2 && d >= 1 && (d & (d - 1)) == 0 && cells <= p;  // stops before it could overflow
     cells = pow2 ? cells * d : 0;
   }
   if (!pow2 || cells != p) dims_ = {p};

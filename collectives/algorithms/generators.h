@@ -95,8 +95,9 @@ class SwingPeers {
 };
 std::vector<int> SwingBlockOrder(int vr, const SwingPeers& peers);
 // The most messages any rank sends in Swing's reduce-scatter on p = 2^k
-// ranks when it keeps its vector in rank order (one per run of blocks), and
-// the largest p that uses that layout (at most two messages a step).
+// ranks (one ring) when it keeps its vector in rank order (one per run of
+// blocks), and the largest p that uses that layout (at most two messages a
+// step on average: 1, 3, 6 for 2, 4, 8 ranks).
 int SwingRuns(int p);
 // The latency-optimal variant's scratch order: the virtual ranks whose
 // input vectors `vr` holds after its log2(p) gathering steps.

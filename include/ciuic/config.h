@@ -93,10 +93,10 @@ struct Config {
   // (up to max(slots, 64) chunks).
   size_t buffer_size = 4u << 20;
   size_t chunk_size = 512u << 10;
-  // CIUIC_SCRATCH_MAX: the most scratch one call's schedule may take beyond
-  // twice the call's own buffer (swinglat gathers every rank's vector); a
-  // call over it is an error naming the algorithm, not an allocation that
-  // takes the host down.
+  // CIUIC_SCRATCH_MAX: a schedule that gathers every rank's vector
+  // (swinglat) may take the larger of this and twice the call's buffer as
+  // scratch; a call over it is an error naming the algorithm, not an
+  // allocation that takes the host down. Must match on every rank.
   size_t scratch_max_bytes = size_t{1} << 30;
   // TCP backend: CIUIC_SOCKET_IFNAME (interface by prefix, '=' exact, '^'
   // exclude; empty = the first non-loopback interface that is up, else lo),

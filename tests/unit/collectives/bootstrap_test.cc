@@ -109,10 +109,10 @@ TEST(BootstrapTest, ScheduleKnobsAreCanonicalAndTheFirstDifferenceIsNamed) {
   EXPECT_NE(ka->find("CIUIC_ALGO=allreduce:ring,"), std::string::npos) << *ka;
   EXPECT_TRUE(SameScheduleKnobs(*ka, *kb, 1).ok());
   Config c;
-  EXPECT_EQ(*ScheduleKnobs(c), "CIUIC_ALGO=auto;CIUIC_NCHANNELS=1;CIUIC_KNOMIAL_RADIX=4;CIUIC_PAT_AGGREGATION=0");
+  EXPECT_EQ(*ScheduleKnobs(c), "CIUIC_ALGO=auto;CIUIC_NCHANNELS=1;CIUIC_KNOMIAL_RADIX=4;CIUIC_PAT_AGGREGATION=0;CIUIC_SCRATCH_MAX=1073741824");
   c.nchannels = 4;
   Status s = SameScheduleKnobs(*ScheduleKnobs(c),
-                               "CIUIC_ALGO=auto;CIUIC_NCHANNELS=1;CIUIC_KNOMIAL_RADIX=4;CIUIC_PAT_AGGREGATION=0", 3);
+                               "CIUIC_ALGO=auto;CIUIC_NCHANNELS=1;CIUIC_KNOMIAL_RADIX=4;CIUIC_PAT_AGGREGATION=0;CIUIC_SCRATCH_MAX=1073741824", 3);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("rank 3: CIUIC_NCHANNELS=4 differs from rank 0's 1"), std::string::npos) << s.ToString();
   // Rank 0's record from another version (no such knob): named as unset.
@@ -127,7 +127,7 @@ TEST(BootstrapTest, ScheduleKnobsAreCanonicalAndTheFirstDifferenceIsNamed) {
   EXPECT_FALSE(ScheduleKnobs(bad).ok());
   // Through the decision's encoding.
   CommDecision d = Decide({{"a", "ka", false, {}}, {"a", "ka", false, {}}}, c, 2, "none");
-  EXPECT_EQ(d.knobs, "CIUIC_ALGO=auto;CIUIC_NCHANNELS=4;CIUIC_KNOMIAL_RADIX=4;CIUIC_PAT_AGGREGATION=0");
+  EXPECT_EQ(d.knobs, "CIUIC_ALGO=auto;CIUIC_NCHANNELS=4;CIUIC_KNOMIAL_RADIX=4;CIUIC_PAT_AGGREGATION=0;CIUIC_SCRATCH_MAX=1073741824");
   StatusOr<CommDecision> back = CommDecision::Decode(d.Encode(), 2);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->knobs, d.knobs);

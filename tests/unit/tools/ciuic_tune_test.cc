@@ -103,6 +103,27 @@ TEST(CiuicTuneTest, QuickRunWritesALoadableFile) {
                    .has_value());
 }
 
+// A gathering algorithm (swinglat: every rank's vector in scratch) is not
+// timed at sizes the communicator would refuse under CIUIC_SCRATCH_MAX; the
+// run says so and still writes its rules from the others.
+TEST(CiuicTuneTest, SizesOverTheScratchLimitAreSkippedAndSaid) {
+  const std::string path = TempPath();
+  const Result r = RunCommand("CIUIC_SCRATCH_MAX=1 " + std::string(CIUIC_TUNE_BIN) + " --quick -n 4 -t shm -o " + path +
+                              " 2>&1");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("shm 4 ranks swinglat: skipped (from 8 B: its scratch (32 B, every rank's vector) is over "
+                          "16 B (CIUIC_SCRATCH_MAX))"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("shm 4 ranks swinglat     0 sizes"), std::string::npos) << r.output;
+  StatusOr<collectives::Tuning> t = collectives::LoadTuningFile(path);
+  std::remove(path.c_str());
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_TRUE(collectives::TunedAlgorithm(*t, collectives::Collective::kAllReduce, transport::BackendKind::kShm, 4, 0)
+                  .has_value());
+  for (const collectives::TuningRule& rule : t->rules) EXPECT_NE(rule.algorithm, "swinglat");
+}
+
 Result RunLaunched(const std::string& launcher_args, const std::string& tune_args) {
   return RunCommand(std::string(CIUIC_RUN_BIN) + " " + launcher_args + " -- " + CIUIC_TUNE_BIN + " " + tune_args +
                     " 2>&1");
