@@ -1483,14 +1483,19 @@ TEST(CollectivesRegistry, RadixAndAggregationKnobsOverLinks) {
 // that fit.
 // swinglat gathers all 4 vectors: 4 x 64 KiB against max(64 KiB, 128 KiB).
 TEST(CollectivesRegistry, ScratchOverTheLimitIsANamedErrorOnEveryRank) {
-  auto results = RunRanks(4, [&](int rank, transport::Store& store) -> Status {
+  // n ranks over tcp with `algo` forced under a 64 KiB scratch limit.
+  auto make = [](int rank, int n, transport::Store& store,
+                 const char* algo) -> StatusOr<std::unique_ptr<Communicator>> {
     CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
     config.transport = "tcp";
     config.timeout_ms = 60000;
-    CIUIC_RETURN_IF_ERROR(config.Set("CIUIC_ALGO", "allreduce:swinglat"));
+    CIUIC_RETURN_IF_ERROR(config.Set("CIUIC_ALGO", algo));
     CIUIC_RETURN_IF_ERROR(config.Set("CIUIC_SCRATCH_MAX", "64K"));
     std::shared_ptr<transport::Store> s(&store, [](transport::Store*) {});
-    CIUIC_ASSIGN_OR_RETURN(auto comm, Communicator::CreateWithStore(rank, 4, s, config));
+    return Communicator::CreateWithStore(rank, n, s, config);
+  };
+  auto results = RunRanks(4, [&](int rank, transport::Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(auto comm, make(rank, 4, store, "allreduce:swinglat"));
     std::vector<float> in(16384, 1.0f), out(16384, 0.0f);
     const Status big = comm->AllReduce(in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum);
     EXPECT_OR_FAIL(big.code() == StatusCode::kInvalidArgument, "big call: " + big.ToString());
@@ -1506,13 +1511,7 @@ TEST(CollectivesRegistry, ScratchOverTheLimitIsANamedErrorOnEveryRank) {
   // the vector here, on ranks 0-3 but none on the extras of 6 ranks) runs
   // under the same limit, exact.
   results = RunRanks(6, [&](int rank, transport::Store& store) -> Status {
-    CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
-    config.transport = "tcp";
-    config.timeout_ms = 60000;
-    CIUIC_RETURN_IF_ERROR(config.Set("CIUIC_ALGO", "allreduce:knomial"));
-    CIUIC_RETURN_IF_ERROR(config.Set("CIUIC_SCRATCH_MAX", "64K"));
-    std::shared_ptr<transport::Store> s(&store, [](transport::Store*) {});
-    CIUIC_ASSIGN_OR_RETURN(auto comm, Communicator::CreateWithStore(rank, 6, s, config));
+    CIUIC_ASSIGN_OR_RETURN(auto comm, make(rank, 6, store, "allreduce:knomial"));
     CIUIC_RETURN_IF_ERROR(CheckAllReduce<float>(*comm, 16384, ReduceOp::kSum, false, 8));
     EXPECT_OR_FAIL(comm->last_algorithm().rfind("knomial", 0) == 0, "ran " + comm->last_algorithm());
     return Status::Ok();
