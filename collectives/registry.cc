@@ -157,7 +157,7 @@ std::vector<AlgorithmInfo> MakeRegistry() {
                     g::AllReduceKnomial),
       ScheduleEntry(C::kAllReduce, A::kSwing,
                     "Swing: reduce-scatter + all-gather with peers +-1, 3, 5, 11, ... away: bandwidth-optimal, "
-                    "short hops on rings and tori",
+                    "short hops on rings and tori, any even n without a fold",
                     g::AllReduceSwing),
       GatherEntry(ScheduleEntry(C::kAllReduce, A::kSwingLatency,
                                 "Swing, latency-optimal: log2(n) steps with Swing's peers gathering the inputs, then "

@@ -36,10 +36,20 @@
 // between ranks. The price is (p - 1) vectors sent instead of log2(p):
 // for the small vectors where latency decides.
 //
-// Non-powers of two fold as in Rabenseifner (the first 2(n-p) ranks in
-// pairs; the even one sends its input, in the permuting layout permuted
-// into its partner's order, and gets the result back), not with the
-// paper's own scheme. In place, permuting layout: the input is read only by
+// Counts that are not powers of two are handled as the Swing authors' own
+// library does, not with Rabenseifner's fold: with an even n the peers are
+// taken mod n over ceil(log2 n) steps (still pairs: rho is odd, so parity
+// is kept mod an even n). The tree of ranks a step's peer reaches through
+// the later steps then meets some ranks twice; a rank sends each block only
+// in the last step whose tree holds it (SwingSends), which leaves every
+// block sent once along one tree to its owner: n - 1 blocks in all, the
+// bandwidth optimum, with no fold. The blocks a step moves are scattered in
+// rank order (AllReduceSwingAnyCount). An odd count folds its last rank
+// into its neighbour first (n - 1 is even): one pair pays the two extra
+// transfers, where Rabenseifner's fold has n - 2^k pairs do so. swinglat
+// keeps Rabenseifner's fold.
+//
+// In place, permuting layout: the input is read only by
 // the first copies, and the output is written only by the last ones (the
 // rank-order layout and swinglat say their own below).
 #include <algorithm>
@@ -90,14 +100,10 @@ std::vector<std::pair<int, int>> Runs(std::vector<int> blocks) {
 // element sent there is overwritten only by the all-gather's receive that
 // waits for that send.
 Status AllReduceSwingRankOrder(const CollectiveArgs& a, Builder& b, int nch) {
-  const int rank = a.rank, n = a.nranks;
-  const int p = FloorPow2(n);
-  const int extra = n - p;
+  const int rank = a.rank, p = a.nranks;
   const SwingPeers peers(p, a.torus_dims);
   const int steps = peers.steps();
-  const int vr = rank < 2 * extra ? rank / 2 : rank - extra;
-  auto peer_of = [extra](int pvr) { return pvr < extra ? 2 * pvr + 1 : pvr + extra; };
-  const std::vector<int> order = SwingBlockOrder(vr, peers);
+  const std::vector<int> order = SwingBlockOrder(rank, peers);
   // Order positions [lo, hi) as runs of blocks in rank order.
   auto runs = [&order](int lo, int hi) {
     return Runs(std::vector<int>(order.begin() + lo, order.begin() + hi));
@@ -111,20 +117,11 @@ Status AllReduceSwingRankOrder(const CollectiveArgs& a, Builder& b, int nch) {
     };
     std::vector<int> last;
     BufKind cur = BufKind::kInput;
-    if (rank < 2 * extra) {
-      if (rank % 2 == 0) {
-        const int s = b.Send(rank + 1, c, W(BufKind::kInput, {0, p}));
-        b.Recv(rank + 1, c, W(BufKind::kOutput, {0, p}), {s}, DepMode::kPerChunk);
-        continue;
-      }
-      last = {b.RecvReduce(rank - 1, c, W(BufKind::kInput, {0, p}), W(BufKind::kOutput, {0, p}))};
-      cur = BufKind::kOutput;
-    }
     // The peer keeps, in its own order, exactly the blocks this rank sends,
     // so both sides list the same runs in the same (rank) order.
     std::vector<std::vector<int>> rs_sends;
     for (int s = 0, w = p; s < steps; ++s, w /= 2) {
-      const int peer = peer_of(peers.Peer(vr, s));
+      const int peer = peers.Peer(rank, s);
       std::vector<int> next, sends;
       for (const auto& run : runs(w / 2, w)) sends.push_back(b.Send(peer, c, W(cur, run), last));
       for (const auto& run : runs(0, w / 2)) {
@@ -136,7 +133,7 @@ Status AllReduceSwingRankOrder(const CollectiveArgs& a, Builder& b, int nch) {
       last = std::move(next);
     }
     for (int s = steps - 1, h = 1; s >= 0; --s, h *= 2) {
-      const int peer = peer_of(peers.Peer(vr, s));
+      const int peer = peers.Peer(rank, s);
       std::vector<int> next;
       for (const auto& run : runs(0, h)) next.push_back(b.Send(peer, c, W(BufKind::kOutput, run), last));
       std::vector<int> deps = last;
@@ -145,7 +142,160 @@ Status AllReduceSwingRankOrder(const CollectiveArgs& a, Builder& b, int nch) {
       for (const auto& run : runs(h, 2 * h)) next.push_back(b.Recv(peer, c, W(BufKind::kOutput, run), deps));
       last = std::move(next);
     }
-    if (rank < 2 * extra) b.Send(rank - 1, c, W(BufKind::kOutput, {0, p}), last);
+  }
+  return Status::Ok();
+}
+
+// Marks with `mark` every rank the tree of x through steps [s, steps)
+// reaches, x included.
+void MarkTree(int x, int s, int mark, const SwingPeers& peers, std::vector<int>& last) {
+  last[static_cast<size_t>(x)] = mark;
+  for (int t = s; t < peers.steps(); ++t) MarkTree(peers.Peer(x, t), t + 1, mark, peers, last);
+}
+
+// Swing on a count that is not a power of two (see the header comment):
+// ranks 0..m-1 with m even run ceil(log2 m) steps in rank order; with an
+// odd n, rank m = n - 1 folds into rank m - 1. A step moves the blocks
+// SwingSends gives; both sides cut them into the same runs (empty runs
+// are not sent). Up to 2 x kSwingRankOrderRanks ranks each run is its own
+// message (at most about two a step); beyond, a step's runs are packed
+// into one message through scratch, as the authors' library packs them
+// with an indexed datatype.
+//
+// Unpacked, out of place: the blocks step 0 neither sends nor receives are
+// first copied to the output, beside step 0, so from then on every block a
+// rank sends or reduces lies in its output and each run is one range.
+// Packed, each run is copied or reduced where its blocks lie. In place as
+// the rank-order layout: a receive overwrites a block only after this
+// rank's send (or packing) of it.
+Status AllReduceSwingAnyCount(const CollectiveArgs& a, Builder& b, int nch) {
+  const int rank = a.rank, n = a.nranks;
+  const int m = n % 2 == 0 ? n : n - 1;
+  const bool packed = m > 2 * kSwingRankOrderRanks;
+  const SwingPeers peers(m, a.torus_dims);
+  const int steps = peers.steps();
+  if (packed) b.Scratch(2 * a.count);  // a step's outgoing, then incoming, message
+  std::vector<std::vector<int>> sends, recvs;  // per reduce-scatter step, in rank order
+  if (rank < m) {
+    sends = SwingSends(rank, peers);
+    for (int s = 0; s < steps; ++s) recvs.push_back(SwingSends(peers.Peer(rank, s), peers)[static_cast<size_t>(s)]);
+  }
+  for (int c = 0; c < nch; ++c) {
+    const auto [off, len] = EvenPart(0, a.count, nch, c);
+    auto W = [off = off, len = len, m](BufKind k, std::pair<int, int> run) {
+      const size_t s = EvenSplitOffset(len, m, static_cast<size_t>(run.first));
+      const size_t e = EvenSplitOffset(len, m, static_cast<size_t>(run.second));
+      return Span(k, off + s, e - s);
+    };
+    if (rank == m) {  // odd n: contribute, then get the result
+      const int s = b.Send(m - 1, c, W(BufKind::kInput, {0, m}));
+      b.Recv(m - 1, c, W(BufKind::kOutput, {0, m}), {s}, DepMode::kPerChunk);
+      continue;
+    }
+    // in_out[x]: block x's current value lies in the output buffer.
+    std::vector<bool> in_out(static_cast<size_t>(m), false);
+    // Runs of `blocks` that are not empty, cut where their buffer changes
+    // when packed.
+    auto runs = [&](const std::vector<int>& blocks) {
+      std::vector<std::pair<int, int>> out;
+      for (const auto& run : Runs(blocks)) {
+        for (int lo = run.first; lo < run.second;) {
+          int hi = lo + 1;
+          while (packed && hi < run.second && in_out[static_cast<size_t>(hi)] == in_out[static_cast<size_t>(lo)]) ++hi;
+          if (!packed) hi = run.second;
+          if (W(BufKind::kOutput, {lo, hi}).count > 0) out.emplace_back(lo, hi);
+          lo = hi;
+        }
+      }
+      return out;
+    };
+    auto at = [&](std::pair<int, int> run) {
+      return W(in_out[static_cast<size_t>(run.first)] ? BufKind::kOutput : BufKind::kInput, run);
+    };
+    auto mark = [&](const std::vector<int>& blocks) {
+      for (int x : blocks) in_out[static_cast<size_t>(x)] = true;
+    };
+    // Scratch for channel c: [2 off, 2 off + len) outgoing, then incoming.
+    auto Stage = [off = off, len = len](bool incoming, size_t at_elem, size_t count) {
+      return Scr(2 * off + (incoming ? len : 0) + at_elem, count);
+    };
+    std::vector<int> last, copies;  // unpacked: step 0 runs beside the copies, step 1 waits for them
+    if (n != m && rank == m - 1) {
+      last = {b.RecvReduce(m, c, W(BufKind::kInput, {0, m}), W(BufKind::kOutput, {0, m}))};
+      in_out.assign(static_cast<size_t>(m), true);
+    } else if (!packed) {
+      std::vector<int> moved;
+      for (int x = 0; x < m; ++x) {
+        const auto& s0 = sends[0];
+        const auto& r0 = recvs[0];
+        if (std::find(s0.begin(), s0.end(), x) == s0.end() && std::find(r0.begin(), r0.end(), x) == r0.end()) {
+          moved.push_back(x);
+        }
+      }
+      for (const auto& run : runs(moved)) copies.push_back(b.Copy(at(run), W(BufKind::kOutput, run)));
+    }
+    // One direction of a step: the runs of `out_blocks` to the peer, the
+    // runs of `in_blocks` from it, reduced (reduce-scatter) or stored.
+    // Returns the step's operations; `readers` gets those that read this
+    // rank's blocks for the peer.
+    auto exchange = [&](int peer, const std::vector<int>& out_blocks, const std::vector<int>& in_blocks, bool reduce,
+                        const std::vector<int>& deps, const std::vector<int>& in_deps, std::vector<int>* readers) {
+      std::vector<int> ops;
+      if (!packed) {
+        for (const auto& run : runs(out_blocks)) readers->push_back(b.Send(peer, c, at(run), deps));
+        for (const auto& run : runs(in_blocks)) {
+          ops.push_back(reduce ? b.RecvReduce(peer, c, at(run), W(BufKind::kOutput, run), in_deps)
+                               : b.Recv(peer, c, W(BufKind::kOutput, run), in_deps));
+        }
+        mark(in_blocks);
+        ops.insert(ops.end(), readers->begin(), readers->end());
+        return ops;
+      }
+      size_t packed_n = 0;
+      for (const auto& run : runs(out_blocks)) {
+        const Range src = at(run);
+        readers->push_back(b.Copy(src, Stage(false, packed_n, src.count), deps));
+        packed_n += src.count;
+      }
+      if (packed_n > 0) ops.push_back(b.Send(peer, c, Stage(false, 0, packed_n), *readers));
+      size_t in_n = 0;
+      for (const auto& run : runs(in_blocks)) in_n += W(BufKind::kOutput, run).count;
+      if (in_n > 0) {
+        const int rcv = b.Recv(peer, c, Stage(true, 0, in_n), in_deps);
+        size_t pos = 0;
+        for (const auto& run : runs(in_blocks)) {
+          const Range dst = W(BufKind::kOutput, run);
+          std::vector<int> d = {rcv};
+          d.insert(d.end(), in_deps.begin(), in_deps.end());
+          ops.push_back(reduce ? b.Reduce({at(run), Stage(true, pos, dst.count)}, dst, std::move(d))
+                               : b.Copy(Stage(true, pos, dst.count), dst, std::move(d)));
+          pos += dst.count;
+        }
+      }
+      mark(in_blocks);
+      ops.insert(ops.end(), readers->begin(), readers->end());
+      return ops;
+    };
+    std::vector<std::vector<int>> rs_readers(static_cast<size_t>(steps));
+    for (int s = 0; s < steps; ++s) {
+      std::vector<int> ops = exchange(peers.Peer(rank, s), sends[static_cast<size_t>(s)], recvs[static_cast<size_t>(s)],
+                                      true, last, last, &rs_readers[static_cast<size_t>(s)]);
+      if (s == 0) ops.insert(ops.end(), copies.begin(), copies.end());
+      if (!packed) in_out.assign(static_cast<size_t>(m), true);  // after the copies beside step 0
+      if (!ops.empty()) last = {b.Join(std::move(ops))};  // a step of empty runs moves nothing
+    }
+    // The all-gather retraces the reduce-scatter: a step's peer gets back,
+    // reduced, the blocks it sent.
+    for (int s = steps - 1; s >= 0; --s) {
+      std::vector<int> in_deps = last;
+      const auto& rd = rs_readers[static_cast<size_t>(s)];
+      in_deps.insert(in_deps.end(), rd.begin(), rd.end());  // they read what these receives overwrite
+      std::vector<int> readers;
+      std::vector<int> ops = exchange(peers.Peer(rank, s), recvs[static_cast<size_t>(s)], sends[static_cast<size_t>(s)],
+                                      false, last, in_deps, &readers);
+      if (!ops.empty()) last = {b.Join(std::move(ops))};
+    }
+    if (n != m && rank == m - 1) b.Send(m, c, W(BufKind::kOutput, {0, m}), last);
   }
   return Status::Ok();
 }
@@ -254,14 +404,26 @@ std::vector<int> SwingBlockOrder(int vr, const SwingPeers& peers) {
 
 std::vector<int> SwingBlockOrder(int vr, int p) { return SwingBlockOrder(vr, SwingPeers(p, {})); }
 
-SwingPeers::SwingPeers(int p, const std::vector<int>& dims) : p_(p), dims_(dims) {
-  long long cells = 1;
-  bool pow2 = !dims_.empty();
-  for (int d : dims_) {
-    pow2 = pow2 && d >= 1 && (d & (d - 1)) == 0 && cells <= p;  // stops before it could overflow
-    cells = pow2 ? cells * d : 0;
+std::vector<std::vector<int>> SwingSends(int x, const SwingPeers& peers) {
+  // last[i]: the last step whose tree holds i.
+  std::vector<int> last(static_cast<size_t>(peers.p()), -1);
+  for (int s = 0; s < peers.steps(); ++s) MarkTree(peers.Peer(x, s), s + 1, s, peers, last);
+  std::vector<std::vector<int>> out(static_cast<size_t>(peers.steps()));
+  for (int i = 0; i < peers.p(); ++i) {
+    if (i != x && last[static_cast<size_t>(i)] >= 0) out[static_cast<size_t>(last[static_cast<size_t>(i)])].push_back(i);
   }
-  if (!pow2 || cells != p) dims_ = {p};
+  return out;
+}
+
+SwingPeers::SwingPeers(int p, const std::vector<int>& dims) : p_(p), dims_(dims) {
+  // Each dimension even (or 1): Swing's pairs need an even ring.
+  long long cells = 1;
+  bool even = !dims_.empty();
+  for (int d : dims_) {
+    even = even && d >= 1 && (d == 1 || d % 2 == 0) && cells <= p;  // stops before it could overflow
+    cells = even ? cells * d : 0;
+  }
+  if (!even || cells != p) dims_ = {p};
   // Round robin over the dimensions that still have steps: (dimension, its
   // step), so a step's peer differs from the rank in one coordinate.
   std::vector<int> left;
@@ -294,19 +456,14 @@ int SwingPeers::Peer(int vr, int step) const {
 }
 
 Status AllReduceSwing(const CollectiveArgs& a, Builder& b) {
-  const int rank = a.rank, n = a.nranks;
+  const int rank = a.rank, p = a.nranks;
   const int nch = b.UseChannels(a.count, a.nchannels);
-  const int p = FloorPow2(n);
+  if (FloorPow2(p) != p) return AllReduceSwingAnyCount(a, b, nch);
   if (p <= kSwingRankOrderRanks) return AllReduceSwingRankOrder(a, b, nch);
-  const int extra = n - p;
   const SwingPeers peers(p, a.torus_dims);
   const int steps = peers.steps();
   b.Scratch(a.count);
-  const bool folded_out = rank < 2 * extra && rank % 2 == 0;
-  const int vr = rank < 2 * extra ? rank / 2 : rank - extra;
-  auto peer_of = [extra](int pvr) { return pvr < extra ? 2 * pvr + 1 : pvr + extra; };
-  // A folded-out rank lays its input out in its partner's order.
-  const std::vector<int> order = SwingBlockOrder(folded_out ? (rank + 1) / 2 : vr, peers);
+  const std::vector<int> order = SwingBlockOrder(rank, peers);
   for (int c = 0; c < nch; ++c) {
     const auto [off, len] = EvenPart(0, a.count, nch, c);
     // pos[i]: where (from off) the i-th block of `order` starts in scratch.
@@ -320,34 +477,26 @@ Status AllReduceSwing(const CollectiveArgs& a, Builder& b) {
       const auto [boff, blen] = EvenPart(off, len, p, order[static_cast<size_t>(i)]);
       last.push_back(b.Copy(In(boff, blen), S(i, i + 1)));
     }
-    if (folded_out) {
-      const int s = b.Send(rank + 1, c, S(0, p), last);
-      b.Recv(rank + 1, c, Out(off, len), {s});
-      continue;
-    }
-    if (rank < 2 * extra) last = {b.RecvReduce(rank - 1, c, S(0, p), S(0, p), last)};
     std::vector<int> rs_sends;
     for (int s = 0, w = p; s < steps; ++s, w /= 2) {
-      const int peer = peer_of(peers.Peer(vr, s));
+      const int peer = peers.Peer(rank, s);
       const int snd = b.Send(peer, c, S(w / 2, w), last);
       const int rr = b.RecvReduce(peer, c, S(0, w / 2), S(0, w / 2), last);
       rs_sends.push_back(snd);
       last = {snd, rr};
     }
     for (int s = steps - 1, h = 1; s >= 0; --s, h *= 2) {
-      const int peer = peer_of(peers.Peer(vr, s));
+      const int peer = peers.Peer(rank, s);
       const int snd = b.Send(peer, c, S(0, h), last);
       std::vector<int> deps = last;
       deps.push_back(rs_sends[static_cast<size_t>(s)]);  // it read what this receive overwrites
       const int rcv = b.Recv(peer, c, S(h, 2 * h), deps);
       last = {snd, rcv};
     }
-    std::vector<int> copies;
     for (int i = 0; i < p; ++i) {
       const auto [boff, blen] = EvenPart(off, len, p, order[static_cast<size_t>(i)]);
-      copies.push_back(b.Copy(S(i, i + 1), Out(boff, blen), last));
+      b.Copy(S(i, i + 1), Out(boff, blen), last);
     }
-    if (rank < 2 * extra) b.Send(rank - 1, c, Out(off, len), copies);
   }
   return Status::Ok();
 }

@@ -70,16 +70,17 @@ Status SendToPeer(const CollectiveArgs& a, Builder& b);
 Status RecvFromPeer(const CollectiveArgs& a, Builder& b);
 
 // Swing (allreduce_swing.cc): the peer of virtual rank `vr` in step `step`
-// among p = 2^k ranks on one ring, and the block order a rank keeps its
-// vector in.
+// among an even p ranks on one ring, and the block order a rank keeps its
+// vector in (p = 2^k).
 int SwingPeer(int vr, int step, int p);
 std::vector<int> SwingBlockOrder(int vr, int p);
 
-// Swing's peers on p = 2^k ranks laid out as a torus of `dims` (row-major,
+// Swing's peers on an even p ranks laid out as a torus of `dims` (row-major,
 // the last dimension fastest): each step moves along one dimension, the
-// dimensions taken in turn while they have steps left, by Swing's rho of
-// that dimension's own step count. Dimensions that are not all powers of
-// two multiplying to p (or none) give one ring of p.
+// dimensions taken in turn while they have steps left (ceil(log2 d) for a
+// dimension of d), by Swing's rho of that dimension's own step count.
+// Dimensions that are not all even (or 1) multiplying to p (or none) give
+// one ring of p.
 class SwingPeers {
  public:
   SwingPeers(int p, const std::vector<int>& dims);
@@ -94,6 +95,10 @@ class SwingPeers {
   std::vector<std::pair<int, int>> plan_;  // per step: (dimension, its own step)
 };
 std::vector<int> SwingBlockOrder(int vr, const SwingPeers& peers);
+// The blocks (ranks, ascending) virtual rank x sends in each reduce-scatter
+// step on any even p: those the step's tree reaches whose last such step it
+// is (see allreduce_swing.cc). For p = 2^k, the halves of SwingBlockOrder.
+std::vector<std::vector<int>> SwingSends(int x, const SwingPeers& peers);
 // The most messages any rank sends in Swing's reduce-scatter on p = 2^k
 // ranks (one ring) when it keeps its vector in rank order (one per run of
 // blocks), and the largest p that uses that layout (at most two messages a

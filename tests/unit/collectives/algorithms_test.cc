@@ -555,14 +555,15 @@ TEST(SwingTest, PeersPairAndBlockOrdersArePermutations) {
 // Up to kSwingRankOrderRanks ranks Swing keeps its vector in rank order: no
 // scratch and no copies, and at most two messages a reduce-scatter step on
 // average; beyond, the rank-order runs would exceed that, so it permutes.
+// Counts that are not powers of two work in rank order at any size.
 TEST(SwingTest, SmallCountsWorkInRankOrderLargerOnesPermute) {
   EXPECT_EQ(generators::SwingRuns(2), 1);
   EXPECT_EQ(generators::SwingRuns(4), 3);
   EXPECT_EQ(generators::SwingRuns(8), 6);
   EXPECT_GT(generators::SwingRuns(16), 2 * 4);
   EXPECT_GT(generators::SwingRuns(2 * generators::kSwingRankOrderRanks), 2 * 4);
-  for (int n : {2, 3, 4, 5, 7, 8, 9, 16, 17}) {
-    const int p = internal::FloorPow2(n);
+  for (int n : {2, 4, 8, 16, 32}) {
+    const int p = n;
     int steps = 0;
     while ((1 << steps) < p) ++steps;
     for (int r = 0; r < n; ++r) {
@@ -576,16 +577,176 @@ TEST(SwingTest, SmallCountsWorkInRankOrderLargerOnesPermute) {
                                         [](const Step& st) { return st.op == StepOp::kCopy; });
       const auto sends = std::count_if(s->steps.begin(), s->steps.end(),
                                        [](const Step& st) { return st.op == StepOp::kSend; });
-      const bool folded_out = r < 2 * (n - p) && r % 2 == 0;
       if (p <= generators::kSwingRankOrderRanks) {
         EXPECT_EQ(s->scratch_count, 0u) << "n " << n << " rank " << r;
         EXPECT_EQ(copies, 0) << "n " << n << " rank " << r;
-        if (!folded_out) {
-          EXPECT_LE(sends, 2 * 2 * steps + 1) << "n " << n << " rank " << r;
-        }
+        EXPECT_LE(sends, 2 * 2 * steps) << "n " << n << " rank " << r;
       } else {
         EXPECT_EQ(s->scratch_count, 1000u) << "n " << n << " rank " << r;
         EXPECT_GT(copies, 0) << "n " << n << " rank " << r;
+      }
+    }
+  }
+  // Beyond 2 x kSwingRankOrderRanks a step's runs go packed, one message.
+  for (int n : {3, 5, 6, 7, 9, 12, 17, 24, 34}) {
+    const int m = n - n % 2;
+    int steps = 0;
+    while ((1 << steps) < m) ++steps;
+    for (int r = 0; r < m; ++r) {
+      CollectiveArgs a;
+      a.nranks = n;
+      a.rank = r;
+      a.count = 1000;
+      StatusOr<Schedule> s = MakeSchedule(Algorithm::kSwing, a);
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      const auto sends = std::count_if(s->steps.begin(), s->steps.end(),
+                                       [](const Step& st) { return st.op == StepOp::kSend; });
+      const int fold = n != m && r == m - 1 ? 1 : 0;
+      if (m <= 2 * generators::kSwingRankOrderRanks) {
+        EXPECT_EQ(s->scratch_count, 0u) << "n " << n << " rank " << r;
+      } else {
+        EXPECT_EQ(s->scratch_count, 2000u) << "n " << n << " rank " << r;
+        EXPECT_EQ(sends, 2 * steps + fold) << "n " << n << " rank " << r;
+      }
+    }
+  }
+}
+
+// Counts that are not powers of two, as the Swing authors' library handles
+// them: an even n takes ceil(log2 n) steps with the peers mod n, and a rank
+// sends each block in the last step whose tree reaches it. Every block then
+// travels once along one tree to its owner: the peers pair, each rank's
+// sends are a partition of the other blocks (n - 1 in all, the bandwidth
+// optimum, where Rabenseifner's fold moves the whole vector twice more),
+// and a symbolic reduce-scatter leaves each owner with every contribution
+// exactly once. On 2^k they are the halves of the block order. Real runs
+// (even and odd n, tori of even dimensions, in and out of place, uneven
+// counts) are exact and byte-identical; with an even n each rank's
+// all-gather receives each other block once, and all ranks together send
+// 2(n - 1) x count elements, the optimum.
+TEST(SwingTest, NonPowersOfTwoSendEveryBlockOnceWithoutAFold) {
+  std::vector<std::vector<int>> shapes;
+  for (int p = 2; p <= 96; p += 2) shapes.push_back({p});
+  for (std::vector<int> d : std::vector<std::vector<int>>{{6, 4}, {4, 6}, {6, 6}, {10, 6}, {6, 4, 2}, {2, 6, 6}}) {
+    shapes.push_back(d);
+  }
+  for (const std::vector<int>& dims : shapes) {
+    int p = 1;
+    for (int d : dims) p *= d;
+    const generators::SwingPeers peers(p, dims);
+    ASSERT_EQ(peers.dims(), dims);
+    int steps = 0;
+    for (int d : dims) {
+      int k = 0;
+      while ((1 << k) < d) ++k;
+      steps += k;
+    }
+    ASSERT_EQ(peers.steps(), steps);
+    std::vector<std::vector<std::vector<int>>> sends;
+    for (int r = 0; r < p; ++r) {
+      sends.push_back(generators::SwingSends(r, peers));
+      std::vector<int> all = {r};
+      for (int st = 0; st < steps; ++st) {
+        const int q = peers.Peer(r, st);
+        ASSERT_NE(q, r);
+        ASSERT_EQ(peers.Peer(q, st), r) << "p " << p << " step " << st;
+        for (int x : sends.back()[static_cast<size_t>(st)]) all.push_back(x);
+      }
+      std::sort(all.begin(), all.end());
+      ASSERT_EQ(all.size(), static_cast<size_t>(p)) << "p " << p << " rank " << r;
+      for (int i = 0; i < p; ++i) ASSERT_EQ(all[static_cast<size_t>(i)], i) << "p " << p << " rank " << r;
+    }
+    // have[r][b]: the contributions rank r holds for block b.
+    std::vector<std::vector<std::vector<bool>>> have(
+        static_cast<size_t>(p), std::vector<std::vector<bool>>(static_cast<size_t>(p), std::vector<bool>(static_cast<size_t>(p), false)));
+    for (int r = 0; r < p; ++r) {
+      for (int b = 0; b < p; ++b) have[static_cast<size_t>(r)][static_cast<size_t>(b)][static_cast<size_t>(r)] = true;
+    }
+    for (int st = 0; st < steps; ++st) {
+      auto next = have;
+      for (int r = 0; r < p; ++r) {
+        const int q = peers.Peer(r, st);
+        for (int b : sends[static_cast<size_t>(r)][static_cast<size_t>(st)]) {
+          for (int k = 0; k < p; ++k) {
+            if (!have[static_cast<size_t>(r)][static_cast<size_t>(b)][static_cast<size_t>(k)]) continue;
+            ASSERT_FALSE(next[static_cast<size_t>(q)][static_cast<size_t>(b)][static_cast<size_t>(k)])
+                << "p " << p << ": rank " << k << "'s part of block " << b << " reaches rank " << q << " twice";
+            next[static_cast<size_t>(q)][static_cast<size_t>(b)][static_cast<size_t>(k)] = true;
+          }
+        }
+      }
+      have = std::move(next);
+    }
+    for (int r = 0; r < p; ++r) {
+      for (int k = 0; k < p; ++k) {
+        ASSERT_TRUE(have[static_cast<size_t>(r)][static_cast<size_t>(r)][static_cast<size_t>(k)])
+            << "p " << p << ": rank " << r << " lacks rank " << k << "'s part of its block";
+      }
+    }
+    if ((p & (p - 1)) == 0) {
+      const std::vector<int> order = generators::SwingBlockOrder(0, peers);
+      for (int st = 0, w = p; st < steps; ++st, w /= 2) {
+        std::vector<int> half(order.begin() + w / 2, order.begin() + w);
+        std::sort(half.begin(), half.end());
+        EXPECT_EQ(sends[0][static_cast<size_t>(st)], half) << "p " << p << " step " << st;
+      }
+    }
+  }
+  struct Shape {
+    int n;
+    std::vector<int> dims;
+  };
+  for (const Shape& sh : std::vector<Shape>{
+           {3, {}}, {5, {}}, {6, {}}, {7, {}}, {10, {}}, {12, {6, 2}}, {12, {2, 6}}, {14, {}}, {24, {6, 4}}, {35, {}}}) {
+    for (size_t count : {size_t{5}, size_t{1000}}) {
+      if (sh.n % 2 == 0) {
+        size_t sent = 0;
+        for (int r = 0; r < sh.n; ++r) {
+          CollectiveArgs a;
+          a.nranks = sh.n;
+          a.rank = r;
+          a.count = count;
+          a.torus_dims = sh.dims;
+          StatusOr<Schedule> s = MakeSchedule(Algorithm::kSwing, a);
+          ASSERT_TRUE(s.ok()) << s.status().ToString();
+          size_t gathered = 0;
+          for (const Step& st : s->steps) {
+            if (st.op == StepOp::kSend) sent += st.src.count;
+            if (st.op == StepOp::kRecv) gathered += st.dst.count;
+          }
+          const size_t own = EvenSplitOffset(count, sh.n, r + 1) - EvenSplitOffset(count, sh.n, r);
+          if (sh.n <= 2 * generators::kSwingRankOrderRanks) {  // unpacked: each Recv lands in the output
+            EXPECT_EQ(gathered, count - own) << "n " << sh.n << " rank " << r << " count " << count;
+          }
+        }
+        EXPECT_EQ(sent, 2 * (static_cast<size_t>(sh.n) - 1) * count) << "n " << sh.n << " count " << count;
+      }
+      for (bool in_place : {false, true}) {
+        Case c;
+        c.algorithm = Algorithm::kSwing;
+        c.nranks = sh.n;
+        c.count = count;
+        c.nchannels = 2;
+        c.chunk_bytes = 256;
+        c.in_place = in_place;
+        c.torus_dims = sh.dims;
+        std::mt19937 rng(static_cast<unsigned>(sh.n * 7 + count));
+        std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+        std::vector<std::vector<float>> x(static_cast<size_t>(sh.n), std::vector<float>(count));
+        for (auto& v : x) {
+          for (auto& e : v) e = dist(rng);
+        }
+        auto got = ::ciuic::collectives::testing::Run<float>(c, Op::kSum, x);
+        ASSERT_TRUE(got.ok()) << c.Name() << ": " << got.status().ToString();
+        for (int r = 1; r < sh.n; ++r) {
+          ASSERT_EQ(0, std::memcmp((*got)[0].data(), (*got)[static_cast<size_t>(r)].data(), count * sizeof(float)))
+              << c.Name() << ": rank " << r;
+        }
+        for (size_t i = 0; i < count; ++i) {
+          double want = 0;
+          for (int r = 0; r < sh.n; ++r) want += x[static_cast<size_t>(r)][i];
+          ASSERT_NEAR((*got)[0][i], want, 1e-4) << c.Name() << " element " << i;
+        }
       }
     }
   }
@@ -628,8 +789,8 @@ TEST(SwingTest, TheLatencyVariantGathersEveryVectorOnceInLogSteps) {
 // coordinate, by Swing's distance in that dimension, the dimensions in turn;
 // peers pair up, both block orders are permutations, and both variants are
 // exact and byte-identical on every rank (in and out of place, uneven
-// counts). Dimensions that do not multiply to the power of two, or are not
-// powers of two, give the one-ring peers.
+// counts). Dimensions that do not multiply to the rank count, or are odd,
+// give the one-ring peers.
 TEST(SwingTest, OnATorusEachStepMovesAlongOneDimension) {
   const std::vector<std::vector<int>> shapes = {{2, 2}, {4, 2}, {2, 4}, {4, 4}, {8, 4}, {2, 2, 2}, {4, 2, 2}, {16, 16}};
   for (const std::vector<int>& dims : shapes) {
@@ -712,6 +873,8 @@ TEST(SwingTest, OnATorusEachStepMovesAlongOneDimension) {
     EXPECT_EQ(peers.dims(), std::vector<int>{8});
     for (int s = 0; s < 3; ++s) EXPECT_EQ(peers.Peer(5, s), generators::SwingPeer(5, s, 8));
   }
+  EXPECT_EQ(generators::SwingPeers(12, {3, 4}).dims(), std::vector<int>{12});  // an odd ring cannot pair
+  EXPECT_EQ(generators::SwingPeers(12, {6, 2}).dims(), (std::vector<int>{6, 2}));
 }
 
 // Bruck all-to-all sends ceil(log2 n) messages per rank (pairwise: n-1),
