@@ -71,10 +71,14 @@ def main():
     ap.add_argument("--tools", help="comma-separated collectives to keep (e.g. allreduce)")
     ap.add_argument("--sizes", help="comma-separated sizes replacing each configuration's")
     ap.add_argument("--reference", help="also run build B with this algorithm forced")
+    ap.add_argument("--ranks", help="comma-separated rank counts replacing each configuration's")
     args = ap.parse_args()
     configs = [c for c in CONFIGS if not args.tools or c[0] in args.tools.split(",")]
     if args.sizes:
         configs = [(tool, tr, n, args.sizes) for tool, tr, n, _ in configs]
+    if args.ranks:
+        pairs = list(dict.fromkeys((tool, tr, sz) for tool, tr, _, sz in configs))
+        configs = [(tool, tr, int(n), sz) for tool, tr, sz in pairs for n in args.ranks.split(",")]
     ref = "reference"
     times = {}
     for rnd in range(args.rounds):
