@@ -47,7 +47,8 @@
 // rank order (AllReduceSwingAnyCount). An odd count folds its last rank
 // into its neighbour first (n - 1 is even): one pair pays the two extra
 // transfers, where Rabenseifner's fold has n - 2^k pairs do so. swinglat
-// keeps Rabenseifner's fold.
+// folds onto the largest power of two, as libswing's latency-optimal
+// variant does too.
 //
 // In place, permuting layout: the input is read only by
 // the first copies, and the output is written only by the last ones (the
@@ -267,8 +268,11 @@ Status AllReduceSwingAnyCount(const CollectiveArgs& a, Builder& b, int nch) {
           const Range dst = W(BufKind::kOutput, run);
           std::vector<int> d = {rcv};
           d.insert(d.end(), in_deps.begin(), in_deps.end());
-          ops.push_back(reduce ? b.Reduce({at(run), Stage(true, pos, dst.count)}, dst, std::move(d))
-                               : b.Copy(Stage(true, pos, dst.count), dst, std::move(d)));
+          if (reduce) {
+            ops.push_back(b.Reduce({at(run), Stage(true, pos, dst.count)}, dst, std::move(d)));
+          } else {
+            ops.push_back(b.Copy(Stage(true, pos, dst.count), dst, std::move(d)));
+          }
           pos += dst.count;
         }
       }
