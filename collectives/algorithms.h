@@ -118,10 +118,10 @@ struct CollectiveArgs {
   // rank a host of its own). Only the hierarchical algorithms read it.
   std::vector<int> host_of{};
   // The ranks as a torus of these sizes, row-major (the last dimension
-  // fastest). Only Swing reads it: on powers of two that multiply to the
-  // power of two the ranks fold to (the rank count, on a torus) it swings
-  // through the dimensions in turn; otherwise (or empty) it treats the
-  // ranks as one ring.
+  // fastest). Only Swing reads it: on even sizes (or 1) that multiply to
+  // the ranks it runs on (the rank count, less one for an odd count) it
+  // swings through the dimensions in turn; otherwise (or empty) it treats
+  // the ranks as one ring.
   std::vector<int> torus_dims{};
 };
 

@@ -4,7 +4,7 @@
 // rho(s) = 1, -1, 3, -5, 11, ... = (1 - (-2)^(s+1)) / 3. The peers are
 // at most about 2^s / 1.5 apart, not 2^s as in recursive halving, so on a
 // ring or torus the bytes cross fewer links. On a torus (CollectiveArgs::
-// torus_dims, powers of two) each step moves along one dimension, the
+// torus_dims, even sizes) each step moves along one dimension, the
 // dimensions in turn, by that dimension's own rho (SwingPeers), as the
 // paper does: a step's peer is then a few hops away in one ring of the
 // torus instead of crossing several.
@@ -159,7 +159,7 @@ void MarkTree(int x, int s, int mark, const SwingPeers& peers, std::vector<int>&
 // odd n, rank m = n - 1 folds into rank m - 1. A step moves the blocks
 // SwingSends gives; both sides cut them into the same runs (empty runs
 // are not sent). Up to 2 x kSwingRankOrderRanks ranks each run is its own
-// message (at most about two a step); beyond, a step's runs are packed
+// message (two to three a step on average, up to five); beyond, a step's runs are packed
 // into one message through scratch, as the authors' library packs them
 // with an indexed datatype.
 //

@@ -588,7 +588,7 @@ TEST(SwingTest, SmallCountsWorkInRankOrderLargerOnesPermute) {
     }
   }
   // Beyond 2 x kSwingRankOrderRanks a step's runs go packed, one message.
-  for (int n : {3, 5, 6, 7, 9, 12, 17, 24, 34}) {
+  for (int n : {3, 5, 6, 7, 9, 12, 17, 24, 34, 35}) {
     const int m = n - n % 2;
     int steps = 0;
     while ((1 << steps) < m) ++steps;
@@ -621,7 +621,8 @@ TEST(SwingTest, SmallCountsWorkInRankOrderLargerOnesPermute) {
 // and a symbolic reduce-scatter leaves each owner with every contribution
 // exactly once. On 2^k they are the halves of the block order. Real runs
 // (even and odd n, tori of even dimensions, in and out of place, uneven
-// counts) are exact and byte-identical; with an even n each rank's
+// counts, one and two channels) are byte-identical and within 1e-4 of the
+// sum; with an even n each rank's
 // all-gather receives each other block once, and all ranks together send
 // 2(n - 1) x count elements, the optimum.
 TEST(SwingTest, NonPowersOfTwoSendEveryBlockOnceWithoutAFold) {
@@ -698,7 +699,7 @@ TEST(SwingTest, NonPowersOfTwoSendEveryBlockOnceWithoutAFold) {
   };
   for (const Shape& sh : std::vector<Shape>{
            {3, {}}, {5, {}}, {6, {}}, {7, {}}, {10, {}}, {12, {6, 2}}, {12, {2, 6}}, {14, {}}, {24, {6, 4}}, {35, {}}}) {
-    for (size_t count : {size_t{5}, size_t{1000}}) {
+    for (size_t count : {size_t{1}, size_t{5}, size_t{1000}}) {
       if (sh.n % 2 == 0) {
         size_t sent = 0;
         for (int r = 0; r < sh.n; ++r) {
@@ -726,7 +727,7 @@ TEST(SwingTest, NonPowersOfTwoSendEveryBlockOnceWithoutAFold) {
         c.algorithm = Algorithm::kSwing;
         c.nranks = sh.n;
         c.count = count;
-        c.nchannels = 2;
+        c.nchannels = count == 1000 ? 2 : 1;
         c.chunk_bytes = 256;
         c.in_place = in_place;
         c.torus_dims = sh.dims;
