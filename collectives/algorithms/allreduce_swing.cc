@@ -81,6 +81,13 @@ void AppendOrder(int x, int s, const SwingPeers& peers, std::vector<int>& out) {
   AppendOrder(peers.Peer(x, s), s + 1, peers, out);
 }
 
+// Blocks [run.first, run.second) of the `blocks`-way split of [off, off + len).
+Range RunSpan(BufKind k, size_t off, size_t len, int blocks, std::pair<int, int> run) {
+  const size_t s = EvenSplitOffset(len, blocks, static_cast<size_t>(run.first));
+  const size_t e = EvenSplitOffset(len, blocks, static_cast<size_t>(run.second));
+  return Span(k, off + s, e - s);
+}
+
 // Sorts `blocks` and merges consecutive ones: [lo, hi) runs in rank order.
 std::vector<std::pair<int, int>> Runs(std::vector<int> blocks) {
   std::sort(blocks.begin(), blocks.end());
@@ -111,11 +118,7 @@ Status AllReduceSwingRankOrder(const CollectiveArgs& a, Builder& b, int nch) {
   };
   for (int c = 0; c < nch; ++c) {
     const auto [off, len] = EvenPart(0, a.count, nch, c);
-    auto W = [off = off, len = len, p](BufKind k, std::pair<int, int> run) {
-      const size_t s = EvenSplitOffset(len, p, static_cast<size_t>(run.first));
-      const size_t e = EvenSplitOffset(len, p, static_cast<size_t>(run.second));
-      return Span(k, off + s, e - s);
-    };
+    auto W = [off = off, len = len, p](BufKind k, std::pair<int, int> run) { return RunSpan(k, off, len, p, run); };
     std::vector<int> last;
     BufKind cur = BufKind::kInput;
     // The peer keeps, in its own order, exactly the blocks this rank sends,
@@ -183,11 +186,7 @@ Status AllReduceSwingAnyCount(const CollectiveArgs& a, Builder& b, int nch) {
   }
   for (int c = 0; c < nch; ++c) {
     const auto [off, len] = EvenPart(0, a.count, nch, c);
-    auto W = [off = off, len = len, m](BufKind k, std::pair<int, int> run) {
-      const size_t s = EvenSplitOffset(len, m, static_cast<size_t>(run.first));
-      const size_t e = EvenSplitOffset(len, m, static_cast<size_t>(run.second));
-      return Span(k, off + s, e - s);
-    };
+    auto W = [off = off, len = len, m](BufKind k, std::pair<int, int> run) { return RunSpan(k, off, len, m, run); };
     if (rank == m) {  // odd n: contribute, then get the result
       const int s = b.Send(m - 1, c, W(BufKind::kInput, {0, m}));
       b.Recv(m - 1, c, W(BufKind::kOutput, {0, m}), {s}, DepMode::kPerChunk);

@@ -552,6 +552,28 @@ TEST(SwingTest, PeersPairAndBlockOrdersArePermutations) {
   EXPECT_EQ(generators::SwingPeer(1, 4, 64), 54);  // odd ranks go the other way
 }
 
+// The ranks of a torus of `dims`.
+int Cells(const std::vector<int>& dims) {
+  int p = 1;
+  for (int d : dims) p *= d;
+  return p;
+}
+
+// Swing's schedule for rank r of n (count 1000) and how many of its steps do `op`.
+Schedule SwingSchedule(int n, int r) {
+  CollectiveArgs a;
+  a.nranks = n;
+  a.rank = r;
+  a.count = 1000;
+  StatusOr<Schedule> s = MakeSchedule(Algorithm::kSwing, a);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? *std::move(s) : Schedule{};
+}
+long CountSteps(const Schedule& s, StepOp op) {
+  return static_cast<long>(
+      std::count_if(s.steps.begin(), s.steps.end(), [op](const Step& st) { return st.op == op; }));
+}
+
 // Up to kSwingRankOrderRanks ranks Swing keeps its vector in rank order: no
 // scratch and no copies, and at most two messages a reduce-scatter step on
 // average; beyond, the rank-order runs would exceed that, so it permutes.
@@ -567,22 +589,14 @@ TEST(SwingTest, SmallCountsWorkInRankOrderLargerOnesPermute) {
     int steps = 0;
     while ((1 << steps) < p) ++steps;
     for (int r = 0; r < n; ++r) {
-      CollectiveArgs a;
-      a.nranks = n;
-      a.rank = r;
-      a.count = 1000;
-      StatusOr<Schedule> s = MakeSchedule(Algorithm::kSwing, a);
-      ASSERT_TRUE(s.ok()) << s.status().ToString();
-      const auto copies = std::count_if(s->steps.begin(), s->steps.end(),
-                                        [](const Step& st) { return st.op == StepOp::kCopy; });
-      const auto sends = std::count_if(s->steps.begin(), s->steps.end(),
-                                       [](const Step& st) { return st.op == StepOp::kSend; });
+      const Schedule sch = SwingSchedule(n, r);
+      const long copies = CountSteps(sch, StepOp::kCopy), sends = CountSteps(sch, StepOp::kSend);
       if (p <= generators::kSwingRankOrderRanks) {
-        EXPECT_EQ(s->scratch_count, 0u) << "n " << n << " rank " << r;
+        EXPECT_EQ(sch.scratch_count, 0u) << "n " << n << " rank " << r;
         EXPECT_EQ(copies, 0) << "n " << n << " rank " << r;
         EXPECT_LE(sends, 2 * 2 * steps) << "n " << n << " rank " << r;
       } else {
-        EXPECT_EQ(s->scratch_count, 1000u) << "n " << n << " rank " << r;
+        EXPECT_EQ(sch.scratch_count, 1000u) << "n " << n << " rank " << r;
         EXPECT_GT(copies, 0) << "n " << n << " rank " << r;
       }
     }
@@ -593,19 +607,13 @@ TEST(SwingTest, SmallCountsWorkInRankOrderLargerOnesPermute) {
     int steps = 0;
     while ((1 << steps) < m) ++steps;
     for (int r = 0; r < m; ++r) {
-      CollectiveArgs a;
-      a.nranks = n;
-      a.rank = r;
-      a.count = 1000;
-      StatusOr<Schedule> s = MakeSchedule(Algorithm::kSwing, a);
-      ASSERT_TRUE(s.ok()) << s.status().ToString();
-      const auto sends = std::count_if(s->steps.begin(), s->steps.end(),
-                                       [](const Step& st) { return st.op == StepOp::kSend; });
+      const Schedule sch = SwingSchedule(n, r);
+      const long sends = CountSteps(sch, StepOp::kSend);
       const int fold = n != m && r == m - 1 ? 1 : 0;
       if (m <= 2 * generators::kSwingRankOrderRanks) {
-        EXPECT_EQ(s->scratch_count, 0u) << "n " << n << " rank " << r;
+        EXPECT_EQ(sch.scratch_count, 0u) << "n " << n << " rank " << r;
       } else {
-        EXPECT_EQ(s->scratch_count, 2000u) << "n " << n << " rank " << r;
+        EXPECT_EQ(sch.scratch_count, 2000u) << "n " << n << " rank " << r;
         EXPECT_EQ(sends, 2 * steps + fold) << "n " << n << " rank " << r;
       }
     }
@@ -632,8 +640,7 @@ TEST(SwingTest, NonPowersOfTwoSendEveryBlockOnceWithoutAFold) {
     shapes.push_back(d);
   }
   for (const std::vector<int>& dims : shapes) {
-    int p = 1;
-    for (int d : dims) p *= d;
+    const int p = Cells(dims);
     const generators::SwingPeers peers(p, dims);
     ASSERT_EQ(peers.dims(), dims);
     int steps = 0;
@@ -795,8 +802,7 @@ TEST(SwingTest, TheLatencyVariantGathersEveryVectorOnceInLogSteps) {
 TEST(SwingTest, OnATorusEachStepMovesAlongOneDimension) {
   const std::vector<std::vector<int>> shapes = {{2, 2}, {4, 2}, {2, 4}, {4, 4}, {8, 4}, {2, 2, 2}, {4, 2, 2}, {16, 16}};
   for (const std::vector<int>& dims : shapes) {
-    int p = 1;
-    for (int d : dims) p *= d;
+    const int p = Cells(dims);
     const generators::SwingPeers peers(p, dims);
     ASSERT_EQ(peers.dims(), dims);
     int steps = 0;
