@@ -54,6 +54,7 @@
 // the first copies, and the output is written only by the last ones (the
 // rank-order layout and swinglat say their own below).
 #include <algorithm>
+#include <iterator>
 #include <utility>
 #include <vector>
 
@@ -90,7 +91,7 @@ Range RunSpan(BufKind k, size_t off, size_t len, int blocks, std::pair<int, int>
 
 // Sorts `blocks` and merges consecutive ones: [lo, hi) runs in rank order.
 std::vector<std::pair<int, int>> Runs(std::vector<int> blocks) {
-  std::sort(blocks.begin(), blocks.end());
+  if (!std::is_sorted(blocks.begin(), blocks.end())) std::sort(blocks.begin(), blocks.end());
   std::vector<std::pair<int, int>> out;
   for (int x : blocks) {
     if (!out.empty() && out.back().second == x) {
@@ -182,7 +183,7 @@ Status AllReduceSwingAnyCount(const CollectiveArgs& a, Builder& b, int nch) {
   std::vector<std::vector<int>> sends, recvs;  // per reduce-scatter step, in rank order
   if (rank < m) {
     sends = SwingSends(rank, peers);
-    for (int s = 0; s < steps; ++s) recvs.push_back(SwingSends(peers.Peer(rank, s), peers)[static_cast<size_t>(s)]);
+    recvs = SwingRecvs(rank, sends, peers);
   }
   for (int c = 0; c < nch; ++c) {
     const auto [off, len] = EvenPart(0, a.count, nch, c);
@@ -196,9 +197,15 @@ Status AllReduceSwingAnyCount(const CollectiveArgs& a, Builder& b, int nch) {
     std::vector<bool> in_out(static_cast<size_t>(m), false);
     // Runs of `blocks` that are not empty, cut where their buffer changes
     // when packed.
-    auto runs = [&](const std::vector<int>& blocks) {
+    auto runs = [&, len = len](const std::vector<int>& blocks) {
       std::vector<std::pair<int, int>> out;
-      for (const auto& run : Runs(blocks)) {
+      // Fewer elements than blocks: only blocks [0, len) hold one each.
+      std::vector<int> held;
+      if (len < static_cast<size_t>(m)) {
+        std::copy_if(blocks.begin(), blocks.end(), std::back_inserter(held),
+                     [len = len](int x) { return static_cast<size_t>(x) < len; });
+      }
+      for (const auto& run : Runs(len < static_cast<size_t>(m) ? held : blocks)) {
         for (int lo = run.first; lo < run.second;) {
           int hi = lo + 1;
           while (packed && hi < run.second && in_out[static_cast<size_t>(hi)] == in_out[static_cast<size_t>(lo)]) ++hi;
@@ -265,12 +272,12 @@ Status AllReduceSwingAnyCount(const CollectiveArgs& a, Builder& b, int nch) {
         size_t pos = 0;
         for (const auto& run : runs(in_blocks)) {
           const Range dst = W(BufKind::kOutput, run);
-          std::vector<int> d = {rcv};
-          d.insert(d.end(), in_deps.begin(), in_deps.end());
+          // After rcv, which waited for in_deps: naming them again would cost
+          // each run all of a step's readers (quadratic in the ranks).
           if (reduce) {
-            ops.push_back(b.Reduce({at(run), Stage(true, pos, dst.count)}, dst, std::move(d)));
+            ops.push_back(b.Reduce({at(run), Stage(true, pos, dst.count)}, dst, {rcv}));
           } else {
-            ops.push_back(b.Copy(Stage(true, pos, dst.count), dst, std::move(d)));
+            ops.push_back(b.Copy(Stage(true, pos, dst.count), dst, {rcv}));
           }
           pos += dst.count;
         }
@@ -418,6 +425,44 @@ std::vector<std::vector<int>> SwingSends(int x, const SwingPeers& peers) {
   return out;
 }
 
+std::vector<std::vector<int>> SwingRecvs(int x, const std::vector<std::vector<int>>& sends, const SwingPeers& peers) {
+  std::vector<std::vector<int>> out(sends.size());
+  for (size_t s = 0; s < sends.size(); ++s) {
+    const int q = peers.Peer(x, static_cast<int>(s));
+    out[s].reserve(sends[s].size());
+    for (int y : sends[s]) out[s].push_back(peers.Mirror(y, x, q));
+    // On one ring the mirror reverses the ascending sends, wrapping once:
+    // reversed, they are two ascending runs.
+    auto& v = out[s];
+    std::reverse(v.begin(), v.end());
+    const auto wrap = std::is_sorted_until(v.begin(), v.end());
+    if (std::is_sorted(wrap, v.end()) && (wrap == v.end() || v.back() < v.front())) {
+      std::rotate(v.begin(), wrap, v.end());
+    } else {
+      std::sort(v.begin(), v.end());
+    }
+  }
+  return out;
+}
+
+int SwingPeers::Mirror(int y, int x, int q) const {
+  if (dims_.size() == 1) {
+    const int v = x + q - y;  // in (-p, 2p)
+    return v >= p_ ? v - p_ : v < 0 ? v + p_ : v;
+  }
+  int stride = 1;
+  for (size_t d = dims_.size(); d-- > 0;) {
+    const int len = dims_[d];
+    const int cx = x / stride % len, cq = q / stride % len;
+    if (cx != cq) {
+      const int cy = y / stride % len;
+      return y + (Mod(static_cast<long long>(cx) + cq - cy, len) - cy) * stride;
+    }
+    stride *= len;
+  }
+  return y;
+}
+
 SwingPeers::SwingPeers(int p, const std::vector<int>& dims) : p_(p), dims_(dims) {
   // Each dimension even (or 1): Swing's pairs need an even ring.
   long long cells = 1;
@@ -440,6 +485,7 @@ SwingPeers::SwingPeers(int p, const std::vector<int>& dims) : p_(p), dims_(dims)
     for (size_t d = 0; d < dims_.size(); ++d) {
       if (k < left[d]) {
         plan_.emplace_back(static_cast<int>(d), k);
+        if (dims_.size() == 1) rho_.push_back(Mod(SwingRho(k), p_));
         any = true;
       }
     }
@@ -448,8 +494,14 @@ SwingPeers::SwingPeers(int p, const std::vector<int>& dims) : p_(p), dims_(dims)
 }
 
 int SwingPeers::Peer(int vr, int step) const {
+  if (dims_.size() == 1) {
+    // SwingPeer without its divisions: ciuic-sim asks this for every node
+    // of every rank's trees.
+    const int r = rho_[static_cast<size_t>(step)];
+    const int v = vr % 2 == 0 ? vr + r : vr - r;
+    return v >= p_ ? v - p_ : v < 0 ? v + p_ : v;
+  }
   const auto [dim, k] = plan_[static_cast<size_t>(step)];
-  if (dims_.size() == 1) return SwingPeer(vr, k, p_);
   // The stride of `dim` in row-major order (the last dimension fastest).
   int stride = 1;
   for (size_t d = dims_.size(); d-- > static_cast<size_t>(dim) + 1;) stride *= dims_[d];

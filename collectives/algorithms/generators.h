@@ -87,18 +87,27 @@ class SwingPeers {
   int p() const { return p_; }
   int steps() const { return static_cast<int>(plan_.size()); }
   int Peer(int vr, int step) const;
+  // The rank y becomes when x and q, peers of one step, trade places: the
+  // coordinate they differ in reflected, which maps every step's pairs
+  // onto pairs (the parity that sets a step's direction flips with it).
+  int Mirror(int y, int x, int q) const;
   const std::vector<int>& dims() const { return dims_; }
 
  private:
   int p_;
   std::vector<int> dims_;                  // {p} for one ring
   std::vector<std::pair<int, int>> plan_;  // per step: (dimension, its own step)
+  std::vector<int> rho_;                   // one ring: per step, rho mod p
 };
 std::vector<int> SwingBlockOrder(int vr, const SwingPeers& peers);
 // The blocks (ranks, ascending) virtual rank x sends in each reduce-scatter
 // step on any even p: those the step's tree reaches whose last such step it
 // is (see allreduce_swing.cc). For p = 2^k, the halves of SwingBlockOrder.
 std::vector<std::vector<int>> SwingSends(int x, const SwingPeers& peers);
+// The blocks x receives in each reduce-scatter step, ascending: what the
+// step's peer sends, the mirror of x's own `sends` (SwingSends(x)), so no
+// peer's sends are computed (O(p) a rank instead of O(p log p)).
+std::vector<std::vector<int>> SwingRecvs(int x, const std::vector<std::vector<int>>& sends, const SwingPeers& peers);
 // The most messages any rank sends in Swing's reduce-scatter on p = 2^k
 // ranks (one ring) when it keeps its vector in rank order (one per run of
 // blocks), and the largest p that uses that layout (at most two messages a
