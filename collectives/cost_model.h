@@ -17,10 +17,11 @@
 // rank's schedule is generated. Beyond, a schedule whose ranks are images
 // of rank 0's under a rank symmetry (FindSymmetry) is costed exactly from
 // rank 0's steps alone, which is what lets ciuic-sim reach 65,536 ranks and
-// more; any other is costed from every rank's schedule while rank 0's steps
-// x nranks stays under CostParams::max_exact_steps, and estimated from rank
-// 0's schedule beyond (its resource bound plus each message step's alpha at
-// its level): cheaper, rougher.
+// more; any other is costed from every rank's schedule while the largest
+// schedule of ranks 0, 1, n/2 and n-1 (its steps and the ranges its
+// reductions name) x nranks stays under CostParams::max_exact_steps, and
+// estimated beyond from the busiest of those four (its resource bound plus
+// each message step's alpha at its level): cheaper, rougher.
 //
 // Thread contract: pure functions.
 #ifndef CIUIC_COLLECTIVES_COST_MODEL_H_
@@ -56,7 +57,7 @@ struct CostParams {
   // marks avoid_when_ranks_outnumber_cpus (the ring reduce).
   bool ranks_outnumber_cpus = false;
   // Above kMaxExactRanks, a schedule with no rank symmetry is still costed
-  // from every rank's schedule when rank 0's steps x nranks is at most this
+  // from every rank's schedule when its largest sampled schedule x nranks is at most this
   // (0: never; ciuic-sim raises it, selection keeps it 0 to stay cheap).
   size_t max_exact_steps = 0;
   // One machine whose CPUs move the bytes (tcp over loopback, shm): > 0

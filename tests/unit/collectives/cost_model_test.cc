@@ -108,6 +108,37 @@ TEST(CostModelTest, AboveTheExactLimitEachMessagePaysItsLevelsAlpha) {
   EXPECT_NEAR(flat->critical_path_s, static_cast<double>(flat->max_messages_per_rank) * p.alpha_s, 1e-12);
 }
 
+// The exact costing's budget and the estimate look past rank 0: on 257 ranks
+// rank 0 folds out of swinglat (two steps) while rank 1 folds 256 vectors.
+// Judged by rank 0 alone, ciuic-sim costed every rank's schedule and ran
+// out of memory at 65,535 ranks.
+TEST(CostModelTest, TheExactBudgetCountsTheLargestScheduleNotRankZeros) {
+  constexpr int kRanks = 2 * kMaxExactRanks + 1;
+  CollectiveArgs a;
+  a.collective = Collective::kAllReduce;
+  a.nranks = kRanks;
+  a.count = 1024;
+  auto s0 = MakeSchedule(Algorithm::kSwingLatency, a);
+  a.rank = 1;
+  auto s1 = MakeSchedule(Algorithm::kSwingLatency, a);
+  ASSERT_TRUE(s0.ok() && s1.ok());
+  ASSERT_LE(s0->steps.size(), 3u);
+  size_t inputs = 0;
+  for (const Step& st : s1->steps) inputs += st.inputs.size();
+  ASSERT_GE(inputs, 256u);
+  CostParams p = DefaultCostParams(transport::BackendKind::kTcp);
+  p.max_exact_steps = 10 * s0->steps.size() * kRanks;  // rank 0's alone would fit
+  auto pred = Predict(Collective::kAllReduce, Algorithm::kSwingLatency, 4096, kRanks, p);
+  ASSERT_TRUE(pred.ok()) << pred.status().ToString();
+  EXPECT_EQ(pred->method, PredictionMethod::kEstimate);
+  EXPECT_EQ(pred->busiest, "rank 1 (estimate)");
+  EXPECT_GT(pred->max_messages_per_rank, 2u);  // rank 1's messages, not rank 0's two
+  p.max_exact_steps = (s1->steps.size() + inputs) * kRanks;  // now every rank fits
+  pred = Predict(Collective::kAllReduce, Algorithm::kSwingLatency, 4096, kRanks, p);
+  ASSERT_TRUE(pred.ok()) << pred.status().ToString();
+  EXPECT_EQ(pred->method, PredictionMethod::kExact);
+}
+
 // A host's link carries its ranks' bytes; a message's alpha is its own
 // rank's time, not the link's: with no bytes to move (beta 0) the shared
 // link adds nothing beyond the busiest rank.
