@@ -189,9 +189,35 @@ size_t ScheduleSize(const Schedule& s) {
   return n;
 }
 
-// The estimate's measure of a rank: its busiest resource, or its serial
-// work where ranks share the cores.
-double Heaviest(const RankLoad& l) { return std::max({l.egress, l.ingress, l.cpu, l.work}); }
+// The estimate from one rank's schedule: its busiest resource (its host's
+// link as if every rank there crossed like it; its serial work where ranks
+// share the cores) plus each of its message steps' alpha at its level.
+Prediction EstimateFrom(const Schedule& s, const CostParams& p, int nranks) {
+  const RankLoad load = LoadOf(s, p);
+  Prediction pred;
+  pred.method = PredictionMethod::kEstimate;
+  pred.resource_bound_s = std::max({load.egress, load.ingress, load.cpu});
+  pred.busiest = "rank " + std::to_string(s.rank) + " (estimate)";
+  if (!p.host_of.empty()) {
+    const auto mates = static_cast<double>(
+        std::count(p.host_of.begin(), p.host_of.end(), p.host_of[static_cast<size_t>(s.rank)]));
+    pred.resource_bound_s = std::max({pred.resource_bound_s, load.inter_egress * mates, load.inter_ingress * mates});
+  }
+  pred.critical_path_s = pred.latency_s = load.latency;
+  if (p.cpu_cores > 0) {
+    const double ranks = static_cast<double>(nranks);
+    pred.resource_bound_s =
+        std::max(pred.resource_bound_s, load.work * (p.cpu_cores < ranks ? ranks / p.cpu_cores : 1.0));
+  }
+  pred.seconds = pred.resource_bound_s + pred.critical_path_s;
+  // The split: its latency, and its busiest resource as wire time or as
+  // compute.
+  (load.cpu >= std::max(load.egress, load.ingress) ? pred.compute_s : pred.bandwidth_s) = pred.resource_bound_s;
+  pred.max_messages_per_rank = load.messages;
+  pred.max_bytes_sent_per_rank = load.bytes_sent;
+  pred.total_bytes_sent = load.bytes_sent * static_cast<size_t>(nranks);
+  return pred;
+}
 
 }  // namespace
 
@@ -883,24 +909,19 @@ StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t 
       if (sym.ok()) return PredictSymmetric(s, *sym, p);
     }
     // Rank 0 need not be typical (a rank folded out of a count that is not
-    // a power of two has two steps while the others have hundreds): the
-    // budget and the estimate take the largest of a few ranks.
-    int who = 0;
-    size_t most = ScheduleSize(s);
-    RankLoad load = LoadOf(s, p);
-    double latency = load.latency;
+    // a power of two has two steps and names two ranges, where swinglat's
+    // others name every rank's vector): the budget and the estimate take
+    // the largest of a few ranks.
+    std::vector<Schedule> sample;
+    sample.push_back(std::move(s));
     for (int r : {1, nranks / 2, nranks - 1}) {
       args.rank = r;
       CIUIC_ASSIGN_OR_RETURN(Schedule other, MakeSchedule(algorithm, args));
-      most = std::max(most, ScheduleSize(other));
-      RankLoad l = LoadOf(other, p);
-      latency = std::max(latency, l.latency);
-      if (Heaviest(l) > Heaviest(load)) {
-        load = l;
-        who = r;
-      }
+      sample.push_back(std::move(other));
     }
     args.rank = 0;
+    size_t most = 0;
+    for (const Schedule& x : sample) most = std::max(most, ScheduleSize(x));
     if (p.max_exact_steps > 0 && most * static_cast<size_t>(nranks) <= p.max_exact_steps) {
       return PredictAll(algorithm, args, p);
     }
@@ -908,35 +929,14 @@ StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t 
       return FailedPreconditionError("Predict: " + std::string(AlgorithmName(algorithm)) + " on a topology of " +
                                      std::to_string(nranks) + " ranks needs every rank's schedule, " +
                                      std::to_string(most * static_cast<size_t>(nranks)) +
-                                     " steps, over max_exact_steps " + std::to_string(p.max_exact_steps));
+                                     " steps and reduction inputs, over max_exact_steps " +
+                                     std::to_string(p.max_exact_steps));
     }
-    Prediction pred;
-    pred.method = PredictionMethod::kEstimate;
-    pred.resource_bound_s = std::max({load.egress, load.ingress, load.cpu});
-    pred.busiest = "rank " + std::to_string(who) + " (estimate)";
-    if (!p.host_of.empty()) {
-      // That rank's host link, as if its every rank crossed like it.
-      const auto mates = static_cast<double>(
-          std::count(p.host_of.begin(), p.host_of.end(), p.host_of[static_cast<size_t>(who)]));
-      pred.resource_bound_s = std::max({pred.resource_bound_s, load.inter_egress * mates, load.inter_ingress * mates});
+    Prediction pred = EstimateFrom(sample[0], p, nranks);
+    for (size_t i = 1; i < sample.size(); ++i) {
+      Prediction e = EstimateFrom(sample[i], p, nranks);
+      if (e.seconds > pred.seconds) pred = std::move(e);
     }
-    pred.critical_path_s = pred.latency_s = latency;
-    pred.seconds = pred.resource_bound_s + pred.critical_path_s;
-    // The estimate's split: its latency, and its busiest resource as wire
-    // time or as compute.
-    if (p.cpu_cores > 0) {
-      // Every rank works like that one: each its own serial work, all
-      // sharing the cores.
-      const double work = load.work;
-      const double ranks = static_cast<double>(nranks);
-      pred.resource_bound_s =
-          std::max(pred.resource_bound_s, work * (p.cpu_cores < ranks ? ranks / p.cpu_cores : 1.0));
-      pred.seconds = pred.resource_bound_s + pred.critical_path_s;
-    }
-    (load.cpu >= std::max(load.egress, load.ingress) ? pred.compute_s : pred.bandwidth_s) = pred.resource_bound_s;
-    pred.max_messages_per_rank = load.messages;
-    pred.max_bytes_sent_per_rank = load.bytes_sent;
-    pred.total_bytes_sent = load.bytes_sent * static_cast<size_t>(nranks);
     return pred;
   }
   return PredictAll(algorithm, args, p);

@@ -109,7 +109,8 @@ TEST(CostModelTest, AboveTheExactLimitEachMessagePaysItsLevelsAlpha) {
 }
 
 // The exact costing's budget and the estimate look past rank 0: on 257 ranks
-// rank 0 folds out of swinglat (two steps) while rank 1 folds 256 vectors.
+// rank 0 folds out of swinglat (two steps) while rank 1 takes its pair's sum
+// and, as every rank not folded out, reduces 256 vectors.
 // Judged by rank 0 alone, ciuic-sim costed every rank's schedule and ran
 // out of memory at 65,535 ranks.
 TEST(CostModelTest, TheExactBudgetCountsTheLargestScheduleNotRankZeros) {
@@ -137,6 +138,31 @@ TEST(CostModelTest, TheExactBudgetCountsTheLargestScheduleNotRankZeros) {
   pred = Predict(Collective::kAllReduce, Algorithm::kSwingLatency, 4096, kRanks, p);
   ASSERT_TRUE(pred.ok()) << pred.status().ToString();
   EXPECT_EQ(pred->method, PredictionMethod::kExact);
+}
+
+// The estimate is the largest of the sampled ranks' own estimates, each
+// judged as a whole: a binomial reduce's root receives one more message than
+// rank n/2, which sends one, so at 64 KiB the root is the larger.
+TEST(CostModelTest, TheEstimateIsTheLargestOfTheSampledRanks) {
+  CostParams p = DefaultCostParams(transport::BackendKind::kTcp);
+  constexpr int kRanks = 2 * kMaxExactRanks;
+  auto pred = Predict(Collective::kReduce, Algorithm::kBinomial, 64 << 10, kRanks, p);
+  ASSERT_TRUE(pred.ok()) << pred.status().ToString();
+  ASSERT_EQ(pred->method, PredictionMethod::kEstimate);
+  CollectiveArgs a;
+  a.collective = Collective::kReduce;
+  a.nranks = kRanks;
+  a.count = (64 << 10) / 4;
+  for (int r : {0, 1, kRanks / 2, kRanks - 1}) {
+    a.rank = r;
+    auto s = MakeSchedule(Algorithm::kBinomial, a);
+    ASSERT_TRUE(s.ok());
+    size_t recvs = 0;
+    for (const Step& st : s->steps) recvs += st.op == StepOp::kRecvReduce ? 1 : 0;
+    // Each receive reduces the whole vector: the estimate is at least that.
+    EXPECT_GE(pred->seconds, static_cast<double>(recvs) * (a.count * 4 * p.beta_s_per_byte)) << "rank " << r;
+  }
+  EXPECT_EQ(pred->busiest, "rank 0 (estimate)");
 }
 
 // A host's link carries its ranks' bytes; a message's alpha is its own
