@@ -70,13 +70,23 @@ struct Routed {
   double wire_s_per_byte = 0;  // 0: bytes x beta
 };
 
+// Beta for a step of `bytes` at its level. Where the CPU moves the bytes, a
+// lone step's wire is as much faster than the stream as its CPU work
+// (CpuOfWire); a link between hosts with a rate of its own (net_cpu) keeps
+// its beta.
+double BetaOfStep(const CostParams& p, bool intra, double bytes) {
+  const double beta = intra ? p.intra_beta_s_per_byte : p.beta_s_per_byte;
+  const bool cpu_wire = p.cpu_cores > 0 && (intra || p.host_of.empty() || !(p.net_cpu_s_per_byte > 0));
+  return cpu_wire ? beta * ExchangeStepFactor(intra ? p.intra_exchange_steps : p.exchange_steps, bytes) : beta;
+}
+
 // The step of `rank`; its sends cost the level of (rank, send_peer).
 StepCost CostOf(const Step& st, const CostParams& p, int rank, const Routed& routed = Routed()) {
   StepCost c;
   const bool intra = StepSends(st.op) && SameHost(p, rank, st.send_peer);
   const double alpha = intra ? p.intra_alpha_s : p.alpha_s;
-  const double beta = intra ? p.intra_beta_s_per_byte : p.beta_s_per_byte;
   c.bytes = static_cast<double>(StepCount(st)) * static_cast<double>(p.elem_size);
+  const double beta = BetaOfStep(p, intra, c.bytes);
   const double chunk = static_cast<double>(std::max<size_t>(1, p.chunk_bytes));
   c.chunks = c.bytes == 0 ? 1 : static_cast<size_t>(std::ceil(c.bytes / chunk));
   const double cb = c.bytes / static_cast<double>(c.chunks);
@@ -138,7 +148,8 @@ struct RankLoad {
 double CpuOfWire(const CostParams& p, bool intra, double bytes, double wire) {
   if (!intra && !p.host_of.empty() && p.net_cpu_s_per_byte > 0) return bytes * p.net_cpu_s_per_byte;
   const double exchange = intra ? p.intra_exchange_s_per_byte : p.exchange_s_per_byte;
-  return exchange > 0 ? bytes * exchange : wire;
+  if (!(exchange > 0)) return wire;
+  return bytes * exchange * ExchangeStepFactor(intra ? p.intra_exchange_steps : p.exchange_steps, bytes);
 }
 
 RankLoad LoadOf(const Schedule& s, const CostParams& p) {
@@ -149,7 +160,7 @@ RankLoad LoadOf(const Schedule& s, const CostParams& p) {
     bool crosses = false;
     if (StepSends(st.op)) {
       const bool intra = SameHost(p, s.rank, st.send_peer);
-      const double wire = c.bytes * (intra ? p.intra_beta_s_per_byte : p.beta_s_per_byte);
+      const double wire = c.bytes * BetaOfStep(p, intra, c.bytes);
       const double alpha = static_cast<double>(c.chunks) * (intra ? p.intra_alpha_s : p.alpha_s);
       load.egress += alpha + wire;
       load.work += alpha + CpuOfWire(p, intra, c.bytes, wire);
@@ -159,7 +170,7 @@ RankLoad LoadOf(const Schedule& s, const CostParams& p) {
     }
     if (StepReceives(st.op)) {
       const bool intra = SameHost(p, s.rank, st.recv_peer);
-      const double wire = c.bytes * (intra ? p.intra_beta_s_per_byte : p.beta_s_per_byte);
+      const double wire = c.bytes * BetaOfStep(p, intra, c.bytes);
       load.ingress += wire;
       load.work += CpuOfWire(p, intra, c.bytes, wire);
       if (levels && !intra) load.inter_ingress += wire;
@@ -264,7 +275,19 @@ CostParams AtWorkingSet(const CostParams& p, double bytes) {
   return q;
 }
 
+double ExchangeStepFactor(const std::vector<std::pair<double, double>>& steps, double bytes) {
+  if (steps.empty()) return 1;
+  if (!(bytes > steps.front().first)) return steps.front().second;
+  for (size_t i = 1; i < steps.size(); ++i) {
+    if (bytes > steps[i].first) continue;
+    const double f = std::log(bytes / steps[i - 1].first) / std::log(steps[i].first / steps[i - 1].first);
+    return steps[i - 1].second + f * (steps[i].second - steps[i - 1].second);
+  }
+  return steps.back().second;
+}
+
 void TakeIntraFrom(const CostParams& shm, CostParams* p) {
+  p->intra_exchange_steps = shm.exchange_steps;
   p->intra_alpha_s = shm.alpha_s;
   p->intra_beta_s_per_byte = shm.beta_s_per_byte;
   p->dram_intra_beta_s_per_byte = shm.dram_beta_s_per_byte;

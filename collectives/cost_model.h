@@ -82,6 +82,14 @@ struct CostParams {
   double intra_exchange_s_per_byte = 0;
   double dram_exchange_s_per_byte = 0;
   double dram_intra_exchange_s_per_byte = 0;
+  // With cpu_cores: (a step's bytes, factor) by increasing bytes: a step of
+  // B bytes costs exchange_s_per_byte x the factor at B (log-linear between
+  // points, the end points' beyond), since a lone step that fits the
+  // transport's buffers runs faster than the stream measured for
+  // exchange_s_per_byte (tuning file: exchange_steps). Empty: 1 at every
+  // size. intra_*: inside a host.
+  std::vector<std::pair<double, double>> exchange_steps;
+  std::vector<std::pair<double, double>> intra_exchange_steps;
   // A torus network (dimensions multiplying to the rank count; ranks in
   // row-major order): each message crosses the links of its dimension-order
   // route, each hop adds hop_latency_s, and messages sent at the same index
@@ -168,6 +176,10 @@ CostParams SharingTheMachine(const CostParams& p, double bytes, int nranks);
 // `p`'s figures inside a host (intra_*) taken from `shm`, the parameters
 // of the backend that runs there.
 void TakeIntraFrom(const CostParams& shm, CostParams* p);
+
+// The factor of `steps` (CostParams::exchange_steps) at a step of `bytes`:
+// 1 where it is empty.
+double ExchangeStepFactor(const std::vector<std::pair<double, double>>& steps, double bytes);
 
 // Whether `p` names a network topology (a torus, a fat tree, rails or a
 // dragonfly).

@@ -27,6 +27,9 @@ constexpr const char* kBackendFields =
     "alpha_us, beta_gbps, copy_gbps, beta_dram_gbps, copy_dram_gbps, exchange_gbps, exchange_dram_gbps, cpu_gbps, "
     "pair_cores";
 constexpr const char* kBetweenHostsWord = "between_hosts";
+// A step's floor against the stream: an alpha larger than a small step's
+// measured time would otherwise make its bytes free.
+constexpr double kMinExchangeStepFactor = 0.1;
 
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\r'; }
 
@@ -166,6 +169,8 @@ class Parser {
         CIUIC_RETURN_IF_ERROR(BackendLine(f));
       } else if (kw == "gamma") {
         CIUIC_RETURN_IF_ERROR(GammaLine(f));
+      } else if (kw == "exchange_steps") {
+        CIUIC_RETURN_IF_ERROR(ExchangeStepsLine(f));
       } else if (kw == "memory") {
         CIUIC_RETURN_IF_ERROR(MemoryLine(f));
       } else if (kw == "memory_shared") {
@@ -175,7 +180,8 @@ class Parser {
       } else if (kw == kMagic) {
         return Error("'" + std::string(kMagic) + "' again (only once, first)");
       } else {
-        return Error("unknown statement '" + kw + "' (expected meta, backend, gamma, memory, memory_shared or rule)");
+        return Error("unknown statement '" + kw +
+                     "' (expected meta, backend, exchange_steps, gamma, memory, memory_shared or rule)");
       }
     }
     if (!seen_magic_) {
@@ -297,6 +303,42 @@ class Parser {
       }
     }
     tuning_.gammas.push_back(g);
+    return Status::Ok();
+  }
+
+  Status ExchangeStepsLine(const std::vector<std::string>& f) {
+    if (f.size() < 2) return Error("exchange_steps needs a backend name (shm, tcp, verbs)");
+    transport::BackendKind kind = transport::BackendKind::kShm;
+    if (!FindByName(f[1], kAllBackends, &transport::BackendName, &kind)) return UnknownBackend(f[1]);
+    const bool between = f.size() > 2 && f[2] == kBetweenHostsWord;
+    const size_t first = between ? 3 : 2;
+    const std::string name = "exchange_steps " + f[1] + (between ? std::string(" ") + kBetweenHostsWord : "");
+    BackendTuning* b = nullptr;
+    for (BackendTuning& x : tuning_.backends) {
+      if (x.backend == kind && x.between_hosts == between) b = &x;
+    }
+    if (b == nullptr) {
+      return Error(name + ": no backend " + f[1] + (between ? std::string(" ") + kBetweenHostsWord : "") +
+                   " line before it");
+    }
+    if (!b->exchange_steps.empty()) return Error(name + " given twice");
+    if (f.size() < first + 2 || (f.size() - first) % 2 != 0) {
+      return Error(name + " takes pairs of a step's bytes each way and GB/s (exchange_steps tcp 64K 4.5 1M 9.8)");
+    }
+    std::vector<std::pair<size_t, double>> curve;
+    for (size_t i = first; i + 1 < f.size(); i += 2) {
+      StatusOr<uint64_t> bytes = ParseByteSize(f[i]);
+      if (!bytes.ok()) return Error(name + " '" + f[i] + "': " + bytes.status().message());
+      if (*bytes == 0) return Error(name + ": a step of 0 bytes");
+      double gbps = 0;
+      if (!ParsePositive(f[i + 1], &gbps)) return Error(name + " " + f[i] + ": '" + f[i + 1] + "' is not a positive number");
+      if (!curve.empty() && *bytes <= curve.back().first) {
+        return Error(name + ": step sizes must increase ('" + f[i] + "' after " + std::to_string(curve.back().first) +
+                     ")");
+      }
+      curve.emplace_back(static_cast<size_t>(*bytes), gbps);
+    }
+    b->exchange_steps = curve;
     return Status::Ok();
   }
 
@@ -432,7 +474,8 @@ std::string FormatTuning(const Tuning& t) {
   if (!t.backends.empty()) {
     out += "# backend NAME [between_hosts] alpha_us (one-way 8 B latency) beta_gbps (streaming) copy_gbps (local "
            "copy); *_dram_gbps: the same out of DRAM; exchange_*: both ways at once, sent + received; cpu_gbps: per "
-           "second of the machine's CPU\n";
+           "second of the machine's CPU; exchange_steps NAME BYTES GB/s ...: one step of BYTES each way alone, "
+           "sent + received\n";
   }
   for (const BackendTuning& b : t.backends) {
     out += std::string("backend ") + transport::BackendName(b.backend);
@@ -447,6 +490,12 @@ std::string FormatTuning(const Tuning& t) {
     if (b.cpu_gbps) out += " cpu_gbps " + Number(*b.cpu_gbps);
     if (b.pair_cores) out += " pair_cores " + std::to_string(*b.pair_cores);
     out += "\n";
+    if (!b.exchange_steps.empty()) {
+      out += std::string("exchange_steps ") + transport::BackendName(b.backend);
+      if (b.between_hosts) out += std::string(" ") + kBetweenHostsWord;
+      for (const auto& [bytes, gbps] : b.exchange_steps) out += " " + std::to_string(bytes) + " " + Number(gbps);
+      out += "\n";
+    }
   }
   if (!t.gammas.empty()) out += "# gamma DTYPE OP GB/s of result bytes, dst = a OP b, L2-resident [dram GB/s]\n";
   for (const GammaTuning& g : t.gammas) {
@@ -502,6 +551,18 @@ void ApplyTuning(const Tuning& t, transport::BackendKind backend, CostParams* p,
     const double turns = b->pair_cores == 1 ? 0.5 : 1.0;
     if (b->exchange_gbps) p->exchange_s_per_byte = turns / (*b->exchange_gbps * 1e9);
     if (b->exchange_dram_gbps) p->dram_exchange_s_per_byte = turns / (*b->exchange_dram_gbps * 1e9);
+    p->exchange_steps.clear();
+    if (b->exchange_gbps) {
+      // Each point as a factor on the stream's rate, its alpha taken out:
+      // the model charges a step alpha + its bytes x exchange x factor,
+      // which the point's own time then equals.
+      for (const auto& [bytes, gbps] : b->exchange_steps) {
+        const double both = 2.0 * static_cast<double>(bytes);
+        const double own = turns * both / (gbps * 1e9) - p->alpha_s;
+        p->exchange_steps.emplace_back(static_cast<double>(bytes),
+                                       std::max(kMinExchangeStepFactor, own / (both * p->exchange_s_per_byte)));
+      }
+    }
     if (b->cpu_gbps) p->net_cpu_s_per_byte = 1.0 / (*b->cpu_gbps * 1e9);
   }
   if (t.memory.size() >= 2) {

@@ -8,7 +8,7 @@
 // integers of bytes (K/M/G suffixes = KiB/MiB/GiB accepted). Grammar:
 //
 //   file    := "ciuic-tuning 1"          first statement, exactly once
-//              { meta | backend | gamma | memory | memory_shared | rule }
+//              { meta | backend | exchange_steps | gamma | memory | memory_shared | rule }
 //   meta    := "meta" KEY TEXT           KEY [a-z0-9_]+; TEXT = the rest of
 //                                        the line (host, date, git, cpu, ...);
 //                                        informational, each KEY once
@@ -47,6 +47,25 @@
 //                           the link's rate
 //     pair_cores 1 | 2      the measured pair shared one core (1) or could
 //                           run on two (2)
+//   exchange_steps := "exchange_steps" BACKEND [ "between_hosts" ] BYTES GBPS { BYTES GBPS }
+//                                        after the backend line of the same
+//                                        (BACKEND, level), at most once, by
+//                                        increasing BYTES: one step alone,
+//                                        both ranks of the pair sending
+//                                        BYTES and receiving the other's,
+//                                        steps back to back (a collective's
+//                                        steps), a rank's bytes sent +
+//                                        received per second. A lone step
+//                                        that fits the transport's buffers
+//                                        runs faster than the stream of
+//                                        exchange_gbps (loopback tcp: about
+//                                        2x at 512 KiB); with cpu_cores the
+//                                        model charges a step of B bytes the
+//                                        curve's rate at B (log-linear
+//                                        between points, the end points'
+//                                        beyond), less its alpha, scaled
+//                                        with exchange_gbps by the working
+//                                        set (CostParams::exchange_steps)
 //   gamma   := "gamma" DTYPE OP GBPS [ "dram" GBPS ]
 //                                        reduction rate of dst = a OP b at an
 //                                        L2-resident size, GB/s of result
@@ -137,6 +156,9 @@ struct BackendTuning {
   // stream's rate is then the sender's and the receiver's costs added), 2
   // where each could run on its own; unset: not said.
   std::optional<int> pair_cores;
+  // The exchange_steps statement: (a step's bytes each way, GB/s sent +
+  // received), by increasing bytes; empty: none.
+  std::vector<std::pair<size_t, double>> exchange_steps;
   int line = 0;  // where it was read (0: built in code)
 };
 

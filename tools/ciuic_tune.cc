@@ -91,6 +91,9 @@ constexpr double kHysteresis = 1.05;  // a new winner must be >5% faster
 constexpr size_t kKernelBytes = 256u << 10;
 // Far beyond the caches of today's servers' cores (a DRAM-sized call).
 constexpr size_t kDramBytes = 64u << 20;
+// The step sizes (bytes each way) of the exchange-step curve: a small
+// collective's step to a large one's.
+constexpr size_t kExchangeStepBytes[] = {64u << 10, 256u << 10, 512u << 10, 1u << 20, 4u << 20, 16u << 20};
 
 struct Options {
   std::vector<int> ranks = {2, 4};
@@ -720,6 +723,70 @@ StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string
       CIUIC_RETURN_IF_ERROR(b.Send(src.data(), 8));
     }
   }
+  // exchange steps: one step's bytes each way alone, both sides at once and
+  // each then waiting for the peer's, back to back as a collective's steps
+  // run. A lone step that fits the transport's buffering outruns the stream
+  // (loopback tcp's socket buffers take a whole chunk without the peer).
+  // Measured before the streams below: after them loopback tcp's lone
+  // steps ran at the stream's rate in 5 of 6 runs, before them at twice it
+  // in 6 of 6, as a collective's do. Not between hosts, whose link sets
+  // the rate (and a slow one would take seconds).
+  std::string steps;
+  // Sent from the buffer itself where the link allows it, as a collective's
+  // registered buffers are (no staging copy).
+  std::vector<char> step_src(machine_cpu ? 0 : kExchangeStepBytes[std::size(kExchangeStepBytes) - 1], 1);
+  std::unique_ptr<transport::MemoryRegion> step_region;
+  if (!machine_cpu && !b.link->writes_into_peer_memory()) {
+    CIUIC_ASSIGN_OR_RETURN(step_region, b.backend->Register(step_src.data(), step_src.size()));
+  }
+  for (size_t bytes : kExchangeStepBytes) {
+    if (machine_cpu) break;
+    auto step = [&](size_t reps) -> StatusOr<double> {
+      const auto t0 = Clock::now();
+      for (size_t r = 0; r < reps; ++r) {
+        size_t sent = 0, got = 0;
+        Status st;
+        CIUIC_RETURN_IF_ERROR(b.Wait(
+            [&] {
+              while (st.ok() && sent < bytes) {
+                const size_t len = std::min(lo.slot_size, bytes - sent);
+                if (step_region != nullptr) {
+                  if (!b.link->CanSend()) break;
+                  st = b.link->CommitSendFrom(*step_region, sent, len);
+                } else {
+                  void* slot = b.link->AcquireSend();
+                  if (slot == nullptr) break;
+                  kernels::CopyBytes(slot, step_src.data() + sent, len);
+                  st = b.link->CommitSend(len);
+                }
+                sent += len;
+              }
+              size_t len = 0;
+              for (; st.ok() && got < bytes && b.link->PeekRecv(&len) != nullptr; got += len) st = b.link->ReleaseRecv();
+              return !st.ok() || (sent == bytes && got == bytes);
+            },
+            "the peer's step of the exchange"));
+        if (!st.ok()) return st;
+      }
+      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      // Both sides start the next batch together.
+      CIUIC_RETURN_IF_ERROR(role == 0 ? b.Recv() : b.Send(src.data(), 8));
+      CIUIC_RETURN_IF_ERROR(role == 0 ? b.Send(src.data(), 8) : b.Recv());
+      return s / static_cast<double>(reps);
+    };
+    // Enough steps a batch to outlast the clock's and a wakeup's noise.
+    const size_t reps = std::clamp<size_t>((size_t{8} << 20) / bytes, 2, 32);
+    CIUIC_RETURN_IF_ERROR(step(reps).status());
+    std::vector<double> per_step;
+    for (int i = 0; i < 5; ++i) {
+      CIUIC_ASSIGN_OR_RETURN(double s, step(reps));
+      per_step.push_back(s);
+    }
+    std::sort(per_step.begin(), per_step.end());
+    char field[64];
+    std::snprintf(field, sizeof(field), " %zu %.6g", bytes, 2.0 * static_cast<double>(bytes) / per_step[2] / 1e9);
+    steps += field;
+  }
   // beta: full slots streamed 0 -> 1, then an 8 B answer; a short warm-up
   // round first, then the median of five: a rate-limited link's burst
   // (tbf) lets the first stream after a pause through above the rate, and
@@ -847,7 +914,7 @@ StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string
                 static_cast<double>(chunks * lo.slot_size) / dram_seconds / 1e9, pair_cores,
                 exchanged / exchange_s.first / 1e9, exchanged / exchange_s.second / 1e9,
                 cpu_gbps);
-  return std::string(line);
+  return std::string(line) + (steps.empty() ? "" : " steps" + steps);
 }
 
 // A forked pair: its own store client to the parent's store.
@@ -869,11 +936,26 @@ bool ParseLinkLine(const std::string& line, collectives::BackendTuning* bt, size
   char name[16];
   // The line is this tool's own (a child's or a rank's); a malformed one is
   // no result.
+  int end = 0;
   // NOLINTNEXTLINE(cert-err34-c)
-  if (std::sscanf(line.c_str(), "link %15s %lf %lf %zu %lf %d %lf %lf %lf", name, &alpha, &beta, slot, &beta_dram,
-                  &pair_cores, &exchange, &exchange_dram, &cpu) != 9 ||
+  if (std::sscanf(line.c_str(), "link %15s %lf %lf %zu %lf %d %lf %lf %lf%n", name, &alpha, &beta, slot, &beta_dram,
+                  &pair_cores, &exchange, &exchange_dram, &cpu, &end) != 9 ||
       (pair_cores != 1 && pair_cores != 2)) {
     return false;
+  }
+  // Then " steps BYTES GBPS ...", the exchange-step curve.
+  std::istringstream rest(line.substr(static_cast<size_t>(end)));
+  std::string word;
+  bt->exchange_steps.clear();
+  if (rest >> word) {
+    if (word != "steps") return false;
+    size_t bytes = 0;
+    double gbps = 0;
+    while (rest >> bytes >> gbps) {
+      if (!(gbps > 0) || (!bt->exchange_steps.empty() && bytes <= bt->exchange_steps.back().first)) return false;
+      bt->exchange_steps.emplace_back(bytes, std::round(gbps * 100) / 100);
+    }
+    if (!rest.eof()) return false;
   }
   bt->alpha_us = std::round(alpha * 1000) / 1000;
   bt->pair_cores = pair_cores;
@@ -894,6 +976,11 @@ void PrintLink(const collectives::BackendTuning& bt, size_t slot) {
               bt.pair_cores == 1 ? "; the pair on one core" : "");
   if (bt.cpu_gbps) {
     std::printf("#       %.2f GB/s sent + received per second of the machine's CPU time\n", *bt.cpu_gbps);
+  }
+  if (!bt.exchange_steps.empty()) {
+    std::printf("#       one step alone, both ways, sent + received:");
+    for (const auto& [bytes, gbps] : bt.exchange_steps) std::printf(" %s %.2f GB/s", SizeText(bytes).c_str(), gbps);
+    std::printf("\n");
   }
   std::fflush(stdout);
 }

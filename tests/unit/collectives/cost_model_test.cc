@@ -1005,6 +1005,50 @@ TEST(CostModelCoresTest, ABytesCpuCostIsTheExchangesWhereMeasured) {
   EXPECT_NEAR(intra - PredictOrDie(Collective::kAllReduce, Algorithm::kRing, bytes, 2, host), moved, 1e-3 * moved);
 }
 
+// A lone step that fits the transport's buffers runs faster than the
+// stream (exchange_steps): a step of B bytes costs the CPU, and its wire,
+// the factor at B; a 2-rank ring of 1 MiB moves 512K steps, 2 MiB sent and
+// received per rank, so halving its steps' cost saves 1 MiB x exchange.
+TEST(CostModelCoresTest, AStepCostsTheExchangeStepCurvesFactorAtItsSize) {
+  const std::vector<std::pair<double, double>> curve = {{64 << 10, 0.5}, {512 << 10, 0.5}, {4 << 20, 1.0}};
+  EXPECT_DOUBLE_EQ(ExchangeStepFactor({}, 1 << 20), 1);
+  EXPECT_DOUBLE_EQ(ExchangeStepFactor(curve, 4096), 0.5);
+  EXPECT_DOUBLE_EQ(ExchangeStepFactor(curve, 256 << 10), 0.5);
+  EXPECT_NEAR(ExchangeStepFactor(curve, 2 << 20), 0.5 + 0.5 * 2.0 / 3.0, 1e-12);  // log-linear, 2M of 512K..4M
+  EXPECT_DOUBLE_EQ(ExchangeStepFactor(curve, 64 << 20), 1.0);
+  CostParams p = DefaultCostParams(transport::BackendKind::kTcp);
+  p.memory_curve.clear();
+  p.cpu_cores = 2;
+  p.beta_s_per_byte = 1e-9 / 4;
+  p.exchange_s_per_byte = 1e-9 / 3;
+  const size_t bytes = 1 << 20;
+  auto stream = Predict(Collective::kAllReduce, Algorithm::kRing, bytes, 2, p);
+  CostParams lone = p;
+  lone.exchange_steps = curve;
+  auto fast = Predict(Collective::kAllReduce, Algorithm::kRing, bytes, 2, lone);
+  ASSERT_TRUE(stream.ok() && fast.ok());
+  EXPECT_NE(fast->busiest.find("CPU"), std::string::npos) << fast->busiest;
+  const double saved = 0.5 * 2.0 * static_cast<double>(bytes) * p.exchange_s_per_byte;
+  EXPECT_NEAR(stream->seconds - fast->seconds, saved, 1e-3 * saved);
+  // The critical path's wire too: with the CPU's bound lifted, beta's time
+  // of each step halves.
+  p.exchange_s_per_byte = lone.exchange_s_per_byte = 1e-12;
+  const double path = PredictOrDie(Collective::kAllReduce, Algorithm::kRing, bytes, 2, p);
+  const double quick = PredictOrDie(Collective::kAllReduce, Algorithm::kRing, bytes, 2, lone);
+  const double wire = 0.5 * 2.0 * (512 << 10) * p.beta_s_per_byte;  // two 512K steps on the path
+  EXPECT_NEAR(path - quick, wire, 1e-3 * wire);
+  // Without cpu_cores links move the bytes: the curve plays no part.
+  p.cpu_cores = lone.cpu_cores = 0;
+  EXPECT_DOUBLE_EQ(PredictOrDie(Collective::kAllReduce, Algorithm::kRing, bytes, 2, lone),
+                   PredictOrDie(Collective::kAllReduce, Algorithm::kRing, bytes, 2, p));
+  // Nor between hosts whose link has a rate of its own (net_cpu).
+  p.cpu_cores = lone.cpu_cores = 2;
+  p.host_of = lone.host_of = {0, 1};
+  p.net_cpu_s_per_byte = lone.net_cpu_s_per_byte = 1e-9 / 5;
+  EXPECT_DOUBLE_EQ(PredictOrDie(Collective::kAllReduce, Algorithm::kRing, bytes, 2, lone),
+                   PredictOrDie(Collective::kAllReduce, Algorithm::kRing, bytes, 2, p));
+}
+
 // Review findings: an estimate shares the machine's cores like the other
 // methods; Swing's reflection is a symmetry for even rank counts only.
 TEST(CostModelSymmetryTest, EstimatesShareTheCoresAndSwingNeedsEvenRanks) {

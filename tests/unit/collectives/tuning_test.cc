@@ -150,6 +150,15 @@ TEST(TuningTest, EveryErrorNamesFileLineAndProblem) {
       {"backend shm beta_dram_gbps -2", "beta_dram_gbps '-2' is not a positive number"},
       {"backend verbs exchange_gbps 0", "backend verbs: exchange_gbps '0' is not a positive number"},
       {"backend verbs exchange_dram_gbps 2 exchange_dram_gbps 3", "backend verbs: exchange_dram_gbps given twice"},
+      {"exchange_steps shm 64K 70", "exchange_steps shm: no backend shm line before it"},
+      {"exchange_steps tcp between_hosts 64K 7", "exchange_steps tcp between_hosts: no backend tcp between_hosts line"},
+      {"exchange_steps ib 64K 7", "unknown backend 'ib'"},
+      {"exchange_steps tcp", "exchange_steps tcp takes pairs of a step's bytes each way and GB/s"},
+      {"exchange_steps tcp 64K 7 1M", "exchange_steps tcp takes pairs"},
+      {"exchange_steps tcp 64K fast", "exchange_steps tcp 64K: 'fast' is not a positive number"},
+      {"exchange_steps tcp 64K 0", "exchange_steps tcp 64K: '0' is not a positive number"},
+      {"exchange_steps tcp 0 7", "exchange_steps tcp: a step of 0 bytes"},
+      {"exchange_steps tcp 1M 7 64K 5", "exchange_steps tcp: step sizes must increase ('64K' after 1048576)"},
       {"memory 512K 40", "memory takes pairs of a working set in bytes and GB/s, at least two"},
       {"memory 512K 40 128M", "memory takes pairs"},
       {"memory 512K 40 128M slow", "memory 128M: 'slow' is not a positive number"},
@@ -267,6 +276,54 @@ TEST(TuningTest, ExchangeFiguresRoundTripAndApply) {
   ApplyTuning(ParseOrDie("ciuic-tuning 1\nbackend tcp beta_gbps 4\n"), BackendKind::kTcp, &plain);
   EXPECT_EQ(plain.exchange_s_per_byte, 0);
   EXPECT_EQ(plain.dram_exchange_s_per_byte, 0);
+}
+
+// The exchange-step curve round trips after its backend line and becomes
+// factors on the stream's CPU cost per byte, each point's alpha taken out:
+// alpha + the step's bytes both ways x exchange x factor is the point's
+// own time.
+TEST(TuningTest, ExchangeStepsRoundTripAndBecomeFactors) {
+  const Tuning t = ParseOrDie(
+      "ciuic-tuning 1\n"
+      "backend tcp alpha_us 4 exchange_gbps 8 pair_cores 2\n"
+      "exchange_steps tcp 64K 2 512K 16 16M 8\n"
+      "backend shm alpha_us 0.5 exchange_gbps 100 pair_cores 1\n"
+      "exchange_steps shm 64K 50\n");
+  ASSERT_EQ(t.backends.size(), 2u);
+  ASSERT_EQ(t.backends[0].exchange_steps.size(), 3u);
+  EXPECT_EQ(t.backends[0].exchange_steps[1].first, 524288u);
+  EXPECT_DOUBLE_EQ(t.backends[0].exchange_steps[1].second, 16);
+  ExpectRoundTrip(t, "pair_cores 2\nexchange_steps tcp 65536 2 524288 16 16777216 8\n");
+  CostParams tcp = DefaultCostParams(BackendKind::kTcp);
+  ApplyTuning(t, BackendKind::kTcp, &tcp);
+  ASSERT_EQ(tcp.exchange_steps.size(), 3u);
+  // 512K each way at 16 GB/s: 65.536 us, less alpha 4 = 61.536 against
+  // 131.072 us streamed at 8.
+  EXPECT_DOUBLE_EQ(tcp.exchange_steps[1].first, 524288);
+  EXPECT_NEAR(tcp.exchange_steps[1].second, 61.536 / 131.072, 1e-12);
+  // The stream's own rate at 16M: alpha's share only (4 us of 4194.3).
+  EXPECT_NEAR(tcp.exchange_steps[2].second, 1 - 4e-6 / (2.0 * 16777216 / 8e9), 1e-12);
+  // 64K at 2 GB/s: slower than the stream, 65.536 - 4 us against 16.384.
+  EXPECT_NEAR(tcp.exchange_steps[0].second, (65.536 - 4) / 16.384, 1e-12);
+  // A pair on one core took turns: each rank's share is half the time.
+  CostParams shm = DefaultCostParams(BackendKind::kShm);
+  ApplyTuning(t, BackendKind::kShm, &shm);
+  ASSERT_EQ(shm.exchange_steps.size(), 1u);
+  EXPECT_NEAR(shm.exchange_steps[0].second, (0.5 * 2.62144 - 0.5) / (0.5 * 1.31072), 1e-12);
+  // An alpha above a point's time leaves the floor, not a free step.
+  CostParams slow = DefaultCostParams(BackendKind::kTcp);
+  ApplyTuning(ParseOrDie("ciuic-tuning 1\nbackend tcp alpha_us 500 exchange_gbps 8\nexchange_steps tcp 64K 2\n"),
+              BackendKind::kTcp, &slow);
+  ASSERT_EQ(slow.exchange_steps.size(), 1u);
+  EXPECT_DOUBLE_EQ(slow.exchange_steps[0].second, 0.1);
+  // Without exchange_gbps there is no stream to scale: no curve.
+  CostParams bare = DefaultCostParams(BackendKind::kTcp);
+  ApplyTuning(ParseOrDie("ciuic-tuning 1\nbackend tcp alpha_us 4\nexchange_steps tcp 64K 2\n"), BackendKind::kTcp,
+              &bare);
+  EXPECT_TRUE(bare.exchange_steps.empty());
+  // Inside a host of a two-level job: shm's curve.
+  TakeIntraFrom(shm, &tcp);
+  EXPECT_EQ(tcp.intra_exchange_steps, shm.exchange_steps);
 }
 
 // Between hosts ciuic-tune measures the machine's CPU time per byte
