@@ -73,10 +73,10 @@ struct Routed {
 // Beta for a step of `bytes` at its level. Where the CPU moves the bytes, a
 // lone step's wire is as much faster than the stream as its CPU work
 // (CpuOfWire); a link between hosts with a rate of its own (net_cpu) keeps
-// its beta.
+// its beta, and so does a topology's (its links' sharing is costed at beta).
 double BetaOfStep(const CostParams& p, bool intra, double bytes) {
   const double beta = intra ? p.intra_beta_s_per_byte : p.beta_s_per_byte;
-  const bool cpu_wire = p.cpu_cores > 0 && (intra || p.host_of.empty() || !(p.net_cpu_s_per_byte > 0));
+  const bool cpu_wire = p.cpu_cores > 0 && !HasTopology(p) && (intra || p.host_of.empty() || !(p.net_cpu_s_per_byte > 0));
   return cpu_wire ? beta * ExchangeStepFactor(intra ? p.intra_exchange_steps : p.exchange_steps, bytes) : beta;
 }
 

@@ -173,6 +173,10 @@ Status SetNetKey(Net& net, const std::string& origin, const std::string& key, co
     return ciuic::InvalidArgumentError(origin + ": " + key + " '" + value + "' is not a positive number");
   }
   coll::CostParams& p = net.params;
+  // A link's figures given: the measured step curve (relative to the
+  // tuning's link, its alpha taken out) no longer describes it.
+  if (key == "alpha_us" || key == "gbps") p.exchange_steps.clear();
+  if (key == "intra_alpha_us" || key == "intra_gbps") p.intra_exchange_steps.clear();
   if (key == "alpha_us") {
     p.alpha_s = v * 1e-6;
   } else if (key == "gbps") {

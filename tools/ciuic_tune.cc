@@ -737,7 +737,9 @@ StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string
   std::vector<char> step_src(machine_cpu ? 0 : kExchangeStepBytes[std::size(kExchangeStepBytes) - 1], 1);
   std::unique_ptr<transport::MemoryRegion> step_region;
   if (!machine_cpu && !b.link->writes_into_peer_memory()) {
-    CIUIC_ASSIGN_OR_RETURN(step_region, b.backend->Register(step_src.data(), step_src.size()));
+    // Where it cannot be registered (a locked-memory limit), staged.
+    StatusOr<std::unique_ptr<transport::MemoryRegion>> r = b.backend->Register(step_src.data(), step_src.size());
+    if (r.ok()) step_region = std::move(*r);
   }
   for (size_t bytes : kExchangeStepBytes) {
     if (machine_cpu) break;
@@ -943,19 +945,28 @@ bool ParseLinkLine(const std::string& line, collectives::BackendTuning* bt, size
       (pair_cores != 1 && pair_cores != 2)) {
     return false;
   }
-  // Then " steps BYTES GBPS ...", the exchange-step curve.
+  // Then " steps BYTES GBPS ...", the exchange-step curve: whole pairs of a
+  // byte count above the last and a rate, or nothing.
   std::istringstream rest(line.substr(static_cast<size_t>(end)));
-  std::string word;
+  std::vector<std::string> words;
+  for (std::string w; rest >> w;) words.push_back(w);
   bt->exchange_steps.clear();
-  if (rest >> word) {
-    if (word != "steps") return false;
-    size_t bytes = 0;
-    double gbps = 0;
-    while (rest >> bytes >> gbps) {
-      if (!(gbps > 0) || (!bt->exchange_steps.empty() && bytes <= bt->exchange_steps.back().first)) return false;
-      bt->exchange_steps.emplace_back(bytes, std::round(gbps * 100) / 100);
+  if (!words.empty()) {
+    if (words[0] != "steps" || words.size() < 3 || words.size() % 2 != 1) return false;
+    std::vector<std::pair<size_t, double>> curve;
+    for (size_t i = 1; i + 1 < words.size(); i += 2) {
+      char* b_end = nullptr;
+      char* g_end = nullptr;
+      const unsigned long long bytes = std::strtoull(words[i].c_str(), &b_end, 10);
+      const double gbps = std::strtod(words[i + 1].c_str(), &g_end);
+      if (*b_end != '\0' || *g_end != '\0' || words[i][0] == '-' || bytes == 0 || !(gbps > 0) ||
+          !std::isfinite(gbps) || (!curve.empty() && bytes <= curve.back().first)) {
+        return false;
+      }
+      // Two decimals as the other rates, never rounded down to 0.
+      curve.emplace_back(static_cast<size_t>(bytes), std::max(0.01, std::round(gbps * 100) / 100));
     }
-    if (!rest.eof()) return false;
+    bt->exchange_steps = std::move(curve);
   }
   bt->alpha_us = std::round(alpha * 1000) / 1000;
   bt->pair_cores = pair_cores;

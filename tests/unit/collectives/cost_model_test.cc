@@ -1037,6 +1037,11 @@ TEST(CostModelCoresTest, AStepCostsTheExchangeStepCurvesFactorAtItsSize) {
   const double quick = PredictOrDie(Collective::kAllReduce, Algorithm::kRing, bytes, 2, lone);
   const double wire = 0.5 * 2.0 * (512 << 10) * p.beta_s_per_byte;  // two 512K steps on the path
   EXPECT_NEAR(path - quick, wire, 1e-3 * wire);
+  // On a topology the links' sharing is costed at beta: the wire keeps it.
+  CostParams ring_net = p, ring_lone = lone;
+  ring_net.torus_dims = ring_lone.torus_dims = {2};
+  EXPECT_DOUBLE_EQ(PredictOrDie(Collective::kAllReduce, Algorithm::kRing, bytes, 2, ring_lone),
+                   PredictOrDie(Collective::kAllReduce, Algorithm::kRing, bytes, 2, ring_net));
   // Without cpu_cores links move the bytes: the curve plays no part.
   p.cpu_cores = lone.cpu_cores = 0;
   EXPECT_DOUBLE_EQ(PredictOrDie(Collective::kAllReduce, Algorithm::kRing, bytes, 2, lone),

@@ -301,8 +301,9 @@ TEST(TuningTest, ExchangeStepsRoundTripAndBecomeFactors) {
   // 131.072 us streamed at 8.
   EXPECT_DOUBLE_EQ(tcp.exchange_steps[1].first, 524288);
   EXPECT_NEAR(tcp.exchange_steps[1].second, 61.536 / 131.072, 1e-12);
-  // The stream's own rate at 16M: alpha's share only (4 us of 4194.3).
-  EXPECT_NEAR(tcp.exchange_steps[2].second, 1 - 4e-6 / (2.0 * 16777216 / 8e9), 1e-12);
+  // The stream's own rate at 16M: the alphas' share only, one a 512K chunk
+  // as the model charges them (32 x 4 us of 4194.3).
+  EXPECT_NEAR(tcp.exchange_steps[2].second, 1 - 32 * 4e-6 / (2.0 * 16777216 / 8e9), 1e-12);
   // 64K at 2 GB/s: slower than the stream, 65.536 - 4 us against 16.384.
   EXPECT_NEAR(tcp.exchange_steps[0].second, (65.536 - 4) / 16.384, 1e-12);
   // A pair on one core took turns: each rank's share is half the time.
@@ -324,6 +325,22 @@ TEST(TuningTest, ExchangeStepsRoundTripAndBecomeFactors) {
   // Inside a host of a two-level job: shm's curve.
   TakeIntraFrom(shm, &tcp);
   EXPECT_EQ(tcp.intra_exchange_steps, shm.exchange_steps);
+  // Between hosts: its own line's curve, round trip included; once only.
+  const Tuning between = ParseOrDie(
+      "ciuic-tuning 1\nbackend tcp alpha_us 4 exchange_gbps 8\nbackend tcp between_hosts alpha_us 40 exchange_gbps 2\n"
+      "exchange_steps tcp between_hosts 1M 1\n");
+  ExpectRoundTrip(between, "backend tcp between_hosts alpha_us 40 exchange_gbps 2\nexchange_steps tcp between_hosts 1048576 1\n");
+  CostParams net = DefaultCostParams(BackendKind::kTcp);
+  ApplyTuning(between, BackendKind::kTcp, &net, DataType::kFloat32, ReduceOp::kSum, TuningLevel::kBetweenHosts);
+  ASSERT_EQ(net.exchange_steps.size(), 1u);
+  EXPECT_NEAR(net.exchange_steps[0].second, (2097.152 - 2 * 40) / 1048.576, 1e-12);
+  CostParams loop = DefaultCostParams(BackendKind::kTcp);
+  ApplyTuning(between, BackendKind::kTcp, &loop);
+  EXPECT_TRUE(loop.exchange_steps.empty());  // the plain line has none
+  StatusOr<Tuning> twice = ParseTuning(
+      "ciuic-tuning 1\nbackend tcp alpha_us 4\nexchange_steps tcp 64K 7\nexchange_steps tcp 1M 6\n", "t.txt");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(twice.status().message(), "t.txt:4: exchange_steps tcp given twice");
 }
 
 // Between hosts ciuic-tune measures the machine's CPU time per byte

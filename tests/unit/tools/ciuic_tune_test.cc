@@ -83,7 +83,6 @@ TEST(CiuicTuneTest, QuickRunWritesALoadableFile) {
   ASSERT_EQ(t->backends[0].exchange_steps.size(), 6u) << collectives::FormatTuning(*t);
   EXPECT_EQ(t->backends[0].exchange_steps.front().first, size_t{64} << 10);
   EXPECT_EQ(t->backends[0].exchange_steps.back().first, size_t{16} << 20);
-  for (const auto& [bytes, gbps] : t->backends[0].exchange_steps) EXPECT_GT(gbps, 0) << bytes;
   // Forked unbound, the pair could run on two cores (unless this test
   // itself was confined to one CPU, which its children inherit).
   cpu_set_t set;
