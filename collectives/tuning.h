@@ -63,7 +63,7 @@
 //                                        model charges a step of B bytes the
 //                                        curve's rate at B (log-linear
 //                                        between points, the end points'
-//                                        beyond), less its alpha, scaled
+//                                        beyond), less an alpha a chunk, scaled
 //                                        with exchange_gbps by the working
 //                                        set (CostParams::exchange_steps)
 //   gamma   := "gamma" DTYPE OP GBPS [ "dram" GBPS ]
