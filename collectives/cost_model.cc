@@ -251,17 +251,27 @@ CostParams DefaultCostParams(transport::BackendKind kind) {
   return p;
 }
 
+namespace {
+
+// The value of curve `c` (points by increasing x, at least one) at x:
+// log-linear in x between points, the end points' beyond.
+double LogLinear(const std::vector<std::pair<double, double>>& c, double x) {
+  if (!(x > c.front().first)) return c.front().second;
+  for (size_t i = 1; i < c.size(); ++i) {
+    if (x > c[i].first) continue;
+    const double f = std::log(x / c[i - 1].first) / std::log(c[i].first / c[i - 1].first);
+    return c[i - 1].second + f * (c[i].second - c[i - 1].second);
+  }
+  return c.back().second;
+}
+
+}  // namespace
+
 CostParams AtWorkingSet(const CostParams& p, double bytes) {
   CostParams q = p;
   const auto& c = p.memory_curve;
   if (c.size() < 2 || !(c.back().second > c.front().second) || !(bytes > c.front().first)) return q;
-  double s = c.back().second;
-  for (size_t i = 1; i < c.size(); ++i) {
-    if (bytes > c[i].first) continue;
-    const double f = std::log(bytes / c[i - 1].first) / std::log(c[i].first / c[i - 1].first);
-    s = c[i - 1].second + f * (c[i].second - c[i - 1].second);
-    break;
-  }
+  const double s = LogLinear(c, bytes);
   const double t = std::clamp((s - c.front().second) / (c.back().second - c.front().second), 0.0, 1.0);
   auto toward = [t](double& rate, double dram) {
     if (dram > 0) rate += t * (dram - rate);
@@ -276,14 +286,7 @@ CostParams AtWorkingSet(const CostParams& p, double bytes) {
 }
 
 double ExchangeStepFactor(const std::vector<std::pair<double, double>>& steps, double bytes) {
-  if (steps.empty()) return 1;
-  if (!(bytes > steps.front().first)) return steps.front().second;
-  for (size_t i = 1; i < steps.size(); ++i) {
-    if (bytes > steps[i].first) continue;
-    const double f = std::log(bytes / steps[i - 1].first) / std::log(steps[i].first / steps[i - 1].first);
-    return steps[i - 1].second + f * (steps[i].second - steps[i - 1].second);
-  }
-  return steps.back().second;
+  return steps.empty() ? 1 : LogLinear(steps, bytes);
 }
 
 void TakeIntraFrom(const CostParams& shm, CostParams* p) {
