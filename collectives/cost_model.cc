@@ -183,8 +183,13 @@ RankLoad LoadOf(const Schedule& s, const CostParams& p) {
     if (st.op == StepOp::kRecvReduce || st.op == StepOp::kRecvReduceSend || st.op == StepOp::kReduce) {
       const size_t operands = st.op == StepOp::kReduce && st.inputs.size() > 2 ? st.inputs.size() - 1 : 1;
       load.cpu += c.bytes * p.gamma_s_per_byte * static_cast<double>(operands);
-    } else if (st.op == StepOp::kCopy || st.op == StepOp::kRecv || st.op == StepOp::kRecvCopySend) {
+    } else if (st.op == StepOp::kCopy) {
       load.cpu += c.bytes * p.copy_s_per_byte;
+    } else if (st.op == StepOp::kRecv || st.op == StepOp::kRecvCopySend) {
+      // A measured exchange's receiver copies each chunk out already.
+      const bool intra = SameHost(p, s.rank, st.recv_peer);
+      const double exchange = intra ? p.intra_exchange_s_per_byte : p.exchange_s_per_byte;
+      if (!(p.cpu_cores > 0 && exchange > 0)) load.cpu += c.bytes * p.copy_s_per_byte;
     }
   }
   load.work += load.cpu;

@@ -473,9 +473,9 @@ std::string FormatTuning(const Tuning& t) {
   for (const auto& [key, value] : t.meta) out += "meta " + key + " " + value + "\n";
   if (!t.backends.empty()) {
     out += "# backend NAME [between_hosts] alpha_us (one-way 8 B latency) beta_gbps (streaming) copy_gbps (local "
-           "copy); *_dram_gbps: the same out of DRAM; exchange_*: both ways at once, sent + received; cpu_gbps: per "
-           "second of the machine's CPU; exchange_steps NAME BYTES GB/s ...: one step of BYTES each way alone, "
-           "sent + received\n";
+           "copy); *_dram_gbps: the same out of DRAM; exchange_*: both ways at once, sent + received, each chunk "
+           "copied out; cpu_gbps: per second of the machine's CPU; exchange_steps NAME BYTES GB/s ...: one step of "
+           "BYTES each way alone, sent + received\n";
   }
   for (const BackendTuning& b : t.backends) {
     out += std::string("backend ") + transport::BackendName(b.backend);

@@ -706,6 +706,11 @@ StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string
   CIUIC_ASSIGN_OR_RETURN(b.link, transport::Link::Create(*b.backend, *b.pool, store, prefix + "/link", role, 1 - role,
                                                          0, lo, timeout));
   std::vector<char> src(lo.slot_size, 1);
+  // Where the exchanges' receivers copy each chunk out: a collective's
+  // receiver reads every byte it gets (a copy or a reduction), and over shm
+  // that read pulls the lines the peer's core just wrote, whose cost follows
+  // how far apart the two cores are (a VM's vCPU placement: 4.5x).
+  std::vector<char> sink(lo.slot_size);
   // Whether the pair shares one core (a launcher's binding): the stream's
   // rate then adds both sides' costs.
   if (role == 1) CIUIC_RETURN_IF_ERROR(store.Set(prefix + "/link/cpu", std::to_string(BoundCpu())));
@@ -764,7 +769,11 @@ StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string
                 sent += len;
               }
               size_t len = 0;
-              for (; st.ok() && got < bytes && b.link->PeekRecv(&len) != nullptr; got += len) st = b.link->ReleaseRecv();
+              for (const void* in = nullptr; st.ok() && got < bytes && (in = b.link->PeekRecv(&len)) != nullptr;
+                   got += len) {
+                kernels::CopyBytes(sink.data(), in, len);
+                st = b.link->ReleaseRecv();
+              }
               return !st.ok() || (sent == bytes && got == bytes);
             },
             "the peer's step of the exchange"));
@@ -847,7 +856,10 @@ StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string
             st = b.link->CommitSend(lo.slot_size);
           }
           size_t len = 0;
-          for (; st.ok() && got < n && b.link->PeekRecv(&len) != nullptr; ++got) st = b.link->ReleaseRecv();
+          for (const void* in = nullptr; st.ok() && got < n && (in = b.link->PeekRecv(&len)) != nullptr; ++got) {
+            kernels::CopyBytes(sink.data(), in, len);
+            st = b.link->ReleaseRecv();
+          }
           return !st.ok() || (sent == n && got == n);
         },
         "the peer's chunks of the exchange"));
