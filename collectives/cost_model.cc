@@ -186,10 +186,10 @@ RankLoad LoadOf(const Schedule& s, const CostParams& p) {
     } else if (st.op == StepOp::kCopy) {
       load.cpu += c.bytes * p.copy_s_per_byte;
     } else if (st.op == StepOp::kRecv || st.op == StepOp::kRecvCopySend) {
-      // A measured exchange's receiver copies each chunk out already.
       const bool intra = SameHost(p, s.rank, st.recv_peer);
       const double exchange = intra ? p.intra_exchange_s_per_byte : p.exchange_s_per_byte;
-      if (!(p.cpu_cores > 0 && exchange > 0)) load.cpu += c.bytes * p.copy_s_per_byte;
+      const bool copied = intra ? p.intra_exchange_copies_received : p.exchange_copies_received;
+      if (!(p.cpu_cores > 0 && exchange > 0 && copied)) load.cpu += c.bytes * p.copy_s_per_byte;
     }
   }
   load.work += load.cpu;
@@ -296,6 +296,7 @@ double ExchangeStepFactor(const std::vector<std::pair<double, double>>& steps, d
 
 void TakeIntraFrom(const CostParams& shm, CostParams* p) {
   p->intra_exchange_steps = shm.exchange_steps;
+  p->intra_exchange_copies_received = shm.exchange_copies_received;
   p->intra_alpha_s = shm.alpha_s;
   p->intra_beta_s_per_byte = shm.beta_s_per_byte;
   p->dram_intra_beta_s_per_byte = shm.dram_beta_s_per_byte;

@@ -90,6 +90,12 @@ struct CostParams {
   // size. intra_*: inside a host.
   std::vector<std::pair<double, double>> exchange_steps;
   std::vector<std::pair<double, double>> intra_exchange_steps;
+  // The measured exchange includes the receiver's copy of each chunk out of
+  // the peer's memory (ciuic-tune over shm), so a received chunk that is
+  // only copied (kRecv, kRecvCopySend) costs no copy of its own. intra_*:
+  // inside a host.
+  bool exchange_copies_received = false;
+  bool intra_exchange_copies_received = false;
   // A torus network (dimensions multiplying to the rank count; ranks in
   // row-major order): each message crosses the links of its dimension-order
   // route, each hop adds hop_latency_s, and messages sent at the same index

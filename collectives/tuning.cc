@@ -473,9 +473,9 @@ std::string FormatTuning(const Tuning& t) {
   for (const auto& [key, value] : t.meta) out += "meta " + key + " " + value + "\n";
   if (!t.backends.empty()) {
     out += "# backend NAME [between_hosts] alpha_us (one-way 8 B latency) beta_gbps (streaming) copy_gbps (local "
-           "copy); *_dram_gbps: the same out of DRAM; exchange_*: both ways at once, sent + received, each chunk "
-           "copied out; cpu_gbps: per second of the machine's CPU; exchange_steps NAME BYTES GB/s ...: one step of "
-           "BYTES each way alone, sent + received\n";
+           "copy); *_dram_gbps: the same out of DRAM; exchange_*: both ways at once, sent + received (shm: each "
+           "chunk copied out); cpu_gbps: per second of the machine's CPU; exchange_steps NAME BYTES GB/s ...: one "
+           "step of BYTES each way alone, sent + received\n";
   }
   for (const BackendTuning& b : t.backends) {
     out += std::string("backend ") + transport::BackendName(b.backend);
@@ -552,6 +552,8 @@ void ApplyTuning(const Tuning& t, transport::BackendKind backend, CostParams* p,
     if (b->exchange_gbps) p->exchange_s_per_byte = turns / (*b->exchange_gbps * 1e9);
     if (b->exchange_dram_gbps) p->dram_exchange_s_per_byte = turns / (*b->exchange_dram_gbps * 1e9);
     p->exchange_steps.clear();
+    // ciuic-tune's shm receivers copy each chunk out of the peer's memory.
+    p->exchange_copies_received = b->exchange_gbps && backend == transport::BackendKind::kShm;
     if (b->exchange_gbps) {
       // Each point as a factor on the stream's rate, its alphas taken out:
       // the model charges a step an alpha a chunk + its bytes x exchange x

@@ -195,10 +195,12 @@ Status SetNetKey(Net& net, const std::string& origin, const std::string& key, co
     p.exchange_s_per_byte = 1e-9 / v;
     p.dram_exchange_s_per_byte = 0;
     p.exchange_steps.clear();  // a rate given is the rate at every size
+    p.exchange_copies_received = false;  // and its receivers' copies are charged apart
   } else if (key == "intra_exchange_gbps") {
     p.intra_exchange_s_per_byte = 1e-9 / v;
     p.dram_intra_exchange_s_per_byte = 0;
     p.intra_exchange_steps.clear();
+    p.intra_exchange_copies_received = false;
   } else if (key == "hop_us") {
     p.hop_latency_s = v * 1e-6;
   } else if (key == "down" || key == "levels") {
@@ -382,6 +384,7 @@ int main(int argc, char** argv) {
       net.params.exchange_s_per_byte = inter.exchange_s_per_byte;
       net.params.dram_exchange_s_per_byte = inter.dram_exchange_s_per_byte;
       net.params.exchange_steps = inter.exchange_steps;
+      net.params.exchange_copies_received = inter.exchange_copies_received;
       // A file measured across hosts that also has the backend inside one
       // machine (tcp over loopback, which the CPU limits): that is the
       // CPU's cost of the network's bytes, apart from its links' rate.

@@ -706,11 +706,14 @@ StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string
   CIUIC_ASSIGN_OR_RETURN(b.link, transport::Link::Create(*b.backend, *b.pool, store, prefix + "/link", role, 1 - role,
                                                          0, lo, timeout));
   std::vector<char> src(lo.slot_size, 1);
-  // Where the exchanges' receivers copy each chunk out: a collective's
-  // receiver reads every byte it gets (a copy or a reduction), and over shm
-  // that read pulls the lines the peer's core just wrote, whose cost follows
-  // how far apart the two cores are (a VM's vCPU placement: 4.5x).
-  std::vector<char> sink(lo.slot_size);
+  // Over shm the exchanges' receivers copy each chunk out, as a
+  // collective's receiver reads it: the read pulls the lines the peer's
+  // core just wrote, whose cost follows how far apart the two cores are (a
+  // VM's vCPU placement: 4.5x). Elsewhere the chunk is this core's own
+  // (tcp's recv wrote it here) and gamma and copy, measured on local data,
+  // already charge reading it.
+  const bool copy_out = b.link->writes_into_peer_memory();
+  std::vector<char> sink(copy_out ? lo.slot_size : 0);
   // Whether the pair shares one core (a launcher's binding): the stream's
   // rate then adds both sides' costs.
   if (role == 1) CIUIC_RETURN_IF_ERROR(store.Set(prefix + "/link/cpu", std::to_string(BoundCpu())));
@@ -771,7 +774,7 @@ StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string
               size_t len = 0;
               for (const void* in = nullptr; st.ok() && got < bytes && (in = b.link->PeekRecv(&len)) != nullptr;
                    got += len) {
-                kernels::CopyBytes(sink.data(), in, len);
+                if (copy_out) kernels::CopyBytes(sink.data(), in, len);
                 st = b.link->ReleaseRecv();
               }
               return !st.ok() || (sent == bytes && got == bytes);
@@ -857,7 +860,7 @@ StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string
           }
           size_t len = 0;
           for (const void* in = nullptr; st.ok() && got < n && (in = b.link->PeekRecv(&len)) != nullptr; ++got) {
-            kernels::CopyBytes(sink.data(), in, len);
+            if (copy_out) kernels::CopyBytes(sink.data(), in, len);
             st = b.link->ReleaseRecv();
           }
           return !st.ok() || (sent == n && got == n);

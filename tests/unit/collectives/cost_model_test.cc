@@ -968,11 +968,15 @@ TEST(CostModelCoresTest, ABytesCpuCostIsTheExchangesWhereMeasured) {
   auto measured = Predict(Collective::kAllReduce, Algorithm::kRing, bytes, 2, ex);
   ASSERT_TRUE(measured.ok()) << measured.status().ToString();
   EXPECT_NE(measured->busiest.find("CPU"), std::string::npos) << measured->busiest;
-  // The exchange's receiver copies each chunk out (as ciuic-tune measures
-  // it), so the all-gather's received half costs no copy of its own.
-  const double moved = 2.0 * static_cast<double>(bytes) * (ex.exchange_s_per_byte - p.beta_s_per_byte) -
-                       static_cast<double>(bytes) / 2 * p.copy_s_per_byte;
+  const double moved = 2.0 * static_cast<double>(bytes) * (ex.exchange_s_per_byte - p.beta_s_per_byte);
   EXPECT_NEAR(measured->seconds - stream, moved, 1e-3 * moved);
+  // Where the exchange's receivers copied each chunk out (ciuic-tune over
+  // shm), the all-gather's received half costs no copy of its own.
+  CostParams copied = ex;
+  copied.exchange_copies_received = true;
+  const double no_copy = PredictOrDie(Collective::kAllReduce, Algorithm::kRing, bytes, 2, copied);
+  const double copy = static_cast<double>(bytes) / 2 * p.copy_s_per_byte;
+  EXPECT_NEAR(measured->seconds - no_copy, copy, 1e-3 * copy);
   // Without cpu_cores links move the bytes: the exchange plays no part.
   ex.cpu_cores = 0;
   p.cpu_cores = 0;

@@ -311,6 +311,14 @@ TEST(TuningTest, ExchangeStepsRoundTripAndBecomeFactors) {
   ApplyTuning(t, BackendKind::kShm, &shm);
   ASSERT_EQ(shm.exchange_steps.size(), 1u);
   EXPECT_NEAR(shm.exchange_steps[0].second, (0.5 * 2.62144 - 0.5) / (0.5 * 1.31072), 1e-12);
+  // ciuic-tune's shm receivers copy each chunk out of the peer's memory;
+  // tcp's chunks are the receiver's own.
+  EXPECT_TRUE(shm.exchange_copies_received);
+  EXPECT_FALSE(tcp.exchange_copies_received);
+  CostParams two_levels = DefaultCostParams(BackendKind::kTcp);
+  TakeIntraFrom(shm, &two_levels);
+  EXPECT_TRUE(two_levels.intra_exchange_copies_received);
+  EXPECT_FALSE(two_levels.exchange_copies_received);
   // An alpha above a point's time leaves the floor, not a free step.
   CostParams slow = DefaultCostParams(BackendKind::kTcp);
   ApplyTuning(ParseOrDie("ciuic-tuning 1\nbackend tcp alpha_us 500 exchange_gbps 8\nexchange_steps tcp 64K 2\n"),
