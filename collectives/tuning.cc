@@ -526,6 +526,13 @@ bool MeasuredOnOneMachine(const Tuning& t) {
   return false;
 }
 
+bool ShmExchangeCopiesReceived(const Tuning& t) {
+  for (const auto& [key, value] : t.meta) {
+    if (key == kShmExchangeMetaKey) return value == kShmExchangeCopiesReceived;
+  }
+  return false;
+}
+
 const BackendTuning* FindBackendLine(const Tuning& t, transport::BackendKind backend, TuningLevel level) {
   const BackendTuning* plain = nullptr;
   const BackendTuning* between = nullptr;
@@ -552,8 +559,10 @@ void ApplyTuning(const Tuning& t, transport::BackendKind backend, CostParams* p,
     if (b->exchange_gbps) p->exchange_s_per_byte = turns / (*b->exchange_gbps * 1e9);
     if (b->exchange_dram_gbps) p->dram_exchange_s_per_byte = turns / (*b->exchange_dram_gbps * 1e9);
     p->exchange_steps.clear();
-    // ciuic-tune's shm receivers copy each chunk out of the peer's memory.
-    p->exchange_copies_received = b->exchange_gbps && backend == transport::BackendKind::kShm;
+    // ciuic-tune's shm receivers copy each chunk out of the peer's memory
+    // (files that say so).
+    p->exchange_copies_received =
+        b->exchange_gbps && backend == transport::BackendKind::kShm && ShmExchangeCopiesReceived(t);
     if (b->exchange_gbps) {
       // Each point as a factor on the stream's rate, its alphas taken out:
       // the model charges a step an alpha a chunk + its bytes x exchange x

@@ -224,6 +224,14 @@ std::string FormatRule(const TuningRule& rule);
 // loopback's, which is not a network between hosts.
 bool MeasuredOnOneMachine(const Tuning& tuning);
 
+// "meta shm_exchange copies_received": the file's shm exchange figures were
+// measured with each receiver copying its chunks out of the peer's memory
+// (ciuic-tune writes it), so they include that copy; older files' do not,
+// and the model then charges a received chunk its copy as before.
+inline constexpr const char* kShmExchangeMetaKey = "shm_exchange";
+inline constexpr const char* kShmExchangeCopiesReceived = "copies_received";
+bool ShmExchangeCopiesReceived(const Tuning& tuning);
+
 // The backend line that holds `backend`'s figures at `level`: kOneMachine
 // the plain line; kBetweenHosts the between_hosts line, else the plain one
 // unless the file was measured on one machine; nullptr when none applies.

@@ -26,10 +26,17 @@
 #include <string.h>
 #include <time.h>
 
-// The line the two threads hand back and forth, alone in its 64 bytes so
-// nothing else bounces with it.
-static _Alignas(64) atomic_long g_turn;
-static _Alignas(64) long g_rounds_total;
+// The line the two threads hand back and forth, padded to its own 64
+// bytes so nothing else bounces with it.
+static struct {
+  _Alignas(64) atomic_long turn;
+  char pad[64 - sizeof(atomic_long)];
+} g_line;
+static long g_rounds_total;
+// Set by the answering thread once it has tried to pin itself: 1 pinned,
+// -1 not (then it answers nothing and the probe fails at once instead of
+// ping-ponging two threads on one CPU).
+static atomic_int g_ready;
 
 static double Now(void) {
   struct timespec t;
@@ -53,10 +60,12 @@ struct Peer {
 static void* Answer(void* arg) {
   struct Peer* p = arg;
   p->pinned = Pin(p->cpu);
+  atomic_store(&g_ready, p->pinned == 0 ? 1 : -1);
+  if (p->pinned != 0) return NULL;
   for (long v = 1; v < 2 * g_rounds_total; v += 2) {
-    while (atomic_load_explicit(&g_turn, memory_order_acquire) != v) {
+    while (atomic_load_explicit(&g_line.turn, memory_order_acquire) != v) {
     }
-    atomic_store_explicit(&g_turn, v + 1, memory_order_release);
+    atomic_store_explicit(&g_line.turn, v + 1, memory_order_release);
   }
   return NULL;
 }
@@ -127,25 +136,27 @@ int main(int argc, char** argv) {
     fprintf(stderr, "core_pair_probe: pthread_create: %s\n", strerror(rc));
     return 2;
   }
+  while (atomic_load(&g_ready) == 0) {
+  }
+  if (atomic_load(&g_ready) < 0) {
+    pthread_join(t, NULL);
+    fprintf(stderr, "core_pair_probe: cannot run on cpu %ld: %s\n", cpus[1], strerror(peer.pinned));
+    return 2;
+  }
   double* ns = calloc((size_t)samples, sizeof *ns);
   if (!ns) return 2;
   long v = 0;
   for (long s = 0; s < samples; ++s) {
     double t0 = Now();
     for (long r = 0; r < rounds; ++r) {
-      atomic_store_explicit(&g_turn, v + 1, memory_order_release);
+      atomic_store_explicit(&g_line.turn, v + 1, memory_order_release);
       v += 2;
-      while (atomic_load_explicit(&g_turn, memory_order_acquire) != v) {
+      while (atomic_load_explicit(&g_line.turn, memory_order_acquire) != v) {
       }
     }
     ns[s] = (Now() - t0) / (double)rounds * 1e9;
   }
   pthread_join(t, NULL);
-  if (peer.pinned != 0) {
-    fprintf(stderr, "core_pair_probe: cannot run on cpu %ld: %s\n", cpus[1], strerror(peer.pinned));
-    free(ns);
-    return 2;
-  }
   qsort(ns, (size_t)samples, sizeof *ns, CompareDoubles);
   printf("cpus %ld,%ld rtt_ns %.1f min %.1f max %.1f samples %ld\n", cpus[0], cpus[1], ns[samples / 2], ns[0],
          ns[samples - 1], samples);

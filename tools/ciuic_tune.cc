@@ -860,6 +860,10 @@ StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string
           }
           size_t len = 0;
           for (const void* in = nullptr; st.ok() && got < n && (in = b.link->PeekRecv(&len)) != nullptr; ++got) {
+            // Into the one cached sink out of DRAM too: a DRAM-sized sink
+            // (tried) took exchange_dram from ~27 to 16 GB/s near, while
+            // the 2-rank rows at 16-64 MiB were over-predicted already
+            // (1.1-1.4x): a reduction's output write is gamma's.
             if (copy_out) kernels::CopyBytes(sink.data(), in, len);
             st = b.link->ReleaseRecv();
           }
@@ -1554,7 +1558,8 @@ int RunLaunched(const Options& o, const Config& config, const kernels::Reducer& 
                  {"launcher", MetaText(job.launcher)},
                  {"transports", MetaText((*parent)->job_transport_name())},
                  {"ranks", std::to_string(n)},
-                 {"command", MetaText(o.command)}};
+                 {"command", MetaText(o.command)},
+                 {collectives::kShmExchangeMetaKey, collectives::kShmExchangeCopiesReceived}};
   // The parameters a communicator of this job would take from the file.
   const StatusOr<transport::LinkOptions> link = transport::LinkOptions::FromConfig(base);
   collectives::CostParams params =
@@ -1666,7 +1671,8 @@ int Main(int argc, char** argv) {
                  {"transports", Join(backend_names, ",")},
                  {"chunk_bytes", std::to_string(link_options->slot_size)},
                  {"nchannels", std::to_string(config->nchannels)},
-                 {"command", MetaText(o.command)}};
+                 {"command", MetaText(o.command)},
+                 {collectives::kShmExchangeMetaKey, collectives::kShmExchangeCopiesReceived}};
 
   // gamma and copy.
   StatusOr<KernelRates> rates = MeasureGammas(*reducer, e, &tuning);

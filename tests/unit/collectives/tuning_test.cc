@@ -285,6 +285,7 @@ TEST(TuningTest, ExchangeFiguresRoundTripAndApply) {
 TEST(TuningTest, ExchangeStepsRoundTripAndBecomeFactors) {
   const Tuning t = ParseOrDie(
       "ciuic-tuning 1\n"
+      "meta shm_exchange copies_received\n"
       "backend tcp alpha_us 4 exchange_gbps 8 pair_cores 2\n"
       "exchange_steps tcp 64K 2 512K 16 16M 8\n"
       "backend shm alpha_us 0.5 exchange_gbps 100 pair_cores 1\n"
@@ -319,6 +320,11 @@ TEST(TuningTest, ExchangeStepsRoundTripAndBecomeFactors) {
   TakeIntraFrom(shm, &two_levels);
   EXPECT_TRUE(two_levels.intra_exchange_copies_received);
   EXPECT_FALSE(two_levels.exchange_copies_received);
+  // A file without the meta (ciuic-tune before it) measured no copy out.
+  const Tuning old = ParseOrDie("ciuic-tuning 1\nbackend shm alpha_us 0.5 exchange_gbps 100\n");
+  CostParams old_shm = DefaultCostParams(BackendKind::kShm);
+  ApplyTuning(old, BackendKind::kShm, &old_shm);
+  EXPECT_FALSE(old_shm.exchange_copies_received);
   // An alpha above a point's time leaves the floor, not a free step.
   CostParams slow = DefaultCostParams(BackendKind::kTcp);
   ApplyTuning(ParseOrDie("ciuic-tuning 1\nbackend tcp alpha_us 500 exchange_gbps 8\nexchange_steps tcp 64K 2\n"),
