@@ -180,16 +180,22 @@ RankLoad LoadOf(const Schedule& s, const CostParams& p) {
       ++load.messages;
       load.latency += crosses ? p.alpha_s : p.intra_alpha_s;
     }
-    if (st.op == StepOp::kRecvReduce || st.op == StepOp::kRecvReduceSend || st.op == StepOp::kReduce) {
-      const size_t operands = st.op == StepOp::kReduce && st.inputs.size() > 2 ? st.inputs.size() - 1 : 1;
-      load.cpu += c.bytes * p.gamma_s_per_byte * static_cast<double>(operands);
-    } else if (st.op == StepOp::kCopy) {
-      load.cpu += c.bytes * p.copy_s_per_byte;
-    } else if (st.op == StepOp::kRecv || st.op == StepOp::kRecvCopySend) {
+    // Where the exchange's figure includes copying each received chunk out
+    // (shm), the receiver's own pass over it is already paid: a copy costs
+    // nothing more, a reduction only what it does beyond a copy.
+    bool copied = false;
+    if (StepReceives(st.op)) {
       const bool intra = SameHost(p, s.rank, st.recv_peer);
       const double exchange = intra ? p.intra_exchange_s_per_byte : p.exchange_s_per_byte;
-      const bool copied = intra ? p.intra_exchange_copies_received : p.exchange_copies_received;
-      if (!(p.cpu_cores > 0 && exchange > 0 && copied)) load.cpu += c.bytes * p.copy_s_per_byte;
+      copied = p.cpu_cores > 0 && exchange > 0 && (intra ? p.intra_exchange_copies_received : p.exchange_copies_received);
+    }
+    if (st.op == StepOp::kRecvReduce || st.op == StepOp::kRecvReduceSend) {
+      load.cpu += c.bytes * (copied ? std::max(0.0, p.gamma_s_per_byte - p.copy_s_per_byte) : p.gamma_s_per_byte);
+    } else if (st.op == StepOp::kReduce) {
+      const size_t operands = st.inputs.size() > 2 ? st.inputs.size() - 1 : 1;
+      load.cpu += c.bytes * p.gamma_s_per_byte * static_cast<double>(operands);
+    } else if (st.op == StepOp::kCopy || ((st.op == StepOp::kRecv || st.op == StepOp::kRecvCopySend) && !copied)) {
+      load.cpu += c.bytes * p.copy_s_per_byte;
     }
   }
   load.work += load.cpu;
@@ -311,8 +317,11 @@ CostParams SharingTheMachine(const CostParams& p, double bytes, int nranks) {
   if (p.dram_shared_cores >= 2 && p.dram_shared_copy_s_per_byte > 0 && p.dram_copy_s_per_byte > 0 && busy > 1) {
     const double ratio = std::max(1.0, p.dram_shared_copy_s_per_byte / p.dram_copy_s_per_byte);
     const double measured = static_cast<double>(p.dram_shared_cores);
-    const double slow =
-        busy <= measured ? 1 + (ratio - 1) * (busy - 1) / (measured - 1) : ratio * busy / measured;
+    double slow = busy <= measured ? 1 + (ratio - 1) * (busy - 1) / (measured - 1) : ratio * busy / measured;
+    // Only the part of the working set the shared cache cannot hold comes
+    // from DRAM, and only that part contends for it.
+    const double all = bytes * static_cast<double>(nranks);
+    if (p.dram_shared_beyond_bytes > 0) slow = 1 + (slow - 1) * std::max(0.0, 1 - p.dram_shared_beyond_bytes / all);
     // A link between hosts whose CPU cost is known apart (net_cpu) keeps
     // its own rate: the cores' DRAM does not slow the wire.
     if (p.host_of.empty() || !(p.net_cpu_s_per_byte > 0)) q.dram_beta_s_per_byte *= slow;

@@ -92,8 +92,9 @@ struct CostParams {
   std::vector<std::pair<double, double>> intra_exchange_steps;
   // The measured exchange includes the receiver's copy of each chunk out of
   // the peer's memory (ciuic-tune over shm), so a received chunk that is
-  // only copied (kRecv, kRecvCopySend) costs no copy of its own. intra_*:
-  // inside a host.
+  // only copied (kRecv, kRecvCopySend) costs no copy of its own, and one
+  // that is reduced (kRecvReduce, kRecvReduceSend) gamma less a copy.
+  // intra_*: inside a host.
   bool exchange_copies_received = false;
   bool intra_exchange_copies_received = false;
   // A torus network (dimensions multiplying to the rank count; ranks in
@@ -161,6 +162,11 @@ struct CostParams {
   // figures by that ratio (SharingTheMachine). 0: not measured, no slowdown.
   int dram_shared_cores = 0;
   double dram_shared_copy_s_per_byte = 0;
+  // The cache the sharing cores have in common (tuning file: memory_shared
+  // ... beyond): only the part of a working set beyond it contends for
+  // DRAM, so the slowdown scales by max(0, 1 - this / working set). 0:
+  // unknown, the whole slowdown at every size.
+  double dram_shared_beyond_bytes = 0;
 };
 
 // `p` with its rates moved toward the dram_* figures for a working set of
@@ -173,7 +179,8 @@ CostParams AtWorkingSet(const CostParams& p, double bytes);
 // dram_* rates are slowed for min(cpu_cores, nranks) cores reading DRAM at
 // once, by the ratio of dram_shared_copy_s_per_byte to
 // dram_copy_s_per_byte: linearly from one core to dram_shared_cores, and
-// in proportion beyond (DRAM's total rate reached); not the exchange
+// in proportion beyond (DRAM's total rate reached), scaled by the share of
+// the working set beyond dram_shared_beyond_bytes; not the exchange
 // figures (measured with the pair busy at once) nor, where
 // net_cpu_s_per_byte is known, the network's beta (a link's own rate).
 // Without cpu_cores: AtWorkingSet(p, bytes).

@@ -364,7 +364,10 @@ class Parser {
   }
 
   Status MemorySharedLine(const std::vector<std::string>& f) {
-    if (f.size() != 3) return Error("memory_shared takes a core count and GB/s (memory_shared 2 4.7)");
+    if (f.size() != 3 && !(f.size() == 5 && f[3] == "beyond")) {
+      return Error("memory_shared takes a core count and GB/s, then optionally beyond BYTES"
+                   " (memory_shared 2 4.7 beyond 32M)");
+    }
     if (tuning_.memory_shared_cores != 0) return Error("memory_shared given twice");
     int cores = 0;
     auto pr = std::from_chars(f[1].data(), f[1].data() + f[1].size(), cores);
@@ -373,6 +376,12 @@ class Parser {
     }
     double gbps = 0;
     if (!ParsePositive(f[2], &gbps)) return Error("memory_shared " + f[1] + ": '" + f[2] + "' is not a positive number");
+    if (f.size() == 5) {
+      StatusOr<uint64_t> beyond = ParseByteSize(f[4]);
+      if (!beyond.ok()) return Error("memory_shared beyond '" + f[4] + "': " + beyond.status().message());
+      if (*beyond == 0) return Error("memory_shared beyond: a cache of 0 bytes");
+      tuning_.memory_shared_beyond = static_cast<size_t>(*beyond);
+    }
     tuning_.memory_shared_cores = cores;
     tuning_.memory_shared_gbps = gbps;
     return Status::Ok();
@@ -509,8 +518,11 @@ std::string FormatTuning(const Tuning& t) {
     out += "\n";
   }
   if (t.memory_shared_cores != 0) {
-    out += "# memory_shared CORES GB/s: the copy rate out of DRAM of each of CORES cores copying at once\n";
-    out += "memory_shared " + std::to_string(t.memory_shared_cores) + " " + Number(t.memory_shared_gbps) + "\n";
+    out += "# memory_shared CORES GB/s [beyond BYTES]: the copy rate out of DRAM of each of CORES cores copying at once;"
+           " only working sets beyond BYTES (the cache they share) reach DRAM\n";
+    out += "memory_shared " + std::to_string(t.memory_shared_cores) + " " + Number(t.memory_shared_gbps);
+    if (t.memory_shared_beyond != 0) out += " beyond " + std::to_string(t.memory_shared_beyond);
+    out += "\n";
   }
   if (!t.rules.empty()) {
     out += "# rule COLLECTIVE BACKEND ranks N [hosts H] from BYTES ALGORITHM (until the next rule's from)\n";
@@ -584,6 +596,7 @@ void ApplyTuning(const Tuning& t, transport::BackendKind backend, CostParams* p,
   if (t.memory_shared_cores != 0) {
     p->dram_shared_cores = t.memory_shared_cores;
     p->dram_shared_copy_s_per_byte = 1e-9 / t.memory_shared_gbps;
+    p->dram_shared_beyond_bytes = static_cast<double>(t.memory_shared_beyond);
   }
   const GammaTuning* found = nullptr;
   for (const GammaTuning& g : t.gammas) {

@@ -81,7 +81,7 @@
 //                                        places its rates between the cache
 //                                        figures and the dram ones
 //                                        (CostParams::memory_curve)
-//   memory_shared := "memory_shared" CORES GBPS
+//   memory_shared := "memory_shared" CORES GBPS [ "beyond" BYTES ]
 //                                        at most once, CORES >= 2: the copy
 //                                        rate out of DRAM of each of CORES
 //                                        cores copying at once (DRAM's rate
@@ -89,7 +89,11 @@
 //                                        copy_dram_gbps (one core alone) it
 //                                        slows the DRAM rates of ranks that
 //                                        share a machine's cores
-//                                        (CostParams::dram_shared_*)
+//                                        (CostParams::dram_shared_*); with
+//                                        beyond, the cache those cores share
+//                                        (> 0): only the part of a working
+//                                        set beyond it reaches DRAM, and the
+//                                        slowdown scales with that part
 //     DTYPE := i8 u8 i32 u32 i64 u64 f16 bf16 f32 f64;  OP := sum prod min max avg
 //   rule    := "rule" COLL BACKEND "ranks" N [ "hosts" H ] "from" BYTES ALGO
 //     For collective COLL (allreduce, broadcast, ... as CollectiveName), on
@@ -192,6 +196,7 @@ struct Tuning {
   std::vector<std::pair<size_t, double>> memory;          // the memory statement: (bytes, GB/s)
   int memory_shared_cores = 0;                            // memory_shared (0: none)
   double memory_shared_gbps = 0;
+  size_t memory_shared_beyond = 0;                        // its `beyond` (0: none)
   std::vector<TuningRule> rules;                          // in file order
 };
 

@@ -591,7 +591,11 @@ int main(int argc, char** argv) {
                                       (net.params.dram_shared_cores >= 2 && net.params.dram_shared_copy_s_per_byte > 0
                                            ? ", DRAM copy " + Fixed(1e-9 / net.params.dram_shared_copy_s_per_byte, 1) +
                                                  " GB/s each of " + std::to_string(net.params.dram_shared_cores) +
-                                                 " at once"
+                                                 " at once" +
+                                                 (net.params.dram_shared_beyond_bytes > 0
+                                                      ? " beyond " + Fixed(net.params.dram_shared_beyond_bytes / 1048576,
+                                                                           0) + " MiB of shared cache"
+                                                      : "")
                                            : "")
                                 : "") +
       "; gamma " + Fixed(1e-9 / net.params.gamma_s_per_byte, 1) + " GB/s, copy " +

@@ -70,6 +70,7 @@
 #include "ciuic/collectives.h"
 #include "ciuic/config.h"
 #include "ciuic/kernels.h"
+#include "ciuic/topology.h"
 #include "transport/transport.h"
 #include "collectives/comm_impl.h"
 #include "collectives/cost_model.h"
@@ -1277,6 +1278,17 @@ collectives::CostParams ModelParams(const collectives::Tuning& tuning, BackendKi
   return p;
 }
 
+// The last-level cache that `cores` cores have between them (the instances
+// covering them), as topology discovery sees it; 0 when it found no caches.
+// Working sets within it do not contend for DRAM (memory_shared's beyond).
+size_t SharedCacheBytes(int cores) {
+  StatusOr<topology::Topology> t = topology::DiscoverLive();
+  if (!t.ok() || !t->caches.measured || t->caches.llc == 0) return 0;
+  const int per = t->caches.llc_cpus;
+  const size_t instances = per > 0 && per < cores ? static_cast<size_t>((cores + per - 1) / per) : 1;
+  return t->caches.llc * instances;
+}
+
 // MeasureKernels, printed, with a gamma line per dtype added to `tuning`.
 StatusOr<KernelRates> MeasureGammas(const kernels::Reducer& reducer, const Effort& e, collectives::Tuning* tuning) {
   CIUIC_ASSIGN_OR_RETURN(KernelRates rates, MeasureKernels(reducer, e));
@@ -1296,6 +1308,7 @@ StatusOr<KernelRates> MeasureGammas(const kernels::Reducer& reducer, const Effor
   if (rates.shared_cores >= 2) {
     tuning->memory_shared_cores = rates.shared_cores;
     tuning->memory_shared_gbps = std::round(rates.shared_copy_gbps * 100) / 100;
+    tuning->memory_shared_beyond = SharedCacheBytes(rates.shared_cores);
   }
   std::printf("\n# copy %.1f GB/s (%s)  from DRAM: copy %.1f GB/s, f32 sum %.1f GB/s (%s)\n# copy by working set:",
               rates.copy_gbps, SizeText(kKernelBytes).c_str(), rates.copy_dram_gbps, rates.sum_dram_gbps,
@@ -1303,7 +1316,9 @@ StatusOr<KernelRates> MeasureGammas(const kernels::Reducer& reducer, const Effor
   for (const auto& [bytes, gbps] : rates.memory) std::printf(" %s %.1f", SizeText(bytes).c_str(), gbps);
   std::printf("\n");
   if (rates.shared_cores >= 2) {
-    std::printf("# copy from DRAM on %d cores at once: %.1f GB/s each\n", rates.shared_cores, rates.shared_copy_gbps);
+    std::printf("# copy from DRAM on %d cores at once: %.1f GB/s each; their shared cache %s\n", rates.shared_cores,
+                rates.shared_copy_gbps,
+                tuning->memory_shared_beyond != 0 ? SizeText(tuning->memory_shared_beyond).c_str() : "unknown");
   }
   return rates;
 }

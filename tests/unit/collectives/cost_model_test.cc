@@ -929,6 +929,23 @@ TEST(CostModelCoresTest, RanksOnOneMachineShareItsCacheAndDram) {
   p.dram_shared_cores = 4;
   p.dram_shared_copy_s_per_byte = 1 / 6e9;
   EXPECT_NEAR(SharingTheMachine(p, 8 << 20, 3).copy_s_per_byte, (1 + 2.0 / 3) / 12e9, 1e-20);
+  // With the cache the cores share known (8 MiB), only the part of the
+  // working set beyond it contends: 8 MiB x 3 ranks, two thirds beyond,
+  // two thirds of the 1.67x; 4 ranks x 4 MiB on 2 cores measured at 2, half
+  // beyond, half the 1.5x slowdown.
+  p.dram_shared_beyond_bytes = 8 << 20;
+  EXPECT_NEAR(SharingTheMachine(p, 8 << 20, 3).copy_s_per_byte, (1 + 2.0 / 3 * 2 / 3) / 12e9, 1e-20);
+  p.cpu_cores = 2;
+  p.dram_shared_cores = 2;
+  p.dram_shared_copy_s_per_byte = 1 / 8e9;
+  EXPECT_NEAR(SharingTheMachine(p, 4 << 20, 4).copy_s_per_byte, 1.25 / 12e9, 1e-20);
+  EXPECT_NEAR(SharingTheMachine(p, 4 << 20, 4).gamma_s_per_byte, 1.25 / 6e9, 1e-20);
+  // Within it nothing contends: 2 ranks x 4 MiB on a curve that reaches
+  // DRAM's figure at 8 MiB already.
+  CostParams early = p;
+  early.memory_curve = {{1 << 20, 1 / 48e9}, {8 << 20, 1 / 12e9}};
+  EXPECT_DOUBLE_EQ(SharingTheMachine(early, 4 << 20, 2).copy_s_per_byte, p.dram_copy_s_per_byte);
+  p.dram_shared_beyond_bytes = 0;
   // Predict uses it: a 4 MiB all-reduce of 4 ranks on 2 cores is slower
   // than the same ranks costed each with a machine of its own.
   p.cpu_cores = 2;
@@ -971,12 +988,24 @@ TEST(CostModelCoresTest, ABytesCpuCostIsTheExchangesWhereMeasured) {
   const double moved = 2.0 * static_cast<double>(bytes) * (ex.exchange_s_per_byte - p.beta_s_per_byte);
   EXPECT_NEAR(measured->seconds - stream, moved, 1e-3 * moved);
   // Where the exchange's receivers copied each chunk out (ciuic-tune over
-  // shm), the all-gather's received half costs no copy of its own.
+  // shm), the all-gather's received half costs no copy of its own and the
+  // reduce-scatter's half, reduced, gamma less a copy: a copy less each.
   CostParams copied = ex;
   copied.exchange_copies_received = true;
+  ASSERT_GT(copied.gamma_s_per_byte, copied.copy_s_per_byte);
   const double no_copy = PredictOrDie(Collective::kAllReduce, Algorithm::kRing, bytes, 2, copied);
-  const double copy = static_cast<double>(bytes) / 2 * p.copy_s_per_byte;
+  const double copy = static_cast<double>(bytes) * p.copy_s_per_byte;
   EXPECT_NEAR(measured->seconds - no_copy, copy, 1e-3 * copy);
+  // A reduction faster than the copy costs nothing beyond the exchange
+  // (never a negative time): only the half's reduction is gone.
+  CostParams fast = copied;
+  fast.gamma_s_per_byte = fast.copy_s_per_byte / 2;
+  CostParams fast_plain = ex;
+  fast_plain.gamma_s_per_byte = fast.gamma_s_per_byte;
+  const double reduce = static_cast<double>(bytes) / 2 * fast.gamma_s_per_byte;
+  EXPECT_NEAR(PredictOrDie(Collective::kAllReduce, Algorithm::kRing, bytes, 2, fast_plain) -
+                  PredictOrDie(Collective::kAllReduce, Algorithm::kRing, bytes, 2, fast),
+              copy / 2 + reduce, 1e-3 * copy);
   // Without cpu_cores links move the bytes: the exchange plays no part.
   ex.cpu_cores = 0;
   p.cpu_cores = 0;

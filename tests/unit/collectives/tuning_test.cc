@@ -169,6 +169,10 @@ TEST(TuningTest, EveryErrorNamesFileLineAndProblem) {
       {"memory_shared 1 4.7", "memory_shared '1' is not a core count of 2 or more"},
       {"memory_shared two 4.7", "memory_shared 'two' is not a core count"},
       {"memory_shared 2 0", "memory_shared 2: '0' is not a positive number"},
+      {"memory_shared 2 4.7 beyond", "memory_shared takes a core count and GB/s, then optionally beyond BYTES"},
+      {"memory_shared 2 4.7 above 32M", "memory_shared takes a core count"},
+      {"memory_shared 2 4.7 beyond 32Q", "memory_shared beyond '32Q'"},
+      {"memory_shared 2 4.7 beyond 0", "memory_shared beyond: a cache of 0 bytes"},
       {"gamma i8 max 1", "gamma i8 max given twice (first on line 4)"},
       {"meta host", "meta needs a key and a text"},
       {"meta Host x", "meta key 'Host' is not [a-z0-9_]+"},
@@ -249,6 +253,17 @@ TEST(TuningTest, DramFiguresRoundTripAndApply) {
   EXPECT_DOUBLE_EQ(p.memory_curve[2].second, 1 / 11e9);
   EXPECT_EQ(p.dram_shared_cores, 2);
   EXPECT_DOUBLE_EQ(p.dram_shared_copy_s_per_byte, 1 / 8.25e9);
+  EXPECT_DOUBLE_EQ(p.dram_shared_beyond_bytes, 0);
+  // The cache the cores share, where ciuic-tune found it: round trips and
+  // becomes the model's.
+  const std::string shared = "ciuic-tuning 1\nmemory_shared 2 8.25 beyond 32M\n";
+  const Tuning b = ParseOrDie(shared);
+  EXPECT_EQ(b.memory_shared_beyond, size_t{32} << 20);
+  const std::string again = FormatTuning(b);
+  EXPECT_NE(again.find("memory_shared 2 8.25 beyond 33554432\n"), std::string::npos) << again;
+  EXPECT_EQ(FormatTuning(ParseOrDie(again)), again);
+  ApplyTuning(b, BackendKind::kShm, &p);
+  EXPECT_DOUBLE_EQ(p.dram_shared_beyond_bytes, 32.0 * (1 << 20));
 }
 
 // The exchange figures (both ranks of the pair streaming at once) round

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "ciuic/topology.h"
 #include "collectives/tuning.h"
 #include "tests/util/proc.h"
 
@@ -58,6 +59,15 @@ void ExpectSharedDram(const collectives::Tuning& t) {
       << collectives::FormatTuning(t);
   if (cpus >= 2) {
     EXPECT_GT(t.memory_shared_gbps, 0);
+    // Beyond the last-level cache (whole instances of it) the cores share,
+    // where discovery finds one.
+    StatusOr<topology::Topology> topo = topology::DiscoverLive();
+    if (topo.ok() && topo->caches.measured && topo->caches.llc > 0) {
+      EXPECT_GE(t.memory_shared_beyond, topo->caches.llc);
+      EXPECT_EQ(t.memory_shared_beyond % topo->caches.llc, 0u);
+    } else {
+      EXPECT_EQ(t.memory_shared_beyond, 0u);
+    }
   }
 }
 
