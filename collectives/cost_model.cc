@@ -287,10 +287,23 @@ CostParams AtWorkingSet(const CostParams& p, double bytes) {
   auto toward = [t](double& rate, double dram) {
     if (dram > 0) rate += t * (dram - rate);
   };
-  toward(q.beta_s_per_byte, p.dram_beta_s_per_byte);
-  toward(q.intra_beta_s_per_byte, p.dram_intra_beta_s_per_byte);
-  toward(q.exchange_s_per_byte, p.dram_exchange_s_per_byte);
-  toward(q.intra_exchange_s_per_byte, p.dram_intra_exchange_s_per_byte);
+  // Bytes crossing between cores (beta, exchange) were never in the
+  // receiver's private caches: they slow only over the part of the curve
+  // beyond the cache the cores share, where that is known.
+  double tx = t;
+  if (p.shared_cache_bytes > 0) {
+    const double shared = LogLinear(c, p.shared_cache_bytes);
+    tx = !(bytes > p.shared_cache_bytes) || !(c.back().second > shared)
+             ? 0.0
+             : std::clamp((s - shared) / (c.back().second - shared), 0.0, 1.0);
+  }
+  auto toward_x = [tx](double& rate, double dram) {
+    if (dram > 0) rate += tx * (dram - rate);
+  };
+  toward_x(q.beta_s_per_byte, p.dram_beta_s_per_byte);
+  toward_x(q.intra_beta_s_per_byte, p.dram_intra_beta_s_per_byte);
+  toward_x(q.exchange_s_per_byte, p.dram_exchange_s_per_byte);
+  toward_x(q.intra_exchange_s_per_byte, p.dram_intra_exchange_s_per_byte);
   toward(q.copy_s_per_byte, p.dram_copy_s_per_byte);
   toward(q.gamma_s_per_byte, p.dram_gamma_s_per_byte);
   return q;
@@ -321,7 +334,7 @@ CostParams SharingTheMachine(const CostParams& p, double bytes, int nranks) {
     // Only the part of the working set the shared cache cannot hold comes
     // from DRAM, and only that part contends for it.
     const double all = bytes * static_cast<double>(nranks);
-    if (p.dram_shared_beyond_bytes > 0) slow = 1 + (slow - 1) * std::max(0.0, 1 - p.dram_shared_beyond_bytes / all);
+    if (p.shared_cache_bytes > 0) slow = 1 + (slow - 1) * std::max(0.0, 1 - p.shared_cache_bytes / all);
     // A link between hosts whose CPU cost is known apart (net_cpu) keeps
     // its own rate: the cores' DRAM does not slow the wire.
     if (p.host_of.empty() || !(p.net_cpu_s_per_byte > 0)) q.dram_beta_s_per_byte *= slow;

@@ -162,15 +162,19 @@ struct CostParams {
   // figures by that ratio (SharingTheMachine). 0: not measured, no slowdown.
   int dram_shared_cores = 0;
   double dram_shared_copy_s_per_byte = 0;
-  // The cache the sharing cores have in common (tuning file: memory_shared
-  // ... beyond): only the part of a working set beyond it contends for
-  // DRAM, so the slowdown scales by max(0, 1 - this / working set). 0:
-  // unknown, the whole slowdown at every size.
-  double dram_shared_beyond_bytes = 0;
+  // The last-level cache the cores share (tuning file: memory_shared ...
+  // beyond), 0: unknown. Only the part of a working set beyond it reaches
+  // DRAM, so the sharing slowdown scales by max(0, 1 - this / working set)
+  // (SharingTheMachine); and bytes that cross between cores (beta,
+  // exchange), never in the receiver's private caches, move toward their
+  // dram figures only as the copy rate falls beyond it (AtWorkingSet).
+  // Unknown: the whole slowdown at every size, and the whole curve.
+  double shared_cache_bytes = 0;
 };
 
 // `p` with its rates moved toward the dram_* figures for a working set of
-// `bytes` (CostParams::memory_curve).
+// `bytes` (CostParams::memory_curve; beta and exchange from
+// shared_cache_bytes on, where known).
 CostParams AtWorkingSet(const CostParams& p, double bytes);
 
 // `p` for `nranks` ranks sharing one machine (p.cpu_cores > 0): the call's
@@ -180,7 +184,7 @@ CostParams AtWorkingSet(const CostParams& p, double bytes);
 // once, by the ratio of dram_shared_copy_s_per_byte to
 // dram_copy_s_per_byte: linearly from one core to dram_shared_cores, and
 // in proportion beyond (DRAM's total rate reached), scaled by the share of
-// the working set beyond dram_shared_beyond_bytes; not the exchange
+// the working set beyond shared_cache_bytes; not the exchange
 // figures (measured with the pair busy at once) nor, where
 // net_cpu_s_per_byte is known, the network's beta (a link's own rate).
 // Without cpu_cores: AtWorkingSet(p, bytes).

@@ -596,7 +596,7 @@ void ApplyTuning(const Tuning& t, transport::BackendKind backend, CostParams* p,
   if (t.memory_shared_cores != 0) {
     p->dram_shared_cores = t.memory_shared_cores;
     p->dram_shared_copy_s_per_byte = 1e-9 / t.memory_shared_gbps;
-    p->dram_shared_beyond_bytes = static_cast<double>(t.memory_shared_beyond);
+    p->shared_cache_bytes = static_cast<double>(t.memory_shared_beyond);
   }
   const GammaTuning* found = nullptr;
   for (const GammaTuning& g : t.gammas) {

@@ -93,7 +93,11 @@
 //                                        beyond, the cache those cores share
 //                                        (> 0): only the part of a working
 //                                        set beyond it reaches DRAM, and the
-//                                        slowdown scales with that part
+//                                        slowdown scales with that part;
+//                                        beta and exchange (bytes between
+//                                        cores) follow the memory curve only
+//                                        beyond it (CostParams::
+//                                        shared_cache_bytes)
 //     DTYPE := i8 u8 i32 u32 i64 u64 f16 bf16 f32 f64;  OP := sum prod min max avg
 //   rule    := "rule" COLL BACKEND "ranks" N [ "hosts" H ] "from" BYTES ALGO
 //     For collective COLL (allreduce, broadcast, ... as CollectiveName), on

@@ -592,8 +592,8 @@ int main(int argc, char** argv) {
                                            ? ", DRAM copy " + Fixed(1e-9 / net.params.dram_shared_copy_s_per_byte, 1) +
                                                  " GB/s each of " + std::to_string(net.params.dram_shared_cores) +
                                                  " at once" +
-                                                 (net.params.dram_shared_beyond_bytes > 0
-                                                      ? " beyond " + Fixed(net.params.dram_shared_beyond_bytes / 1048576,
+                                                 (net.params.shared_cache_bytes > 0
+                                                      ? " beyond " + Fixed(net.params.shared_cache_bytes / 1048576,
                                                                            0) + " MiB of shared cache"
                                                       : "")
                                            : "")

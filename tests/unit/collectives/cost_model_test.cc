@@ -900,6 +900,41 @@ TEST(CostModelTest, LargeWorkingSetsRunAtDramRates) {
   }
 }
 
+// With the cache the cores share known, bytes that cross between cores
+// (beta, exchange) slow only as the copy rate falls beyond it: the private
+// caches' cliff before it is not theirs. Copy and gamma follow the whole
+// curve. Curve: 48 GB/s to 1 MiB, 24 in the 32 MiB shared cache, 12 from
+// 128 MiB.
+TEST(CostModelTest, BytesBetweenCoresSlowOnlyBeyondTheSharedCache) {
+  CostParams p = CacheAndDramRates();
+  p.exchange_s_per_byte = p.intra_exchange_s_per_byte = 1 / 30e9;
+  p.dram_exchange_s_per_byte = p.dram_intra_exchange_s_per_byte = 1 / 10e9;
+  p.memory_curve = {{1 << 20, 1 / 48e9}, {8 << 20, 1 / 24e9}, {32 << 20, 1 / 24e9}, {128 << 20, 1 / 12e9}};
+  p.shared_cache_bytes = 32 << 20;
+  const double third = (1 / 24e9 - 1 / 48e9) / (1 / 12e9 - 1 / 48e9);
+  for (double bytes : {8.0 * (1 << 20), 32.0 * (1 << 20)}) {
+    const CostParams q = AtWorkingSet(p, bytes);
+    EXPECT_NEAR(q.copy_s_per_byte, p.copy_s_per_byte + third * (p.dram_copy_s_per_byte - p.copy_s_per_byte), 1e-20);
+    EXPECT_NEAR(q.gamma_s_per_byte, p.gamma_s_per_byte + third * (p.dram_gamma_s_per_byte - p.gamma_s_per_byte),
+                1e-20);
+    EXPECT_DOUBLE_EQ(q.beta_s_per_byte, p.beta_s_per_byte) << bytes;
+    EXPECT_DOUBLE_EQ(q.intra_beta_s_per_byte, p.intra_beta_s_per_byte) << bytes;
+    EXPECT_DOUBLE_EQ(q.exchange_s_per_byte, p.exchange_s_per_byte) << bytes;
+    EXPECT_DOUBLE_EQ(q.intra_exchange_s_per_byte, p.intra_exchange_s_per_byte) << bytes;
+  }
+  // 64 MiB: halfway (log) from the shared cache's 1/24 to DRAM's 1/12, so
+  // the crossing figures are halfway to theirs.
+  const CostParams mid = AtWorkingSet(p, 64 << 20);
+  EXPECT_NEAR(mid.exchange_s_per_byte, (1 / 30e9 + 1 / 10e9) / 2, 1e-20);
+  EXPECT_NEAR(mid.beta_s_per_byte, (1 / 24e9 + 1 / 8e9) / 2, 1e-20);
+  const CostParams dram = AtWorkingSet(p, 1 << 30);
+  EXPECT_DOUBLE_EQ(dram.exchange_s_per_byte, p.dram_exchange_s_per_byte);
+  EXPECT_DOUBLE_EQ(dram.beta_s_per_byte, p.dram_beta_s_per_byte);
+  // Unknown: the whole curve, as copy.
+  p.shared_cache_bytes = 0;
+  EXPECT_NEAR(AtWorkingSet(p, 8 << 20).exchange_s_per_byte, 1 / 30e9 + third * (1 / 10e9 - 1 / 30e9), 1e-20);
+}
+
 // Ranks sharing one machine (cpu_cores): their working sets add up in the
 // shared cache, and DRAM's rate is shared by the cores reading it at once.
 TEST(CostModelCoresTest, RanksOnOneMachineShareItsCacheAndDram) {
@@ -933,7 +968,7 @@ TEST(CostModelCoresTest, RanksOnOneMachineShareItsCacheAndDram) {
   // working set beyond it contends: 8 MiB x 3 ranks, two thirds beyond,
   // two thirds of the 1.67x; 4 ranks x 4 MiB on 2 cores measured at 2, half
   // beyond, half the 1.5x slowdown.
-  p.dram_shared_beyond_bytes = 8 << 20;
+  p.shared_cache_bytes = 8 << 20;
   EXPECT_NEAR(SharingTheMachine(p, 8 << 20, 3).copy_s_per_byte, (1 + 2.0 / 3 * 2 / 3) / 12e9, 1e-20);
   p.cpu_cores = 2;
   p.dram_shared_cores = 2;
@@ -945,7 +980,7 @@ TEST(CostModelCoresTest, RanksOnOneMachineShareItsCacheAndDram) {
   CostParams early = p;
   early.memory_curve = {{1 << 20, 1 / 48e9}, {8 << 20, 1 / 12e9}};
   EXPECT_DOUBLE_EQ(SharingTheMachine(early, 4 << 20, 2).copy_s_per_byte, p.dram_copy_s_per_byte);
-  p.dram_shared_beyond_bytes = 0;
+  p.shared_cache_bytes = 0;
   // Predict uses it: a 4 MiB all-reduce of 4 ranks on 2 cores is slower
   // than the same ranks costed each with a machine of its own.
   p.cpu_cores = 2;

@@ -253,7 +253,7 @@ TEST(TuningTest, DramFiguresRoundTripAndApply) {
   EXPECT_DOUBLE_EQ(p.memory_curve[2].second, 1 / 11e9);
   EXPECT_EQ(p.dram_shared_cores, 2);
   EXPECT_DOUBLE_EQ(p.dram_shared_copy_s_per_byte, 1 / 8.25e9);
-  EXPECT_DOUBLE_EQ(p.dram_shared_beyond_bytes, 0);
+  EXPECT_DOUBLE_EQ(p.shared_cache_bytes, 0);
   // The cache the cores share, where ciuic-tune found it: round trips and
   // becomes the model's.
   const std::string shared = "ciuic-tuning 1\nmemory_shared 2 8.25 beyond 32M\n";
@@ -263,7 +263,7 @@ TEST(TuningTest, DramFiguresRoundTripAndApply) {
   EXPECT_NE(again.find("memory_shared 2 8.25 beyond 33554432\n"), std::string::npos) << again;
   EXPECT_EQ(FormatTuning(ParseOrDie(again)), again);
   ApplyTuning(b, BackendKind::kShm, &p);
-  EXPECT_DOUBLE_EQ(p.dram_shared_beyond_bytes, 32.0 * (1 << 20));
+  EXPECT_DOUBLE_EQ(p.shared_cache_bytes, 32.0 * (1 << 20));
 }
 
 // The exchange figures (both ranks of the pair streaming at once) round
