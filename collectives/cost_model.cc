@@ -94,6 +94,9 @@ StepCost CostOf(const Step& st, const CostParams& p, int rank, const Routed& rou
   // Hops delay a message's first chunk; later chunks follow in the pipeline.
   const Split send{alpha, cb * beta, 0, cb * (wire - beta)};
   const Split send_first = send + Split{routed.hop_s, 0, 0, 0};
+  // The whole copy and reduction, even where the exchange's figure holds
+  // the receiver's copy out (LoadOf): this path's wire is beta, a one-way
+  // stream whose receiver copies nothing.
   const Split reduce{0, 0, cb * p.gamma_s_per_byte};
   const Split copy{0, 0, cb * p.copy_s_per_byte};
   auto total = [](Split x) { return x.lat + x.bw + x.cpu + x.cont; };
@@ -187,7 +190,8 @@ RankLoad LoadOf(const Schedule& s, const CostParams& p) {
     if (StepReceives(st.op)) {
       const bool intra = SameHost(p, s.rank, st.recv_peer);
       const double exchange = intra ? p.intra_exchange_s_per_byte : p.exchange_s_per_byte;
-      copied = p.cpu_cores > 0 && exchange > 0 && (intra ? p.intra_exchange_copies_received : p.exchange_copies_received);
+      const bool measured_so = intra ? p.intra_exchange_copies_received : p.exchange_copies_received;
+      copied = p.cpu_cores > 0 && exchange > 0 && measured_so;
     }
     if (st.op == StepOp::kRecvReduce || st.op == StepOp::kRecvReduceSend) {
       load.cpu += c.bytes * (copied ? std::max(0.0, p.gamma_s_per_byte - p.copy_s_per_byte) : p.gamma_s_per_byte);
@@ -278,36 +282,44 @@ double LogLinear(const std::vector<std::pair<double, double>>& c, double x) {
 
 }  // namespace
 
-CostParams AtWorkingSet(const CostParams& p, double bytes) {
+namespace {
+
+// AtWorkingSet; `machine`: `bytes` is every rank's on the machine (the
+// shared cache's contents), so bytes crossing between cores (beta,
+// exchange), never in the receiver's private caches, slow only over the
+// part of the curve beyond the shared cache, where that is known.
+CostParams TowardDram(const CostParams& p, double bytes, bool machine) {
   CostParams q = p;
   const auto& c = p.memory_curve;
   if (c.size() < 2 || !(c.back().second > c.front().second) || !(bytes > c.front().first)) return q;
   const double s = LogLinear(c, bytes);
   const double t = std::clamp((s - c.front().second) / (c.back().second - c.front().second), 0.0, 1.0);
-  auto toward = [t](double& rate, double dram) {
-    if (dram > 0) rate += t * (dram - rate);
-  };
-  // Bytes crossing between cores (beta, exchange) were never in the
-  // receiver's private caches: they slow only over the part of the curve
-  // beyond the cache the cores share, where that is known.
   double tx = t;
-  if (p.shared_cache_bytes > 0) {
+  if (machine && p.shared_cache_bytes > 0) {
     const double shared = LogLinear(c, p.shared_cache_bytes);
-    tx = !(bytes > p.shared_cache_bytes) || !(c.back().second > shared)
-             ? 0.0
-             : std::clamp((s - shared) / (c.back().second - shared), 0.0, 1.0);
+    if (!(bytes > p.shared_cache_bytes)) {
+      tx = 0;
+    } else if (!(c.back().second > shared)) {
+      tx = 1;  // the curve ends inside the shared cache: beyond it is DRAM
+    } else {
+      tx = std::clamp((s - shared) / (c.back().second - shared), 0.0, 1.0);
+    }
   }
-  auto toward_x = [tx](double& rate, double dram) {
-    if (dram > 0) rate += tx * (dram - rate);
+  auto toward = [](double f, double& rate, double dram) {
+    if (dram > 0) rate += f * (dram - rate);
   };
-  toward_x(q.beta_s_per_byte, p.dram_beta_s_per_byte);
-  toward_x(q.intra_beta_s_per_byte, p.dram_intra_beta_s_per_byte);
-  toward_x(q.exchange_s_per_byte, p.dram_exchange_s_per_byte);
-  toward_x(q.intra_exchange_s_per_byte, p.dram_intra_exchange_s_per_byte);
-  toward(q.copy_s_per_byte, p.dram_copy_s_per_byte);
-  toward(q.gamma_s_per_byte, p.dram_gamma_s_per_byte);
+  toward(tx, q.beta_s_per_byte, p.dram_beta_s_per_byte);
+  toward(tx, q.intra_beta_s_per_byte, p.dram_intra_beta_s_per_byte);
+  toward(tx, q.exchange_s_per_byte, p.dram_exchange_s_per_byte);
+  toward(tx, q.intra_exchange_s_per_byte, p.dram_intra_exchange_s_per_byte);
+  toward(t, q.copy_s_per_byte, p.dram_copy_s_per_byte);
+  toward(t, q.gamma_s_per_byte, p.dram_gamma_s_per_byte);
   return q;
 }
+
+}  // namespace
+
+CostParams AtWorkingSet(const CostParams& p, double bytes) { return TowardDram(p, bytes, false); }
 
 double ExchangeStepFactor(const std::vector<std::pair<double, double>>& steps, double bytes) {
   return steps.empty() ? 1 : LogLinear(steps, bytes);
@@ -342,7 +354,7 @@ CostParams SharingTheMachine(const CostParams& p, double bytes, int nranks) {
     q.dram_copy_s_per_byte *= slow;
     q.dram_gamma_s_per_byte *= slow;
   }
-  return AtWorkingSet(q, bytes * static_cast<double>(nranks));
+  return TowardDram(q, bytes * static_cast<double>(nranks), true);
 }
 
 namespace {

@@ -147,7 +147,9 @@ struct CostParams {
   // it; tuning file: memory). A call's working set (a rank's input and
   // output) lands between two points, log-linear in bytes; how far its
   // copy rate has fallen from the first point toward the last moves the
-  // rates above the same way toward the dram_* figures. Fewer than two
+  // rates above the same way toward the dram_* figures (for ranks sharing
+  // a machine, beta and exchange only beyond shared_cache_bytes, below).
+  // Fewer than two
   // points (or a dram rate of 0): one rate at every size. Predict applies
   // it (AtWorkingSet).
   std::vector<std::pair<double, double>> memory_curve;
@@ -163,18 +165,18 @@ struct CostParams {
   int dram_shared_cores = 0;
   double dram_shared_copy_s_per_byte = 0;
   // The last-level cache the cores share (tuning file: memory_shared ...
-  // beyond), 0: unknown. Only the part of a working set beyond it reaches
-  // DRAM, so the sharing slowdown scales by max(0, 1 - this / working set)
-  // (SharingTheMachine); and bytes that cross between cores (beta,
-  // exchange), never in the receiver's private caches, move toward their
-  // dram figures only as the copy rate falls beyond it (AtWorkingSet).
-  // Unknown: the whole slowdown at every size, and the whole curve.
+  // beyond), 0: unknown. For ranks sharing a machine (SharingTheMachine:
+  // all their working sets together) only the part beyond it reaches
+  // DRAM, so the sharing slowdown scales by max(0, 1 - this / working
+  // set); and bytes that cross between cores (beta, exchange), never in
+  // the receiver's private caches, move toward their dram figures only as
+  // the copy rate falls beyond it (past the curve's end: all the way).
+  // AtWorkingSet alone (one rank's working set) does not use it.
   double shared_cache_bytes = 0;
 };
 
 // `p` with its rates moved toward the dram_* figures for a working set of
-// `bytes` (CostParams::memory_curve; beta and exchange from
-// shared_cache_bytes on, where known).
+// `bytes` (CostParams::memory_curve).
 CostParams AtWorkingSet(const CostParams& p, double bytes);
 
 // `p` for `nranks` ranks sharing one machine (p.cpu_cores > 0): the call's
@@ -184,7 +186,8 @@ CostParams AtWorkingSet(const CostParams& p, double bytes);
 // once, by the ratio of dram_shared_copy_s_per_byte to
 // dram_copy_s_per_byte: linearly from one core to dram_shared_cores, and
 // in proportion beyond (DRAM's total rate reached), scaled by the share of
-// the working set beyond shared_cache_bytes; not the exchange
+// the working set beyond shared_cache_bytes, where beta and exchange also
+// follow the curve only beyond it; not the exchange
 // figures (measured with the pair busy at once) nor, where
 // net_cpu_s_per_byte is known, the network's beta (a link's own rate).
 // Without cpu_cores: AtWorkingSet(p, bytes).

@@ -518,8 +518,8 @@ std::string FormatTuning(const Tuning& t) {
     out += "\n";
   }
   if (t.memory_shared_cores != 0) {
-    out += "# memory_shared CORES GB/s [beyond BYTES]: the copy rate out of DRAM of each of CORES cores copying at once;"
-           " only working sets beyond BYTES (the cache they share) reach DRAM\n";
+    out += "# memory_shared CORES GB/s [beyond BYTES]: the copy rate out of DRAM of each of CORES cores copying at"
+           " once; only working sets beyond BYTES (the cache they share) reach DRAM\n";
     out += "memory_shared " + std::to_string(t.memory_shared_cores) + " " + Number(t.memory_shared_gbps);
     if (t.memory_shared_beyond != 0) out += " beyond " + std::to_string(t.memory_shared_beyond);
     out += "\n";

@@ -78,6 +78,13 @@ class MeasureInPlacementTest(unittest.TestCase):
         self.assertEqual(m.runs, 3)
         self.assertEqual(times, {65536: (15.0, 0)})
 
+    def test_a_flip_then_away_until_the_deadline_drops_the_run(self):
+        # Measured once (the probe after it far), then far for the rest of
+        # the wait: nothing is kept, for the caller to retune.
+        m = Machine([NEAR, FAR, FAR])
+        times, counts, before, after = m.run(NEAR, wait_s=3)
+        self.assertEqual((times, counts, before, after, m.runs), (None, False, FAR, None, 1))
+
     def test_a_flip_that_settles_counts_the_repeat(self):
         m = Machine([NEAR, FAR, NEAR, NEAR])
         _, counts, _, _ = m.run(NEAR)

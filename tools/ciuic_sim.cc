@@ -307,6 +307,14 @@ std::string Fixed(double v, int digits) {
   return buf;
 }
 
+// "32 MiB", "512 KiB", "1000 B": the largest unit that divides it.
+std::string BytesText(double bytes) {
+  const auto b = static_cast<unsigned long long>(bytes);
+  if (b != 0 && b % (1ull << 20) == 0) return std::to_string(b >> 20) + " MiB";
+  if (b != 0 && b % (1ull << 10) == 0) return std::to_string(b >> 10) + " KiB";
+  return std::to_string(b) + " B";
+}
+
 std::string JsonString(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
@@ -593,8 +601,8 @@ int main(int argc, char** argv) {
                                                  " GB/s each of " + std::to_string(net.params.dram_shared_cores) +
                                                  " at once" +
                                                  (net.params.shared_cache_bytes > 0
-                                                      ? " beyond " + Fixed(net.params.shared_cache_bytes / 1048576,
-                                                                           0) + " MiB of shared cache"
+                                                      ? " beyond " + BytesText(net.params.shared_cache_bytes) +
+                                                            " of shared cache"
                                                       : "")
                                            : "")
                                 : "") +

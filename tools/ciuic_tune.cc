@@ -7,7 +7,8 @@
 //                256 KiB result (L2-resident, as chunks are) per dtype (sum),
 //                and Reducer::Copy of 256 KiB; best of three batches. The
 //                copy by working set to 128 MiB, and out of DRAM on up to
-//                8 cores at once (memory_shared).
+//                8 cores at once (memory_shared), with the last-level cache
+//                those cores share from topology discovery (its beyond).
 //   alpha, beta  per backend, two forked ranks over one transport::Link (the
 //                slot ring collectives use): alpha = the median one-way time
 //                of an 8 B ping-pong (half the round trip); beta = full-slot
@@ -1281,6 +1282,8 @@ collectives::CostParams ModelParams(const collectives::Tuning& tuning, BackendKi
 // The last-level cache that `cores` cores have between them (the instances
 // covering them), as topology discovery sees it; 0 when it found no caches.
 // Working sets within it do not contend for DRAM (memory_shared's beyond).
+// Counts instances as ceil(cores / PUs per instance): right where CPUs
+// 0..cores-1 fill instances in order, as SharedDramCopy pins them.
 size_t SharedCacheBytes(int cores) {
   StatusOr<topology::Topology> t = topology::DiscoverLive();
   if (!t.ok() || !t->caches.measured || t->caches.llc == 0) return 0;

@@ -900,39 +900,50 @@ TEST(CostModelTest, LargeWorkingSetsRunAtDramRates) {
   }
 }
 
-// With the cache the cores share known, bytes that cross between cores
-// (beta, exchange) slow only as the copy rate falls beyond it: the private
-// caches' cliff before it is not theirs. Copy and gamma follow the whole
-// curve. Curve: 48 GB/s to 1 MiB, 24 in the 32 MiB shared cache, 12 from
-// 128 MiB.
-TEST(CostModelTest, BytesBetweenCoresSlowOnlyBeyondTheSharedCache) {
+// Ranks sharing a machine, with the cache its cores share known: bytes
+// that cross between cores (beta, exchange) slow only as the copy rate
+// falls beyond it, the private caches' cliff before it not being theirs.
+// Copy and gamma follow the whole curve. Curve: 48 GB/s to 1 MiB, 24 in
+// the 32 MiB shared cache, 12 from 128 MiB. Two ranks on two cores, no
+// DRAM sharing measured: the working set is twice a rank's.
+TEST(CostModelCoresTest, BytesBetweenCoresSlowOnlyBeyondTheSharedCache) {
   CostParams p = CacheAndDramRates();
+  p.cpu_cores = 2;
   p.exchange_s_per_byte = p.intra_exchange_s_per_byte = 1 / 30e9;
   p.dram_exchange_s_per_byte = p.dram_intra_exchange_s_per_byte = 1 / 10e9;
   p.memory_curve = {{1 << 20, 1 / 48e9}, {8 << 20, 1 / 24e9}, {32 << 20, 1 / 24e9}, {128 << 20, 1 / 12e9}};
   p.shared_cache_bytes = 32 << 20;
+  auto machine = [&p](double all) { return SharingTheMachine(p, all / 2, 2); };
   const double third = (1 / 24e9 - 1 / 48e9) / (1 / 12e9 - 1 / 48e9);
-  for (double bytes : {8.0 * (1 << 20), 32.0 * (1 << 20)}) {
-    const CostParams q = AtWorkingSet(p, bytes);
+  for (double all : {8.0 * (1 << 20), 32.0 * (1 << 20)}) {
+    const CostParams q = machine(all);
     EXPECT_NEAR(q.copy_s_per_byte, p.copy_s_per_byte + third * (p.dram_copy_s_per_byte - p.copy_s_per_byte), 1e-20);
     EXPECT_NEAR(q.gamma_s_per_byte, p.gamma_s_per_byte + third * (p.dram_gamma_s_per_byte - p.gamma_s_per_byte),
                 1e-20);
-    EXPECT_DOUBLE_EQ(q.beta_s_per_byte, p.beta_s_per_byte) << bytes;
-    EXPECT_DOUBLE_EQ(q.intra_beta_s_per_byte, p.intra_beta_s_per_byte) << bytes;
-    EXPECT_DOUBLE_EQ(q.exchange_s_per_byte, p.exchange_s_per_byte) << bytes;
-    EXPECT_DOUBLE_EQ(q.intra_exchange_s_per_byte, p.intra_exchange_s_per_byte) << bytes;
+    EXPECT_DOUBLE_EQ(q.beta_s_per_byte, p.beta_s_per_byte) << all;
+    EXPECT_DOUBLE_EQ(q.intra_beta_s_per_byte, p.intra_beta_s_per_byte) << all;
+    EXPECT_DOUBLE_EQ(q.exchange_s_per_byte, p.exchange_s_per_byte) << all;
+    EXPECT_DOUBLE_EQ(q.intra_exchange_s_per_byte, p.intra_exchange_s_per_byte) << all;
   }
   // 64 MiB: halfway (log) from the shared cache's 1/24 to DRAM's 1/12, so
   // the crossing figures are halfway to theirs.
-  const CostParams mid = AtWorkingSet(p, 64 << 20);
+  const CostParams mid = machine(64 << 20);
   EXPECT_NEAR(mid.exchange_s_per_byte, (1 / 30e9 + 1 / 10e9) / 2, 1e-20);
   EXPECT_NEAR(mid.beta_s_per_byte, (1 / 24e9 + 1 / 8e9) / 2, 1e-20);
-  const CostParams dram = AtWorkingSet(p, 1 << 30);
+  const CostParams dram = machine(1 << 30);
   EXPECT_DOUBLE_EQ(dram.exchange_s_per_byte, p.dram_exchange_s_per_byte);
   EXPECT_DOUBLE_EQ(dram.beta_s_per_byte, p.dram_beta_s_per_byte);
+  // One rank's working set (AtWorkingSet, as selection costs a call) says
+  // nothing of the shared cache's contents: the whole curve.
+  EXPECT_NEAR(AtWorkingSet(p, 8 << 20).exchange_s_per_byte, 1 / 30e9 + third * (1 / 10e9 - 1 / 30e9), 1e-20);
+  // A shared cache larger than the curve reaches: DRAM's figures beyond it,
+  // the cache's within.
+  p.shared_cache_bytes = 256 << 20;
+  EXPECT_DOUBLE_EQ(machine(128 << 20).exchange_s_per_byte, p.exchange_s_per_byte);
+  EXPECT_DOUBLE_EQ(machine(512 << 20).exchange_s_per_byte, p.dram_exchange_s_per_byte);
   // Unknown: the whole curve, as copy.
   p.shared_cache_bytes = 0;
-  EXPECT_NEAR(AtWorkingSet(p, 8 << 20).exchange_s_per_byte, 1 / 30e9 + third * (1 / 10e9 - 1 / 30e9), 1e-20);
+  EXPECT_NEAR(machine(8 << 20).exchange_s_per_byte, 1 / 30e9 + third * (1 / 10e9 - 1 / 30e9), 1e-20);
 }
 
 // Ranks sharing one machine (cpu_cores): their working sets add up in the

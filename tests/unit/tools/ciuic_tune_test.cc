@@ -59,12 +59,13 @@ void ExpectSharedDram(const collectives::Tuning& t) {
       << collectives::FormatTuning(t);
   if (cpus >= 2) {
     EXPECT_GT(t.memory_shared_gbps, 0);
-    // Beyond the last-level cache (whole instances of it) the cores share,
-    // where discovery finds one.
+    // Beyond the last-level cache the measured cores share, where discovery
+    // finds one: the instances CPUs 0..cores-1 fill in order.
     StatusOr<topology::Topology> topo = topology::DiscoverLive();
     if (topo.ok() && topo->caches.measured && topo->caches.llc > 0) {
-      EXPECT_GE(t.memory_shared_beyond, topo->caches.llc);
-      EXPECT_EQ(t.memory_shared_beyond % topo->caches.llc, 0u);
+      const long cores = std::min(8L, cpus), per = topo->caches.llc_cpus;
+      const size_t instances = per > 0 && per < cores ? static_cast<size_t>((cores + per - 1) / per) : 1;
+      EXPECT_EQ(t.memory_shared_beyond, topo->caches.llc * instances);
     } else {
       EXPECT_EQ(t.memory_shared_beyond, 0u);
     }
