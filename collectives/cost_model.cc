@@ -284,27 +284,28 @@ double LogLinear(const std::vector<std::pair<double, double>>& c, double x) {
 
 namespace {
 
-// AtWorkingSet; `machine`: `bytes` is every rank's on the machine (the
-// shared cache's contents), so bytes crossing between cores (beta,
-// exchange), never in the receiver's private caches, slow only over the
-// part of the curve beyond the shared cache, where that is known.
-CostParams TowardDram(const CostParams& p, double bytes, bool machine) {
+// AtWorkingSet; `core` > 0: `bytes` is every rank's on the machine (the
+// shared cache's contents) and `core` one core's ranks' (its private
+// caches'). Where the shared cache is known, the curve's fall up to it
+// (the private caches' cliff) is taken at `core`, and the fall beyond it at
+// `bytes`; bytes crossing between cores (beta, exchange), never in the
+// receiver's private caches, slow only over the part beyond it.
+CostParams TowardDram(const CostParams& p, double bytes, double core = 0) {
   CostParams q = p;
   const auto& c = p.memory_curve;
   if (c.size() < 2 || !(c.back().second > c.front().second) || !(bytes > c.front().first)) return q;
-  const double s = LogLinear(c, bytes);
-  const double t = std::clamp((s - c.front().second) / (c.back().second - c.front().second), 0.0, 1.0);
-  double tx = t;
-  if (machine && p.shared_cache_bytes > 0) {
+  const double first = c.front().second, span = c.back().second - first;
+  double s = LogLinear(c, bytes);
+  double tx = -1;
+  if (core > 0 && p.shared_cache_bytes > 0) {
     const double shared = LogLinear(c, p.shared_cache_bytes);
-    if (!(bytes > p.shared_cache_bytes)) {
-      tx = 0;
-    } else if (!(c.back().second > shared)) {
-      tx = 1;  // the curve ends inside the shared cache: beyond it is DRAM
-    } else {
-      tx = std::clamp((s - shared) / (c.back().second - shared), 0.0, 1.0);
-    }
+    const double beyond = bytes > p.shared_cache_bytes ? std::max(0.0, s - shared) : 0.0;
+    // Past the curve's end the shared cache says nothing: beyond it, DRAM.
+    tx = !(bytes > p.shared_cache_bytes) ? 0.0 : !(c.back().second > shared) ? 1.0 : beyond / (c.back().second - shared);
+    s = LogLinear(c, std::min(core, p.shared_cache_bytes)) + beyond;
   }
+  const double t = std::clamp((s - first) / span, 0.0, 1.0);
+  tx = tx < 0 ? t : std::clamp(tx, 0.0, 1.0);
   auto toward = [](double f, double& rate, double dram) {
     if (dram > 0) rate += f * (dram - rate);
   };
@@ -319,7 +320,7 @@ CostParams TowardDram(const CostParams& p, double bytes, bool machine) {
 
 }  // namespace
 
-CostParams AtWorkingSet(const CostParams& p, double bytes) { return TowardDram(p, bytes, false); }
+CostParams AtWorkingSet(const CostParams& p, double bytes) { return TowardDram(p, bytes); }
 
 double ExchangeStepFactor(const std::vector<std::pair<double, double>>& steps, double bytes) {
   return steps.empty() ? 1 : LogLinear(steps, bytes);
@@ -354,7 +355,9 @@ CostParams SharingTheMachine(const CostParams& p, double bytes, int nranks) {
     q.dram_copy_s_per_byte *= slow;
     q.dram_gamma_s_per_byte *= slow;
   }
-  return TowardDram(q, bytes * static_cast<double>(nranks), true);
+  // A core's ranks: nranks spread over the cores, as a launcher binds them.
+  const double per_core = std::ceil(static_cast<double>(nranks) / std::min(p.cpu_cores, static_cast<double>(nranks)));
+  return TowardDram(q, bytes * static_cast<double>(nranks), bytes * per_core);
 }
 
 namespace {

@@ -149,9 +149,8 @@ struct CostParams {
   // copy rate has fallen from the first point toward the last moves the
   // rates above the same way toward the dram_* figures (for ranks sharing
   // a machine, beta and exchange only beyond shared_cache_bytes, below).
-  // Fewer than two
-  // points (or a dram rate of 0): one rate at every size. Predict applies
-  // it (AtWorkingSet).
+  // Fewer than two points (or a dram rate of 0): one rate at every size.
+  // Predict applies it (AtWorkingSet).
   std::vector<std::pair<double, double>> memory_curve;
   double dram_beta_s_per_byte = 0;
   double dram_intra_beta_s_per_byte = 0;

@@ -903,9 +903,10 @@ TEST(CostModelTest, LargeWorkingSetsRunAtDramRates) {
 // Ranks sharing a machine, with the cache its cores share known: bytes
 // that cross between cores (beta, exchange) slow only as the copy rate
 // falls beyond it, the private caches' cliff before it not being theirs.
-// Copy and gamma follow the whole curve. Curve: 48 GB/s to 1 MiB, 24 in
-// the 32 MiB shared cache, 12 from 128 MiB. Two ranks on two cores, no
-// DRAM sharing measured: the working set is twice a rank's.
+// Copy and gamma take that cliff at one core's ranks' working set and the
+// fall beyond at all ranks'. Curve: 48 GB/s to 1 MiB, 24 in the 32 MiB
+// shared cache, 12 from 128 MiB. Two ranks on two cores, no DRAM sharing
+// measured: the machine's working set is twice a rank's (a core's).
 TEST(CostModelCoresTest, BytesBetweenCoresSlowOnlyBeyondTheSharedCache) {
   CostParams p = CacheAndDramRates();
   p.cpu_cores = 2;
@@ -915,7 +916,11 @@ TEST(CostModelCoresTest, BytesBetweenCoresSlowOnlyBeyondTheSharedCache) {
   p.shared_cache_bytes = 32 << 20;
   auto machine = [&p](double all) { return SharingTheMachine(p, all / 2, 2); };
   const double third = (1 / 24e9 - 1 / 48e9) / (1 / 12e9 - 1 / 48e9);
-  for (double all : {8.0 * (1 << 20), 32.0 * (1 << 20)}) {
+  // 8 MiB of both ranks: each core's 4 MiB, two thirds (log) of the way
+  // to the cliff's foot.
+  EXPECT_NEAR(machine(8 << 20).copy_s_per_byte,
+              p.copy_s_per_byte + 2.0 / 3 * third * (p.dram_copy_s_per_byte - p.copy_s_per_byte), 1e-20);
+  for (double all : {16.0 * (1 << 20), 32.0 * (1 << 20)}) {
     const CostParams q = machine(all);
     EXPECT_NEAR(q.copy_s_per_byte, p.copy_s_per_byte + third * (p.dram_copy_s_per_byte - p.copy_s_per_byte), 1e-20);
     EXPECT_NEAR(q.gamma_s_per_byte, p.gamma_s_per_byte + third * (p.dram_gamma_s_per_byte - p.gamma_s_per_byte),
@@ -926,10 +931,15 @@ TEST(CostModelCoresTest, BytesBetweenCoresSlowOnlyBeyondTheSharedCache) {
     EXPECT_DOUBLE_EQ(q.intra_exchange_s_per_byte, p.intra_exchange_s_per_byte) << all;
   }
   // 64 MiB: halfway (log) from the shared cache's 1/24 to DRAM's 1/12, so
-  // the crossing figures are halfway to theirs.
+  // the crossing figures are halfway to theirs; copy has the cliff's third
+  // (each core's 32 MiB) and half of the rest.
   const CostParams mid = machine(64 << 20);
   EXPECT_NEAR(mid.exchange_s_per_byte, (1 / 30e9 + 1 / 10e9) / 2, 1e-20);
   EXPECT_NEAR(mid.beta_s_per_byte, (1 / 24e9 + 1 / 8e9) / 2, 1e-20);
+  EXPECT_NEAR(mid.copy_s_per_byte, (1 / 24e9 + 1 / 12e9) / 2, 1e-20);
+  // Four ranks on the two cores: a core holds two ranks' sets, so 4 ranks x
+  // 2 MiB (each core's 4 MiB) slow copy as two ranks x 4 MiB do.
+  EXPECT_DOUBLE_EQ(SharingTheMachine(p, 2 << 20, 4).copy_s_per_byte, machine(8 << 20).copy_s_per_byte);
   const CostParams dram = machine(1 << 30);
   EXPECT_DOUBLE_EQ(dram.exchange_s_per_byte, p.dram_exchange_s_per_byte);
   EXPECT_DOUBLE_EQ(dram.beta_s_per_byte, p.dram_beta_s_per_byte);
@@ -941,9 +951,11 @@ TEST(CostModelCoresTest, BytesBetweenCoresSlowOnlyBeyondTheSharedCache) {
   p.shared_cache_bytes = 256 << 20;
   EXPECT_DOUBLE_EQ(machine(128 << 20).exchange_s_per_byte, p.exchange_s_per_byte);
   EXPECT_DOUBLE_EQ(machine(512 << 20).exchange_s_per_byte, p.dram_exchange_s_per_byte);
-  // Unknown: the whole curve, as copy.
+  // Unknown: the whole curve at all ranks' working set, for every figure.
   p.shared_cache_bytes = 0;
   EXPECT_NEAR(machine(8 << 20).exchange_s_per_byte, 1 / 30e9 + third * (1 / 10e9 - 1 / 30e9), 1e-20);
+  EXPECT_NEAR(machine(8 << 20).copy_s_per_byte, p.copy_s_per_byte + third * (p.dram_copy_s_per_byte - p.copy_s_per_byte),
+              1e-20);
 }
 
 // Ranks sharing one machine (cpu_cores): their working sets add up in the
@@ -986,11 +998,12 @@ TEST(CostModelCoresTest, RanksOnOneMachineShareItsCacheAndDram) {
   p.dram_shared_copy_s_per_byte = 1 / 8e9;
   EXPECT_NEAR(SharingTheMachine(p, 4 << 20, 4).copy_s_per_byte, 1.25 / 12e9, 1e-20);
   EXPECT_NEAR(SharingTheMachine(p, 4 << 20, 4).gamma_s_per_byte, 1.25 / 6e9, 1e-20);
-  // Within it nothing contends: 2 ranks x 4 MiB on a curve that reaches
-  // DRAM's figure at 8 MiB already.
+  // Within it nothing contends: 2 ranks x 8 MiB in a 16 MiB cache, on a
+  // curve that reaches DRAM's figure at 8 MiB already (each core's 8 MiB).
   CostParams early = p;
   early.memory_curve = {{1 << 20, 1 / 48e9}, {8 << 20, 1 / 12e9}};
-  EXPECT_DOUBLE_EQ(SharingTheMachine(early, 4 << 20, 2).copy_s_per_byte, p.dram_copy_s_per_byte);
+  early.shared_cache_bytes = 16 << 20;
+  EXPECT_DOUBLE_EQ(SharingTheMachine(early, 8 << 20, 2).copy_s_per_byte, p.dram_copy_s_per_byte);
   p.shared_cache_bytes = 0;
   // Predict uses it: a 4 MiB all-reduce of 4 ranks on 2 cores is slower
   // than the same ranks costed each with a machine of its own.
