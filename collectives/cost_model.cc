@@ -51,7 +51,8 @@ Timed After(const Timed& a, double t, const Split& s) { return {a.t + t, a.split
 struct StepCost {
   double l = 0, q = 0;
   double l_in = 0;  // forwarding steps: the store stage alone
-  Split sl, sq, sin;
+  double l_out = 0, q_out = 0;  // forwarding steps: the send stage alone
+  Split sl, sq, sin, sl_out, sq_out;
   size_t chunks = 1;
   double bytes = 0;
 };
@@ -115,6 +116,10 @@ StepCost CostOf(const Step& st, const CostParams& p, int rank, const Routed& rou
       const Split store = st.op == StepOp::kRecvReduceSend ? reduce : copy;
       c.sin = store;
       c.l_in = total(store);
+      c.sl_out = send_first;
+      c.sq_out = send;
+      c.l_out = total(send_first);
+      c.q_out = total(send);
       set(store + send_first, total(store) >= total(send) ? store : send);
       break;
     }
@@ -381,7 +386,10 @@ namespace {
 // until the predecessor has received all its chunks (the previous message
 // received on a link: a forwarding step stores chunks without waiting for
 // its own sends).
-enum class Edge : uint8_t { kStream, kAfterLast, kAfterReceived };
+// kSendFifo: the step's sends queue behind an earlier send on the same link;
+// a forwarding step's store stage does not wait for it (the executor
+// receives ahead of sending), only its send stage does.
+enum class Edge : uint8_t { kStream, kAfterLast, kAfterReceived, kSendFifo };
 
 struct StepGraph {
   std::vector<const Step*> step;
@@ -423,7 +431,7 @@ Status AddSchedule(const Schedule& s, size_t base, StepGraph& g, std::map<LinkKe
     if (StepSends(st.op)) {
       const LinkKey k(s.rank, st.send_peer, st.channel);
       auto it = last_send.find(k);
-      if (it != last_send.end()) g.Link(it->second, id, Edge::kAfterLast);
+      if (it != last_send.end()) g.Link(it->second, id, Edge::kSendFifo);
       last_send[k] = id;
       sends[k].push_back(id);
     }
@@ -454,8 +462,13 @@ StatusOr<Timed> LongestPath(const StepGraph& g, const CostParams& p, const std::
     const size_t v = ready.back();
     ready.pop_back();
     ++done;
-    Timed in_first, in_last;
+    const bool forwards = g.step[v]->op == StepOp::kRecvReduceSend || g.step[v]->op == StepOp::kRecvCopySend;
+    Timed in_first, in_last, gate;
     for (const auto& [u, kind] : g.preds[v]) {
+      if (kind == Edge::kSendFifo && forwards) {
+        gate = Later(gate, last[u]);
+        continue;
+      }
       const Timed& end = kind == Edge::kAfterReceived ? received[u] : last[u];
       in_first = Later(in_first, kind == Edge::kStream ? first[u] : end);
       in_last = Later(in_last, end);
@@ -466,8 +479,13 @@ StatusOr<Timed> LongestPath(const StepGraph& g, const CostParams& p, const std::
     last[v] = Later(After(in_last, c.l, c.sl), After(in_first, c.l + n1 * c.q, c.sl + n1 * c.sq));
     // A forwarding step has stored its last chunk one send stage earlier.
     received[v] = last[v];
-    if (g.step[v]->op == StepOp::kRecvReduceSend || g.step[v]->op == StepOp::kRecvCopySend) {
+    if (forwards) {
       received[v] = Later(After(in_last, c.l_in, c.sin), After(in_first, c.l_in + n1 * c.l_in, c.sin + n1 * c.sin));
+      // Its sends wait for the link's earlier ones too: the first chunk
+      // after both, the rest at the send stage's rate after the gate.
+      first[v] = Later(first[v], After(Later(After(in_first, c.l_in, c.sin), gate), c.l_out, c.sl_out));
+      last[v] = Later(last[v], Later(After(first[v], n1 * c.q_out, n1 * c.sq_out),
+                                     After(Later(received[v], gate), c.l_out, c.sl_out)));
     }
     critical = Later(critical, last[v]);
     for (size_t w : g.succs[v]) {

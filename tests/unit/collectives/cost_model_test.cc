@@ -356,6 +356,48 @@ TEST(CostModelTest, DetectsCycles) {
 }
 
 
+TEST(CostModelTest, AForwardingStepStoresAheadOfTheLinksEarlierSends) {
+  // Two ranks, each: send 8 chunks to the peer, then receive, reduce and
+  // forward 8 chunks, then receive 8 (a 2-rank ring). The executor stores
+  // ahead of sending, so the reductions (2 ns a byte) run while the first
+  // send (1 ns a byte) still holds the link: the forwarding step's first
+  // chunk is stored at 1 + 2 us, the last at 1 + 16; its sends start at
+  // the first send's end, 8 us, and end at max(8 + 8, 17 + 1) = 18 us.
+  // Waiting for the first send before storing would take 8 + 3 + 7 x 2 = 25.
+  const size_t chunk = 1000, n = 8 * chunk / 4;
+  auto make = [&](int rank) {
+    Schedule s;
+    s.algorithm = "test/forward";
+    s.rank = rank;
+    s.nranks = 2;
+    Step snd;
+    snd.op = StepOp::kSend;
+    snd.send_peer = 1 - rank;
+    snd.src = Range{BufKind::kInput, 0, n};
+    Step fwd;
+    fwd.op = StepOp::kRecvReduceSend;
+    fwd.recv_peer = fwd.send_peer = 1 - rank;
+    fwd.src = Range{BufKind::kInput, n, n};
+    fwd.dst = Range{BufKind::kOutput, n, n};
+    Step rcv;
+    rcv.op = StepOp::kRecv;
+    rcv.recv_peer = 1 - rank;
+    rcv.dst = Range{BufKind::kOutput, 0, n};
+    s.steps = {snd, fwd, rcv};
+    return s;
+  };
+  CostParams p;
+  p.alpha_s = 0;
+  p.beta_s_per_byte = 1e-9;
+  p.gamma_s_per_byte = 2e-9;
+  p.copy_s_per_byte = 0;
+  p.chunk_bytes = chunk;
+  p.elem_size = 4;
+  auto pred = PredictSchedules({make(0), make(1)}, p);
+  ASSERT_TRUE(pred.ok()) << pred.status().ToString();
+  EXPECT_NEAR(pred->critical_path_s, 18e-6, 1e-12);
+}
+
 // The scale path: where rank 0's schedule and its images are every rank's,
 // costing rank 0's steps alone gives exactly what costing every rank's
 // gives (times, split, bounds), for every algorithm that has a symmetry,
