@@ -30,36 +30,8 @@ constexpr size_t kZeroCopyMinBytes = 16u << 10;
 
 bool IsPointToPoint(const OpDesc& d) { return d.coll == Collective::kSend || d.coll == Collective::kRecv; }
 
-// Pipelining: a step (one block of a ring, a tree's share) is cut into at
-// least kPipelineDepth chunks when that keeps chunks of kMinPipelineChunk or
-// more, so receiving, reducing and sending overlap even when the block is
-// no larger than a slot (else a block of one slot runs exchange, reduce,
-// exchange in series). A function of the operation's arguments only (the
-// same on every rank).
-constexpr size_t kPipelineDepth = 4;
-constexpr size_t kMinPipelineChunk = 64u << 10;
 size_t PipelineChunkBytes(const OpDesc& d, int nranks) {
-  const size_t es = DataTypeSize(d.dtype);
-  const size_t n = static_cast<size_t>(std::max(1, nranks));
-  size_t block = 0;
-  switch (d.coll) {
-    case Collective::kAllReduce: block = d.count * es / n; break;
-    case Collective::kAllGatherv:
-    case Collective::kReduceScatterv: {
-      size_t total = 0;
-      for (size_t c : d.counts) total += c;
-      block = total * es / n;
-      break;
-    }
-    case Collective::kSend:
-    case Collective::kRecv:
-    case Collective::kBarrier:
-    case Collective::kAllToAllv:
-      return 0;  // the slot size: a send and its receive may name different counts
-    default: block = d.count * es; break;  // per-rank blocks, or the whole message
-  }
-  const size_t chunk = (block / kPipelineDepth + 4095) / 4096 * 4096;
-  return std::max(chunk, kMinPipelineChunk);
+  return collectives::PipelineChunkBytes(d.coll, d.count, d.counts, DataTypeSize(d.dtype), nranks);
 }
 
 

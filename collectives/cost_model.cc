@@ -92,9 +92,10 @@ StepCost CostOf(const Step& st, const CostParams& p, int rank, const Routed& rou
   c.chunks = c.bytes == 0 ? 1 : static_cast<size_t>(std::ceil(c.bytes / chunk));
   const double cb = c.bytes / static_cast<double>(c.chunks);
   const double wire = routed.wire_s_per_byte > beta ? routed.wire_s_per_byte : beta;
-  // Hops delay a message's first chunk; later chunks follow in the pipeline.
-  const Split send{alpha, cb * beta, 0, cb * (wire - beta)};
-  const Split send_first = send + Split{routed.hop_s, 0, 0, 0};
+  // A message's alpha and hops delay its first chunk; later chunks follow
+  // at the stream's rate, which holds their per-chunk costs.
+  const Split send{0, cb * beta, 0, cb * (wire - beta)};
+  const Split send_first = send + Split{alpha + routed.hop_s, 0, 0, 0};
   // The whole copy and reduction, even where the exchange's figure holds
   // the receiver's copy out (LoadOf): this path's wire is beta, a one-way
   // stream whose receiver copies nothing.
@@ -169,7 +170,9 @@ RankLoad LoadOf(const Schedule& s, const CostParams& p) {
     if (StepSends(st.op)) {
       const bool intra = SameHost(p, s.rank, st.send_peer);
       const double wire = c.bytes * BetaOfStep(p, intra, c.bytes);
-      const double alpha = static_cast<double>(c.chunks) * (intra ? p.intra_alpha_s : p.alpha_s);
+      // One alpha a message: its chunks follow in a stream, whose measured
+      // rate (beta, exchange) holds their per-chunk costs.
+      const double alpha = intra ? p.intra_alpha_s : p.alpha_s;
       load.egress += alpha + wire;
       load.work += alpha + CpuOfWire(p, intra, c.bytes, wire);
       if (levels && !intra) load.inter_egress += wire;
@@ -933,6 +936,31 @@ StatusOr<Prediction> PredictAll(Algorithm algorithm, CollectiveArgs args, const 
 
 }  // namespace
 
+size_t PipelineChunkBytes(Collective collective, size_t count, const std::vector<size_t>& counts, size_t elem_size,
+                          int nranks) {
+  constexpr size_t kDepth = 4, kMinChunk = 64u << 10;
+  const size_t n = static_cast<size_t>(std::max(1, nranks));
+  size_t block = 0;
+  switch (collective) {
+    case Collective::kAllReduce: block = count * elem_size / n; break;
+    case Collective::kAllGatherv:
+    case Collective::kReduceScatterv: {
+      size_t total = 0;
+      for (size_t c : counts) total += c;
+      block = total * elem_size / n;
+      break;
+    }
+    case Collective::kSend:
+    case Collective::kRecv:
+    case Collective::kBarrier:
+    case Collective::kAllToAllv:
+      return 0;  // the slot size: a send and its receive may name different counts
+    default: block = count * elem_size; break;  // per-rank blocks, or the whole message
+  }
+  const size_t chunk = (block / kDepth + 4095) / 4096 * 4096;
+  return std::max(chunk, kMinChunk);
+}
+
 StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t bytes, int nranks,
                              const CostParams& params) {
   if (params.elem_size == 0) return InvalidArgumentError("Predict: elem_size must be > 0");
@@ -956,6 +984,10 @@ StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t 
     const size_t n = static_cast<size_t>(nranks);
     args.counts.assign(4 * n, args.count);
     for (size_t i = 0; i < n; ++i) args.counts[n + i] = args.counts[3 * n + i] = i * args.count;
+  }
+  // The executor's chunks: a step cut into up to 4 below 4 slots' worth.
+  if (const size_t chunk = PipelineChunkBytes(collective, args.count, args.counts, p.elem_size, nranks); chunk > 0) {
+    p.chunk_bytes = std::min(p.chunk_bytes, chunk);
   }
   if (p.memory_curve.size() >= 2) {
     // The working set: a rank's input and output, all ranks' where they

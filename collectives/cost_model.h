@@ -287,11 +287,23 @@ StatusOr<Prediction> PredictSymmetric(const Schedule& rank0, Symmetry sym, const
 // match (CheckMessageMatching) or wait on each other in a cycle.
 StatusOr<Prediction> PredictSchedules(const std::vector<Schedule>& schedules, const CostParams& params);
 
+// The executor's pipelining chunk for a call (the communicator passes it to
+// the executor, Predict costs steps with it): a step's block (an all-reduce's
+// count / nranks, a v-variant's total / nranks, else the count) cut into at
+// least 4 chunks where that keeps them at 64 KiB or more, so receiving,
+// reducing and sending overlap even when the block is no larger than a slot.
+// 0: the slot size (point to point, barrier, all-to-all-v). Links cap it at
+// their slot size. A function of the call's arguments only (every rank's
+// is the same). `counts`: the v-variants' per-rank counts.
+size_t PipelineChunkBytes(Collective collective, size_t count, const std::vector<size_t>& counts, size_t elem_size,
+                          int nranks);
+
 // Generates the schedules of `algorithm` for `collective` with count =
 // ceil(bytes / elem_size) (per rank where the collective says so, see
 // CollectiveArgs; the v-variants use that count on every rank, all-to-all-v
 // to every peer) and costs
-// them, at the rates of the call's working set (AtWorkingSet). Errors:
+// them, at the rates of the call's working set (AtWorkingSet), in chunks of
+// min(chunk_bytes, PipelineChunkBytes) as the executor runs them. Errors:
 // those of MakeSchedule and PredictSchedules.
 StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t bytes, int nranks,
                              const CostParams& params);

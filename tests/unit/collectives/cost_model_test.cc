@@ -30,11 +30,12 @@ TEST(CostModelTest, OneMessageIsAlphaPlusBytesTimesBeta) {
   EXPECT_DOUBLE_EQ(pred->seconds, 1e-6 + 1000 * 1e-9);
   EXPECT_EQ(pred->max_messages_per_rank, 1u);
   EXPECT_EQ(pred->max_bytes_sent_per_rank, 1000u);
-  // Chunked: alpha per chunk.
+  // Chunked: one alpha, then the chunks follow in a stream.
   p.chunk_bytes = 100;
   pred = Predict(Collective::kSend, Algorithm::kPointToPoint, 1000, 2, p);
   ASSERT_TRUE(pred.ok());
-  EXPECT_NEAR(pred->seconds, 10 * 1e-6 + 1000 * 1e-9, 1e-12);
+  EXPECT_NEAR(pred->seconds, 1e-6 + 1000 * 1e-9, 1e-12);
+  EXPECT_EQ(pred->max_messages_per_rank, 1u);
 }
 
 TEST(CostModelTest, TwoLevelsChargeEachPairItsLevelAndShareTheHostLink) {
@@ -216,9 +217,44 @@ TEST(CostModelTest, PipeliningHidesHopsOfAChain) {
   const double t = PredictOrDie(Collective::kBroadcast, Algorithm::kRing, bytes, 8, p);
   EXPECT_GT(t, one);
   EXPECT_LT(t, 1.2 * one);
-  // Without pipelining (one chunk per message) it takes all 7 hops.
+  // Slots as large as the message: the executor still cuts it into 4
+  // chunks (PipelineChunkBytes), so the first takes the 7 hops (and their
+  // alphas) and the other 3 follow, 10 quarters in all.
   p.chunk_bytes = bytes;
-  EXPECT_NEAR(PredictOrDie(Collective::kBroadcast, Algorithm::kRing, bytes, 8, p), 7 * (one + 1e-6), 1e-6);
+  EXPECT_NEAR(PredictOrDie(Collective::kBroadcast, Algorithm::kRing, bytes, 8, p), 10 * one / 4 + 7e-6, 1e-9);
+}
+
+TEST(CostModelTest, ChunksAreTheExecutorsQuarterOfABlock) {
+  // An all-reduce's block is count / nranks: a quarter of it in 4 KiB
+  // multiples, never below 64 KiB; others cut their whole count; point to
+  // point keeps the slot size (0).
+  const std::vector<size_t> none;
+  EXPECT_EQ(PipelineChunkBytes(Collective::kAllReduce, (4u << 20) / 4, none, 4, 4), 256u << 10);
+  EXPECT_EQ(PipelineChunkBytes(Collective::kAllReduce, (1u << 20) / 4, none, 4, 4), 64u << 10);
+  EXPECT_EQ(PipelineChunkBytes(Collective::kAllReduce, 2, none, 4, 2), 64u << 10);
+  EXPECT_EQ(PipelineChunkBytes(Collective::kAllReduce, 3000, none, 4, 1), 64u << 10);
+  EXPECT_EQ(PipelineChunkBytes(Collective::kAllReduce, 1000000, none, 4, 2), 503808u);  // 2e6 / 4 up to 4 KiB
+  EXPECT_EQ(PipelineChunkBytes(Collective::kBroadcast, (8u << 20) / 4, none, 4, 8), 2u << 20);
+  EXPECT_EQ(PipelineChunkBytes(Collective::kAllGatherv, 0, {1u << 20, 3u << 20}, 2, 2), 1u << 20);
+  EXPECT_EQ(PipelineChunkBytes(Collective::kSend, 1u << 30, none, 4, 2), 0u);
+  EXPECT_EQ(PipelineChunkBytes(Collective::kAllToAllv, 1u << 30, none, 4, 2), 0u);
+  // Predict cuts steps so: a 2 MiB all-reduce on 4 ranks has 512 KiB
+  // steps, cut into 128 KiB chunks with 512 KiB slots as with 128 KiB
+  // ones; 64 KiB slots cut finer.
+  CostParams p;
+  p.alpha_s = 1e-6;
+  p.beta_s_per_byte = 1e-9;
+  auto path = [&](size_t slot) {
+    p.chunk_bytes = slot;
+    auto pred = Predict(Collective::kAllReduce, Algorithm::kRing, 2u << 20, 4, p);
+    EXPECT_TRUE(pred.ok()) << pred.status().ToString();
+    return pred.ok() ? pred->critical_path_s : -1;
+  };
+  const double quarter = path(128u << 10);
+  EXPECT_GT(quarter, 0);
+  EXPECT_DOUBLE_EQ(path(512u << 10), quarter);
+  EXPECT_DOUBLE_EQ(path(4u << 20), quarter);
+  EXPECT_NE(path(64u << 10), quarter);
 }
 
 TEST(CostModelTest, RecursiveDoublingForTinyRingForHuge) {
