@@ -118,8 +118,11 @@ CommDecision Decide(const std::vector<HostRecord>& hosts, const Config& config, 
     ++e.first;
     e.second.insert(h.cpus.begin(), h.cpus.end());
   }
+  bool every_affinity = true;
+  for (const HostRecord& h : hosts) every_affinity &= !h.cpus.empty();
   for (const auto& [machine, e] : per_machine) {
     if (!e.second.empty() && static_cast<int>(e.second.size()) < e.first) d.ranks_outnumber_cpus = true;
+    if (per_machine.size() == 1 && every_affinity) d.machine_cpus = static_cast<int>(e.second.size());
   }
   StatusOr<transport::BackendKind> forced = transport::ParseBackendKind(config.transport);
   if (config.transport != "auto" && forced.ok()) {

@@ -102,7 +102,7 @@ std::string CommDecision::Encode() const {
     caps += r < verbs.size() && verbs[r] ? '1' : '0';
   }
   return std::string(transport::BackendName(transport)) + " " + job_id + " " + (ranks_outnumber_cpus ? "1" : "0") +
-         " " + tuning_id + " " + accumulate + " " + (forced ? "1" : "0") + " " + hosts + " " + caps + " " + knobs;
+         (machine_cpus > 0 ? "/" + std::to_string(machine_cpus) : "") + " " + tuning_id + " " + accumulate + " " + (forced ? "1" : "0") + " " + hosts + " " + caps + " " + knobs;
 }
 
 StatusOr<CommDecision> CommDecision::Decode(const std::string& text, int nranks) {
@@ -110,7 +110,12 @@ StatusOr<CommDecision> CommDecision::Decode(const std::string& text, int nranks)
     return InvalidArgumentError("rank 0 refused the communicator: " + LogSafe(text.substr(std::strlen(kRefused)), 1024));
   }
   const std::vector<std::string> f = Fields(text);
-  if (f.size() != 9 || (f[2] != "0" && f[2] != "1") || (f[5] != "0" && f[5] != "1")) {
+  const size_t slash = f.size() == 9 ? f[2].find('/') : std::string::npos;
+  const std::string outnumber = f.size() == 9 ? f[2].substr(0, slash) : std::string();
+  int machine_cpus = 0;
+  if (f.size() != 9 || (outnumber != "0" && outnumber != "1") || (f[5] != "0" && f[5] != "1") ||
+      (slash != std::string::npos &&
+       (!ParseCanonicalInt(f[2].substr(slash + 1), kMaxCpuNumber + 1, &machine_cpus) || machine_cpus == 0))) {
     return DataLossError("malformed decision of rank 0: '" + LogSafe(text) + "'");
   }
   CommDecision d;
@@ -118,7 +123,8 @@ StatusOr<CommDecision> CommDecision::Decode(const std::string& text, int nranks)
   if (!kind.ok()) return DataLossError("decision of rank 0 '" + LogSafe(text) + "': " + kind.status().message());
   d.transport = *kind;
   d.job_id = f[1];
-  d.ranks_outnumber_cpus = f[2] == "1";
+  d.ranks_outnumber_cpus = outnumber == "1";
+  d.machine_cpus = machine_cpus;
   d.tuning_id = f[3];
   d.accumulate = f[4];
   d.forced = f[5] == "1";

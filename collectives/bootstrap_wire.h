@@ -61,6 +61,11 @@ struct CommDecision {
   // then yield at once instead of spinning, and selection leaves out
   // algorithms whose many messages each cost a context switch.
   bool ranks_outnumber_cpus = false;
+  // All ranks on one machine: the CPUs they may use together (the union of
+  // their affinities), whose cores move shm's and loopback tcp's bytes, so
+  // selection costs the ranks' work as sharing them (CostParams::cpu_cores).
+  // 0: several machines, or an affinity unknown.
+  int machine_cpus = 0;
   // The id of rank 0's tuning file ("none" without one): every rank must
   // load the same, or ranks would pick different algorithms for one call.
   std::string tuning_id = "none";
@@ -70,7 +75,7 @@ struct CommDecision {
   // would wait on each other until the timeout, or mix their bytes).
   std::string knobs = "-";
 
-  // "<transport> <job id> <0|1> <tuning id> <accumulate> <forced 0|1>
+  // "<transport> <job id> <0|1>[/<machine cpus>] <tuning id> <accumulate> <forced 0|1>
   // <host_of, comma-separated> <verbs as 0/1 per rank> <knobs>".
   std::string Encode() const;
   // `nranks`: the communicator's size; a record for another size is

@@ -30,6 +30,7 @@
 #include "collectives/bootstrap.h"
 #include "common/log.h"
 #include "collectives/comm_impl.h"
+#include "collectives/cost_model.h"
 #include "collectives/device.h"
 #include "collectives/registry.h"
 #include "tests/util/backend_skip.h"
@@ -2638,6 +2639,53 @@ rule allreduce tcp ranks 4 hosts 1 from 0 ring
     }, milliseconds(60000));
     for (const auto& r : results) EXPECT_TRUE(r.ok()) << file << ":\n" << ResultsText(results);
   }
+}
+
+// Ranks of one machine whose cores move the bytes (tcp over loopback):
+// selection costs their work on the CPUs they share, the model ciuic-sim
+// --cpu-cores runs and perf/sim_validate checks, not as independent NICs.
+TEST(CollectivesTuning, OneMachinesRanksShareItsCpusInTheModel) {
+  cpu_set_t set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  const int cpus = CPU_COUNT(&set);
+  if (cpus < 2) GTEST_SKIP() << "needs 2 CPUs for 2 ranks that do not outnumber them; this process may use " << cpus;
+  const size_t bytes = 4u << 20;
+  auto results = RunRanks(2, [&](int rank, transport::Store& store) -> Status {
+    CIUIC_ASSIGN_OR_RETURN(Config config, Config::FromEnv());
+    config.algo = "auto";
+    config.transport = "tcp";
+    config.tuning_file = "";
+    config.timeout_ms = 30000;
+    std::shared_ptr<transport::Store> s(&store, [](transport::Store*) {});
+    CIUIC_ASSIGN_OR_RETURN(auto comm, Communicator::CreateWithStore(rank, 2, s, config));
+    std::vector<float> x(bytes / 4, 1.0f);
+    CIUIC_RETURN_IF_ERROR(comm->AllReduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum));
+    EXPECT_OR_FAIL(x[0] == 2.0f && x.back() == 2.0f, "wrong sum");
+    const std::string why = comm->last_algorithm();
+    const std::string head = "ring (ring for allreduce " + std::to_string(bytes) + " B on 2 ranks: predicted ";
+    EXPECT_OR_FAIL(why.rfind(head, 0) == 0, "expected the model to pick the ring here: " + why);
+    char* end = nullptr;
+    const double v = std::strtod(why.c_str() + head.size(), &end);
+    const std::string unit = std::string(end).substr(0, 3);
+    const double us = unit == " ms" ? v * 1e3 : unit == " us" ? v : -1.0;
+    collectives::CostParams p = collectives::DefaultCostParams(transport::BackendKind::kTcp);
+    p.chunk_bytes = config.chunk_size;
+    p.nchannels = config.nchannels;
+    p.cpu_cores = cpus;
+    StatusOr<collectives::Prediction> shared =
+        collectives::Predict(collectives::Collective::kAllReduce, collectives::Algorithm::kRing, bytes, 2, p);
+    p.cpu_cores = 0;
+    StatusOr<collectives::Prediction> nics =
+        collectives::Predict(collectives::Collective::kAllReduce, collectives::Algorithm::kRing, bytes, 2, p);
+    CIUIC_RETURN_IF_ERROR(shared.status());
+    CIUIC_RETURN_IF_ERROR(nics.status());
+    // Seconds() prints 3 significant digits; the two models differ ~2x.
+    EXPECT_OR_FAIL(std::abs(us - shared->seconds * 1e6) <= 0.01 * us,
+                   why + ": not the shared-CPU model's " + std::to_string(shared->seconds * 1e6) + " us (NICs': " +
+                       std::to_string(nics->seconds * 1e6) + ")");
+    return Status::Ok();
+  }, milliseconds(60000));
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << ResultsText(results);
 }
 
 // Rank 0 of 2, made while rank 1 failed at creation: its first call needs

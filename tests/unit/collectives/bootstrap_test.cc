@@ -68,6 +68,15 @@ TEST(BootstrapTest, RecordsRoundTripAndMalformedOnesAreNamed) {
   EXPECT_FALSE(e->forced);
   EXPECT_EQ(e->host_of, d.host_of);
   EXPECT_EQ(e->verbs, d.verbs);
+  EXPECT_EQ(e->machine_cpus, 0);
+  // The CPUs of a job on one machine ride on the oversubscription flag.
+  d.machine_cpus = 12;
+  EXPECT_EQ(d.Encode(), "tcp abcd 1/12 123 wire 0 0,0,1 101 -");
+  e = CommDecision::Decode(d.Encode(), 3);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(e->machine_cpus, 12);
+  EXPECT_TRUE(e->ranks_outnumber_cpus);
+  d.machine_cpus = 0;
   // Host indices in order of first appearance (one encoding), as many verbs
   // bits as ranks.
   for (const char* bad : {"", "tcp abcd 1", "tcp abcd 2 x f32", "rdma abcd 0 none f32 0 0 0 -", "tcp a 0 none f32 extra",
@@ -76,7 +85,10 @@ TEST(BootstrapTest, RecordsRoundTripAndMalformedOnesAreNamed) {
                           "tcp abcd 1 123 wire 0 1 0 -", "tcp abcd 1 123 wire 0 0,2 00 -", "tcp abcd 1 123 wire 0 0,1 0 -",
                           "tcp abcd 1 123 wire 0 0,1 012 -", "tcp abcd 1 123 wire 0 0,,1 000 -",
                           "tcp abcd 1 123 wire 0 0,01 00 -", "tcp abcd 1 123 wire 0 0, 0 -",
-                          "tcp abcd 1 123 wire 0 0 0 - extra"}) {
+                          "tcp abcd 1 123 wire 0 0 0 - extra", "tcp abcd 1/0 123 wire 0 0,0 00 -",
+                          "tcp abcd 1/ 123 wire 0 0,0 00 -", "tcp abcd 1/012 123 wire 0 0,0 00 -",
+                          "tcp abcd 1/-2 123 wire 0 0,0 00 -", "tcp abcd /4 123 wire 0 0,0 00 -",
+                          "tcp abcd 1/4/4 123 wire 0 0,0 00 -", "tcp abcd 2/4 123 wire 0 0,0 00 -"}) {
     auto s = CommDecision::Decode(bad, 2);
     EXPECT_EQ(s.status().code(), StatusCode::kDataLoss) << bad;
     EXPECT_NE(s.status().message().find("rank 0"), std::string::npos) << s.status().ToString();
@@ -175,17 +187,25 @@ TEST(BootstrapTest, DecideFollowsHostsCpusAndTheKnob) {
   // Three ranks sharing two CPUs on one host.
   std::vector<HostRecord> over = {{"a", "ka", false, {0, 1}}, {"a", "ka", false, {0, 1}}, {"a", "ka", false, {1}}};
   EXPECT_TRUE(Decide(over, c, 3, "none").ranks_outnumber_cpus);
+  // One machine: the CPUs its ranks may use together.
+  EXPECT_EQ(d.machine_cpus, 2);
+  EXPECT_EQ(Decide(over, c, 3, "none").machine_cpus, 2);
   // Two simulated hosts of one machine (one boot id) on one CPU: their
   // ranks still share it.
   std::vector<HostRecord> split = {{"a", "boot1/ns/a", false, {0}}, {"b", "boot1/ns/b", false, {0}}};
   EXPECT_TRUE(Decide(split, c, 2, "none").ranks_outnumber_cpus);
   EXPECT_EQ(Decide(split, c, 2, "none").nhosts(), 2);
+  EXPECT_EQ(Decide(split, c, 2, "none").machine_cpus, 1);
   // Unknown affinity says nothing.
   std::vector<HostRecord> unknown = {{"a", "ka", false, {}}, {"a", "ka", false, {}}, {"a", "ka", false, {}}};
   EXPECT_FALSE(Decide(unknown, c, 3, "none").ranks_outnumber_cpus);
+  EXPECT_EQ(Decide(unknown, c, 3, "none").machine_cpus, 0);
+  std::vector<HostRecord> partly = {{"a", "ka", false, {0}}, {"a", "ka", false, {}}};
+  EXPECT_EQ(Decide(partly, c, 2, "none").machine_cpus, 0);
   // Two hosts: the network (verbs when every rank can open a device).
   std::vector<HostRecord> two = {{"a", "ka", false, {0}}, {"b", "kb", false, {0}}};
   EXPECT_EQ(Decide(two, c, 2, "none").transport, BackendKind::kTcp);
+  EXPECT_EQ(Decide(two, c, 2, "none").machine_cpus, 0);  // two machines
   two[0].verbs = two[1].verbs = true;
   EXPECT_EQ(Decide(two, c, 2, "none").transport, BackendKind::kVerbs);
   // Hosts are keys, not names: one name on two boots is two hosts.
