@@ -99,6 +99,8 @@ class CommImpl {
   // CIUIC_TRANSPORT named one transport for every pair (shm inside hosts
   // included).
   bool transport_forced() const { return decision_.forced; }
+  // How long waits spin before yielding: 0 where ranks outnumber their CPUs.
+  std::chrono::microseconds wait_spin() const { return wait_spin_; }
   // The job id every rank of this communicator agreed on.
   const std::string& job_id() const { return decision_.job_id; }
   std::string last_algorithm() const;

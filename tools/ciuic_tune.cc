@@ -633,10 +633,13 @@ struct LinkBench {
   std::unique_ptr<transport::BufferPool> pool;
   std::unique_ptr<transport::Link> link;
   std::chrono::steady_clock::time_point deadline;
+  // As the communicator's waits: a spinner would hold the core a rank
+  // sharing it needs, and count that as the link's latency.
+  std::chrono::microseconds spin = transport::kDefaultSpin;
 
   Status Wait(const std::function<bool()>& ready, const char* what) {
     return transport::WaitFor(
-        *backend, [this] { return link->Progress(); }, ready, deadline, what);
+        *backend, [this] { return link->Progress(); }, ready, deadline, what, spin);
   }
   Status Send(const void* src, size_t len) {
     void* slot = nullptr;
@@ -693,7 +696,8 @@ std::string BootId() {
 // whose CPU sets the rate) it also measures the machine's CPU time per byte.
 StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string& prefix, int role,
                                       const std::string& job_id, const Config& config, BackendKind kind,
-                                      const Effort& e, bool machine_cpu = false) {
+                                      const Effort& e, bool machine_cpu = false,
+                                      std::chrono::microseconds spin = transport::kDefaultSpin) {
   const auto timeout = std::chrono::milliseconds(config.timeout_ms);
   transport::BackendOptions bo;
   bo.rank = role;
@@ -703,6 +707,7 @@ StatusOr<std::string> MeasureLinkOver(transport::Store& store, const std::string
   CIUIC_ASSIGN_OR_RETURN(transport::LinkOptions lo, transport::LinkOptions::FromConfig(config));
   LinkBench b;
   b.deadline = Clock::now() + timeout;
+  b.spin = spin;
   CIUIC_ASSIGN_OR_RETURN(b.backend, transport::OpenBackend(kind, bo));
   b.pool = std::make_unique<transport::BufferPool>(*b.backend, 16u << 20);
   CIUIC_ASSIGN_OR_RETURN(b.link, transport::Link::Create(*b.backend, *b.pool, store, prefix + "/link", role, 1 - role,
@@ -1452,7 +1457,8 @@ StatusOr<std::vector<collectives::BackendTuning>> MeasureLevels(Communicator& co
     if (rank == l.a || rank == l.b) {
       const int role = rank == l.a ? 0 : 1;
       StatusOr<std::string> line =
-          MeasureLinkOver(store, prefix, role, impl.job_id() + "-tune-" + l.name, base, l.kind, e, l.between_hosts);
+          MeasureLinkOver(store, prefix, role, impl.job_id() + "-tune-" + l.name, base, l.kind, e, l.between_hosts,
+                          impl.wait_spin());
       if (!line.ok()) {
         return Status(line.status().code(), std::string(transport::BackendName(l.kind)) +
                                                 (l.between_hosts ? " link between hosts" : " link") + " of ranks " +
