@@ -101,8 +101,9 @@ std::string CommDecision::Encode() const {
     hosts += (r ? "," : "") + std::to_string(host_of[r]);
     caps += r < verbs.size() && verbs[r] ? '1' : '0';
   }
+  const std::string cpus = machine_cpus > 0 ? "/" + std::to_string(machine_cpus) : "";
   return std::string(transport::BackendName(transport)) + " " + job_id + " " + (ranks_outnumber_cpus ? "1" : "0") +
-         (machine_cpus > 0 ? "/" + std::to_string(machine_cpus) : "") + " " + tuning_id + " " + accumulate + " " + (forced ? "1" : "0") + " " + hosts + " " + caps + " " + knobs;
+         cpus + " " + tuning_id + " " + accumulate + " " + (forced ? "1" : "0") + " " + hosts + " " + caps + " " + knobs;
 }
 
 StatusOr<CommDecision> CommDecision::Decode(const std::string& text, int nranks) {
