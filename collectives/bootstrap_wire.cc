@@ -103,7 +103,8 @@ std::string CommDecision::Encode() const {
   }
   const std::string cpus = machine_cpus > 0 ? "/" + std::to_string(machine_cpus) : "";
   return std::string(transport::BackendName(transport)) + " " + job_id + " " + (ranks_outnumber_cpus ? "1" : "0") +
-         cpus + " " + tuning_id + " " + accumulate + " " + (forced ? "1" : "0") + " " + hosts + " " + caps + " " + knobs;
+         cpus + " " + tuning_id + " " + accumulate + " " + (forced ? "1" : "0") + " " + hosts + " " + caps + " " +
+         knobs;
 }
 
 StatusOr<CommDecision> CommDecision::Decode(const std::string& text, int nranks) {
