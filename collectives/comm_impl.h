@@ -101,6 +101,8 @@ class CommImpl {
   bool transport_forced() const { return decision_.forced; }
   // How long waits spin before yielding: 0 where ranks outnumber their CPUs.
   std::chrono::microseconds wait_spin() const { return wait_spin_; }
+  // The cores selection costs the ranks' work on (CostParams::cpu_cores).
+  double selection_cpu_cores() const { return selection_.params.cpu_cores; }
   // The job id every rank of this communicator agreed on.
   const std::string& job_id() const { return decision_.job_id; }
   std::string last_algorithm() const;

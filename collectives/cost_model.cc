@@ -385,7 +385,8 @@ namespace {
 // The steps of one or more ranks as a graph. Predecessors say how they
 // constrain a step: a stream passes chunk times through (kPerChunk deps, a
 // message to its receiver); after last waits for the predecessor's end
-// (kWhole deps, the previous message sent on a link); after received waits
+// (kWhole deps); send FIFO, the previous message sent on a link, is after
+// last but for a forwarding step's store stage (below); after received waits
 // until the predecessor has received all its chunks (the previous message
 // received on a link: a forwarding step stores chunks without waiting for
 // its own sends).

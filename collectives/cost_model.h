@@ -4,13 +4,15 @@
 // formulas, so a new generator is costed without new code:
 // - Critical path: the steps of all ranks form one graph (deps, message
 //   sender -> receiver, and the FIFO order of messages on a link). Each step
-//   is a stream of N = ceil(bytes / chunk_bytes) chunks with a per-chunk
-//   latency l (sum of its stages: reduce or copy, then alpha + chunk * beta
-//   to send) and a period q (its slowest stage, as stages overlap across
+//   is a stream of N chunks (the executor's: PipelineChunkBytes, at most
+//   chunk_bytes) with a per-chunk latency l (sum of its stages: reduce or
+//   copy, then chunk * beta to send, the first chunk also the message's
+//   alpha) and a period q (its slowest stage, as stages overlap across
 //   chunks): first chunk done at start + l, last at max(input's last + l,
 //   start + l + (N-1) q). kPerChunk deps pass the stream through (pipelining),
-//   kWhole deps wait for the last chunk.
-// - Resource bound: per rank, bytes sent (plus alpha per chunk), bytes
+//   kWhole deps wait for the last chunk; a forwarding step stores ahead of
+//   the earlier sends on its outgoing link, as the executor does.
+// - Resource bound: per rank, bytes sent (plus an alpha a message), bytes
 //   received and bytes reduced/copied, each at its rate; concurrent steps
 //   share them (two trees or channels do not double a NIC).
 // The prediction is the larger of the two. Up to kMaxExactRanks ranks every
@@ -42,11 +44,11 @@ namespace ciuic::collectives {
 inline constexpr int kMaxExactRanks = 128;
 
 struct CostParams {
-  double alpha_s = 3e-6;             // per message; every chunk is one transport message
+  double alpha_s = 3e-6;             // per message (its first chunk; the rest stream at beta)
   double beta_s_per_byte = 8e-11;    // link time per byte (1 / bandwidth)
   double gamma_s_per_byte = 5e-11;   // reduction time per byte of result
   double copy_s_per_byte = 3e-11;    // local copy per byte (slot -> buffer, kCopy)
-  size_t chunk_bytes = 512u << 10;   // pipelining unit (CIUIC_CHUNK_SIZE)
+  size_t chunk_bytes = 512u << 10;   // the largest pipelining unit, a slot (CIUIC_CHUNK_SIZE)
   size_t elem_size = 4;              // bytes per element (Predict converts bytes to a count)
   int nchannels = 1;                 // as passed to the generators
   int radix = 0;                     // the k-nomial radix passed to the generators (0 = default)
@@ -64,7 +66,8 @@ struct CostParams {
   // says the ranks share this many cores, so a rank's sending, receiving
   // and reducing are serial work of its thread, and all ranks' work
   // together is bounded by the cores. 0: links move bytes on their own
-  // (NICs), the default. ciuic-sim --cpu-cores sets it.
+  // (NICs), the default. ciuic-sim --cpu-cores sets it, and a communicator
+  // whose ranks share one machine without outnumbering its CPUs.
   double cpu_cores = 0;
   // With cpu_cores and a host map: the CPU time a rank spends per byte it
   // sends or receives between hosts (a socket's copies), where the link,

@@ -576,13 +576,12 @@ void ApplyTuning(const Tuning& t, transport::BackendKind backend, CostParams* p,
     p->exchange_copies_received =
         b->exchange_gbps && backend == transport::BackendKind::kShm && ShmExchangeCopiesReceived(t);
     if (b->exchange_gbps) {
-      // Each point as a factor on the stream's rate, its alphas taken out:
-      // the model charges a step an alpha a chunk + its bytes x exchange x
-      // factor, which the point's own time then equals.
-      const double chunk = static_cast<double>(std::max<size_t>(1, p->chunk_bytes));
+      // Each point as a factor on the stream's rate, its alpha taken out:
+      // the model charges a step one alpha (its message's) + its bytes x
+      // exchange x factor, which the point's own time then equals.
       for (const auto& [bytes, gbps] : b->exchange_steps) {
         const double both = 2.0 * static_cast<double>(bytes);
-        const double own = turns * both / (gbps * 1e9) - std::ceil(static_cast<double>(bytes) / chunk) * p->alpha_s;
+        const double own = turns * both / (gbps * 1e9) - p->alpha_s;
         p->exchange_steps.emplace_back(static_cast<double>(bytes),
                                        std::max(kMinExchangeStepFactor, own / (both * p->exchange_s_per_byte)));
       }

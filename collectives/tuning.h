@@ -63,7 +63,7 @@
 //                                        model charges a step of B bytes the
 //                                        curve's rate at B (log-linear
 //                                        between points, the end points'
-//                                        beyond), less an alpha a chunk, scaled
+//                                        beyond), less the step's alpha, scaled
 //                                        with exchange_gbps by the working
 //                                        set (CostParams::exchange_steps)
 //   gamma   := "gamma" DTYPE OP GBPS [ "dram" GBPS ]

@@ -16,8 +16,8 @@
 //
 // Default: 2 threads on the first CPUs this process may run on, sizes
 // 4,8,16,24,32,48,64,128 MiB, 2048 MiB copied per size and thread. Exit 2 on
-// bad usage, fewer CPUs than threads or a thread that cannot be pinned; 1 when
-// a copy came out wrong.
+// bad usage, fewer CPUs than threads or a thread that cannot start, be pinned
+// or get its buffers; 1 when a copy came out wrong.
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -40,6 +40,7 @@ struct Job {
   double seconds;
   size_t wrong;
   int pin_failed;
+  int alloc_failed;
 };
 
 static double Now(void) {
@@ -57,7 +58,7 @@ static void* Run(void* arg) {
   unsigned char* a = malloc(j->half);
   unsigned char* b = malloc(j->half);
   if (a == NULL || b == NULL) {
-    j->wrong = SIZE_MAX;
+    j->alloc_failed = 1;
     free(a);
     free(b);
     atomic_fetch_add(j->ready, 1);
@@ -82,7 +83,8 @@ static void* Run(void* arg) {
 }
 
 // GB/s per thread of `n` threads on `cpus`, each copying its share of
-// `total` bytes; adds bytes not as copied to *wrong; -1 when a pin failed.
+// `total` bytes; adds bytes not as copied to *wrong; -1 when a thread could
+// not start, be pinned or get its buffers.
 static double Copying(int n, const int* cpus, size_t total, size_t copied, size_t* wrong) {
   struct Job jobs[kMaxThreads];
   pthread_t tid[kMaxThreads];
@@ -90,15 +92,19 @@ static double Copying(int n, const int* cpus, size_t total, size_t copied, size_
   const size_t half = total / (size_t)n / 2;
   size_t reps = copied / (2 * half);
   if (reps < 2) reps = 2;
+  int started = 0;
   for (int i = 0; i < n; ++i) {
-    jobs[i] = (struct Job){cpus[i], half, reps, &ready, n, 0, 0, 0};
-    pthread_create(&tid[i], NULL, Run, &jobs[i]);
+    jobs[i] = (struct Job){cpus[i], half, reps, &ready, n, 0, 0, 0, 0};
+    if (pthread_create(&tid[i], NULL, Run, &jobs[i]) != 0) break;
+    ++started;
   }
+  // Those that started wait for n: count the rest as ready so they go on.
+  atomic_fetch_add(&ready, n - started);
   double gbps = 0;
-  int failed = 0;
-  for (int i = 0; i < n; ++i) {
+  int failed = started < n;
+  for (int i = 0; i < started; ++i) {
     pthread_join(tid[i], NULL);
-    failed |= jobs[i].pin_failed;
+    failed |= jobs[i].pin_failed | jobs[i].alloc_failed;
     *wrong += jobs[i].wrong;
     gbps += jobs[i].seconds > 0 ? 2.0 * (double)reps * (double)half / jobs[i].seconds / 1e9 : 0;
   }
@@ -163,7 +169,8 @@ int main(int argc, char** argv) {
     const double together = Copying((int)threads, cpus, total, copied, &wrong);
     const double alone = Copying(1, cpus, total, copied, &wrong);
     if (together < 0 || alone < 0) {
-      fprintf(stderr, "shared_cache_probe: cannot pin a thread to its CPU\n");
+      fprintf(stderr, "shared_cache_probe: a thread could not start, be pinned to its CPU or get %zu B\n",
+              total / (size_t)threads);
       return 2;
     }
     printf("total_mib %ld together_gbps %.1f alone_gbps %.1f wrong %zu\n", sizes[k], together, alone, wrong);

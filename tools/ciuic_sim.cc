@@ -607,8 +607,9 @@ int main(int argc, char** argv) {
                                            : "")
                                 : "") +
       "; gamma " + Fixed(1e-9 / net.params.gamma_s_per_byte, 1) + " GB/s, copy " +
-      Fixed(1e-9 / net.params.copy_s_per_byte, 1) + " GB/s; chunks of a quarter step (64 KiB to " + std::to_string(net.params.chunk_bytes) +
-      " B), elements of " + std::to_string(net.params.elem_size) + " B";
+      Fixed(1e-9 / net.params.copy_s_per_byte, 1) + " GB/s; chunks of at most " +
+      std::to_string(net.params.chunk_bytes) + " B (the executor's: a quarter of the call's block, 64 KiB at least)" +
+      ", elements of " + std::to_string(net.params.elem_size) + " B";
   auto gbs = [](size_t bytes, double s) { return s > 0 ? static_cast<double>(bytes) / s / 1e9 : 0.0; };
   if (format == "json") {
     std::printf("{\"collective\": %s, \"model\": %s, \"ranks_per_host\": %d, \"alpha_us\": %g, \"gbps\": %g,\n"

@@ -654,6 +654,13 @@ struct LinkBench {
   }
 };
 
+// The CPUs this process may run on (0: unknown).
+int AffinityCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+}
+
 // The one CPU this thread is bound to, -1 where it may run on several.
 int BoundCpu() {
   cpu_set_t set;
@@ -951,8 +958,11 @@ Status MeasureLink(int rank, const std::string& host, uint16_t port, const std::
   const auto timeout = std::chrono::milliseconds(config.timeout_ms);
   CIUIC_ASSIGN_OR_RETURN(std::unique_ptr<transport::TcpStoreClient> store,
                          transport::TcpStoreClient::Connect(host, port, secret, timeout));
-  CIUIC_ASSIGN_OR_RETURN(std::string line,
-                         MeasureLinkOver(*store, "tune", rank, "tune" + std::to_string(port), config, kind, e));
+  // The pair's two processes on one CPU: wait as a communicator whose
+  // ranks outnumber their CPUs does, without spinning.
+  const auto spin = AffinityCpus() == 1 ? std::chrono::microseconds(0) : transport::kDefaultSpin;
+  CIUIC_ASSIGN_OR_RETURN(std::string line, MeasureLinkOver(*store, "tune", rank, "tune" + std::to_string(port), config,
+                                                           kind, e, /*machine_cpu=*/false, spin));
   if (!line.empty()) out.Line(line);
   return Status::Ok();
 }
@@ -1589,6 +1599,7 @@ int RunLaunched(const Options& o, const Config& config, const kernels::Reducer& 
   collectives::CostParams params =
       ModelParams(tuning, kind, base, link.ok() ? link->slot_size : collectives::DefaultCostParams(kind).chunk_bytes,
                   nhosts > 1 ? collectives::TuningLevel::kBetweenHosts : collectives::TuningLevel::kOneMachine);
+  params.cpu_cores = impl.selection_cpu_cores();
   // Two levels only where the pairs inside a host use shm (as CommImpl).
   if (nhosts > 1 && !impl.transport_forced()) {
     collectives::CostParams shm = collectives::DefaultCostParams(BackendKind::kShm);
@@ -1770,8 +1781,12 @@ int Main(int argc, char** argv) {
   // Tables, checks and rules.
   double wrong = 0;
   for (BackendKind kind : backends) {
-    const collectives::CostParams params = ModelParams(tuning, kind, *config, link_options->slot_size);
+    collectives::CostParams params = ModelParams(tuning, kind, *config, link_options->slot_size);
     for (int n : o.ranks) {
+      // As a communicator of n ranks on this machine costs them (CommImpl):
+      // on its CPUs where they do not outnumber them.
+      const int cpus = AffinityCpus();
+      params.cpu_cores = kind != BackendKind::kVerbs && cpus >= n ? cpus : 0;
       const auto& by_algo = results[kind][n];
       if (by_algo.empty()) return Fail(std::string("no results for ") + transport::BackendName(kind));
       PrintTable(kind, n, by_algo, sizes, params);

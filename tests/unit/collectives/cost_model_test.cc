@@ -445,43 +445,48 @@ TEST(CostModelSymmetryTest, RankZeroAloneEqualsEveryRank) {
                        Collective::kAllToAll, Collective::kBarrier, Collective::kBroadcast, Collective::kReduce}) {
     for (Algorithm a : AlgorithmsFor(c)) {
       for (int n : {8, 12, 64, 128}) {
-        for (int nch : {1, 2}) {
-          CostParams p = DefaultCostParams(transport::BackendKind::kVerbs);
-          p.chunk_bytes = 4096;
-          p.nchannels = nch;
-          CollectiveArgs args;
-          args.collective = c;
-          args.nranks = n;
-          args.nchannels = nch;
-          args.count = c == Collective::kAllReduce ? static_cast<size_t>(n) * 2 * 96 : 96;
-          StatusOr<Symmetry> sym = FindSymmetry(a, args);
-          if (!sym.ok()) continue;
-          const std::string what = std::string(CollectiveName(c)) + "/" + AlgorithmName(a) + " n=" +
-                                   std::to_string(n) + " ch=" + std::to_string(nch) + " " + SymmetryName(*sym);
-          symmetric.insert(std::string(CollectiveName(c)) + "/" + AlgorithmName(a));
-          std::vector<Schedule> all;
-          for (int r = 0; r < n; ++r) {
-            args.rank = r;
-            StatusOr<Schedule> s = MakeSchedule(a, args);
-            ASSERT_TRUE(s.ok()) << what;
-            if (r > 0) {
-              EXPECT_TRUE(IsSymmetryImage(all[0], *s, *sym)) << what << ": rank " << r << " is not an image";
+        // One chunk a step, and several (4 KiB chunks of 24 KiB blocks):
+        // forwarding steps then store ahead of their link's earlier sends.
+        for (size_t block : {size_t{96}, size_t{96 * 64}}) {
+          for (int nch : {1, 2}) {
+            CostParams p = DefaultCostParams(transport::BackendKind::kVerbs);
+            p.chunk_bytes = 4096;
+            p.nchannels = nch;
+            CollectiveArgs args;
+            args.collective = c;
+            args.nranks = n;
+            args.nchannels = nch;
+            args.count = c == Collective::kAllReduce ? static_cast<size_t>(n) * 2 * block : block;
+            StatusOr<Symmetry> sym = FindSymmetry(a, args);
+            if (!sym.ok()) continue;
+            const std::string what = std::string(CollectiveName(c)) + "/" + AlgorithmName(a) + " n=" +
+                                     std::to_string(n) + " ch=" + std::to_string(nch) + " block=" +
+                                     std::to_string(block) + " " + SymmetryName(*sym);
+            symmetric.insert(std::string(CollectiveName(c)) + "/" + AlgorithmName(a));
+            std::vector<Schedule> all;
+            for (int r = 0; r < n; ++r) {
+              args.rank = r;
+              StatusOr<Schedule> s = MakeSchedule(a, args);
+              ASSERT_TRUE(s.ok()) << what;
+              if (r > 0) {
+                EXPECT_TRUE(IsSymmetryImage(all[0], *s, *sym)) << what << ": rank " << r << " is not an image";
+              }
+              all.push_back(*std::move(s));
             }
-            all.push_back(*std::move(s));
+            StatusOr<Prediction> exact = PredictSchedules(all, p);
+            StatusOr<Prediction> sym_pred = PredictSymmetric(all[0], *sym, p);
+            ASSERT_TRUE(exact.ok() && sym_pred.ok()) << what;
+            EXPECT_EQ(sym_pred->method, PredictionMethod::kSymmetric);
+            const double tol = 1e-9 * exact->seconds;
+            EXPECT_NEAR(sym_pred->seconds, exact->seconds, tol) << what;
+            EXPECT_NEAR(sym_pred->critical_path_s, exact->critical_path_s, tol) << what;
+            EXPECT_NEAR(sym_pred->latency_s, exact->latency_s, tol) << what;
+            EXPECT_NEAR(sym_pred->bandwidth_s, exact->bandwidth_s, tol) << what;
+            EXPECT_NEAR(sym_pred->compute_s, exact->compute_s, tol) << what;
+            EXPECT_NEAR(sym_pred->resource_bound_s, exact->resource_bound_s, tol) << what;
+            EXPECT_EQ(sym_pred->total_bytes_sent, exact->total_bytes_sent) << what;
+            EXPECT_NEAR(exact->latency_s + exact->bandwidth_s + exact->compute_s, exact->critical_path_s, tol) << what;
           }
-          StatusOr<Prediction> exact = PredictSchedules(all, p);
-          StatusOr<Prediction> sym_pred = PredictSymmetric(all[0], *sym, p);
-          ASSERT_TRUE(exact.ok() && sym_pred.ok()) << what;
-          EXPECT_EQ(sym_pred->method, PredictionMethod::kSymmetric);
-          const double tol = 1e-9 * exact->seconds;
-          EXPECT_NEAR(sym_pred->seconds, exact->seconds, tol) << what;
-          EXPECT_NEAR(sym_pred->critical_path_s, exact->critical_path_s, tol) << what;
-          EXPECT_NEAR(sym_pred->latency_s, exact->latency_s, tol) << what;
-          EXPECT_NEAR(sym_pred->bandwidth_s, exact->bandwidth_s, tol) << what;
-          EXPECT_NEAR(sym_pred->compute_s, exact->compute_s, tol) << what;
-          EXPECT_NEAR(sym_pred->resource_bound_s, exact->resource_bound_s, tol) << what;
-          EXPECT_EQ(sym_pred->total_bytes_sent, exact->total_bytes_sent) << what;
-          EXPECT_NEAR(exact->latency_s + exact->bandwidth_s + exact->compute_s, exact->critical_path_s, tol) << what;
         }
       }
     }

@@ -317,9 +317,9 @@ TEST(TuningTest, ExchangeStepsRoundTripAndBecomeFactors) {
   // 131.072 us streamed at 8.
   EXPECT_DOUBLE_EQ(tcp.exchange_steps[1].first, 524288);
   EXPECT_NEAR(tcp.exchange_steps[1].second, 61.536 / 131.072, 1e-12);
-  // The stream's own rate at 16M: the alphas' share only, one a 512K chunk
-  // as the model charges them (32 x 4 us of 4194.3).
-  EXPECT_NEAR(tcp.exchange_steps[2].second, 1 - 32 * 4e-6 / (2.0 * 16777216 / 8e9), 1e-12);
+  // The stream's own rate at 16M: less its one alpha, as the model charges
+  // a step one (4 us of 4194.3).
+  EXPECT_NEAR(tcp.exchange_steps[2].second, 1 - 4e-6 / (2.0 * 16777216 / 8e9), 1e-12);
   // 64K at 2 GB/s: slower than the stream, 65.536 - 4 us against 16.384.
   EXPECT_NEAR(tcp.exchange_steps[0].second, (65.536 - 4) / 16.384, 1e-12);
   // A pair on one core took turns: each rank's share is half the time.
@@ -362,7 +362,7 @@ TEST(TuningTest, ExchangeStepsRoundTripAndBecomeFactors) {
   CostParams net = DefaultCostParams(BackendKind::kTcp);
   ApplyTuning(between, BackendKind::kTcp, &net, DataType::kFloat32, ReduceOp::kSum, TuningLevel::kBetweenHosts);
   ASSERT_EQ(net.exchange_steps.size(), 1u);
-  EXPECT_NEAR(net.exchange_steps[0].second, (2097.152 - 2 * 40) / 1048.576, 1e-12);
+  EXPECT_NEAR(net.exchange_steps[0].second, (2097.152 - 40) / 1048.576, 1e-12);  // one alpha, the step's
   CostParams loop = DefaultCostParams(BackendKind::kTcp);
   ApplyTuning(between, BackendKind::kTcp, &loop);
   EXPECT_TRUE(loop.exchange_steps.empty());  // the plain line has none
