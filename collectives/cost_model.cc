@@ -986,7 +986,7 @@ StatusOr<Prediction> Predict(Collective collective, Algorithm algorithm, size_t 
     args.counts.assign(4 * n, args.count);
     for (size_t i = 0; i < n; ++i) args.counts[n + i] = args.counts[3 * n + i] = i * args.count;
   }
-  // The executor's chunks: a step cut into up to 4 below 4 slots' worth.
+  // The executor's chunks (PipelineChunkBytes), never above a slot.
   if (const size_t chunk = PipelineChunkBytes(collective, args.count, args.counts, p.elem_size, nranks); chunk > 0) {
     p.chunk_bytes = std::min(p.chunk_bytes, chunk);
   }
